@@ -1,0 +1,3 @@
+module github.com/kohaku/terraform-provider-kohaku
+
+go 1.26.8
