@@ -1,0 +1,49 @@
+package provider
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+)
+
+// providerDataFrom unpacks what Configure stored; nil means the provider is
+// not configured yet (validate, or early plan), which callers must tolerate.
+func providerDataFrom(data any, diags *diag.Diagnostics) *providerData {
+	if data == nil {
+		return nil
+	}
+	pd, ok := data.(*providerData)
+	if !ok {
+		diags.AddError("Unexpected provider data", fmt.Sprintf("Expected *providerData, got %T. This is a bug in the provider; please report it.", data))
+		return nil
+	}
+	return pd
+}
+
+// client picks the connection for a resource's host argument.
+func (pd *providerData) client(host string, diags *diag.Diagnostics) *virt.Client {
+	if pd == nil {
+		diags.AddError("Provider not configured", "The kohaku provider was not configured before use. This is a bug in the provider; please report it.")
+		return nil
+	}
+	c, err := pd.fleet.Host(host)
+	if err != nil {
+		diags.AddError("Unknown host", err.Error())
+		return nil
+	}
+	return c
+}
+
+// addError turns an error from the packages below into a diagnostic whose
+// summary says what failed and whose detail says what to do.
+func addError(diags *diag.Diagnostics, summary string, err error) {
+	var conn *virt.ConnectionError
+	if errors.As(err, &conn) {
+		diags.AddError("Cannot use libvirt host "+conn.Endpoint.Redacted(), fmt.Sprintf("%s failed: %v", summary, err))
+		return
+	}
+	diags.AddError(summary, err.Error())
+}

@@ -1,0 +1,162 @@
+package provider
+
+import (
+	"context"
+
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+)
+
+var _ datasource.DataSourceWithConfigure = (*hostDataSource)(nil)
+
+func newHostDataSource() datasource.DataSource { return &hostDataSource{} }
+
+type hostDataSource struct {
+	data *providerData
+}
+
+type hostDataSourceModel struct {
+	Host              types.String       `tfsdk:"host"`
+	ID                types.String       `tfsdk:"id"`
+	URI               types.String       `tfsdk:"uri"`
+	Hostname          types.String       `tfsdk:"hostname"`
+	LibvirtVersion    types.String       `tfsdk:"libvirt_version"`
+	HypervisorType    types.String       `tfsdk:"hypervisor_type"`
+	HypervisorVersion types.String       `tfsdk:"hypervisor_version"`
+	Arch              types.String       `tfsdk:"arch"`
+	CPUModel          types.String       `tfsdk:"cpu_model"`
+	CPUs              types.Int64        `tfsdk:"cpus"`
+	MemoryMiB         types.Int64        `tfsdk:"memory_mib"`
+	DomainTypes       []types.String     `tfsdk:"domain_types"`
+	KVM               types.Bool         `tfsdk:"kvm_available"`
+	Pools             []hostPoolModel    `tfsdk:"pools"`
+	Networks          []hostNetworkModel `tfsdk:"networks"`
+}
+
+type hostPoolModel struct {
+	Name            types.String `tfsdk:"name"`
+	Type            types.String `tfsdk:"type"`
+	Path            types.String `tfsdk:"path"`
+	Active          types.Bool   `tfsdk:"active"`
+	CapacityBytes   types.Int64  `tfsdk:"capacity_bytes"`
+	AllocationBytes types.Int64  `tfsdk:"allocation_bytes"`
+	AvailableBytes  types.Int64  `tfsdk:"available_bytes"`
+}
+
+type hostNetworkModel struct {
+	Name    types.String `tfsdk:"name"`
+	Bridge  types.String `tfsdk:"bridge"`
+	Forward types.String `tfsdk:"forward_mode"`
+	Active  types.Bool   `tfsdk:"active"`
+}
+
+func (d *hostDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_host"
+}
+
+func (d *hostDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		Description: "What a libvirt host offers: versions, CPUs and memory, whether KVM is usable, its storage pools and networks. Read it to check the connection, or to choose a host and a pool for VMs.",
+		Attributes: map[string]schema.Attribute{
+			"host": schema.StringAttribute{
+				Optional:    true,
+				Description: "Key of the provider's `hosts` map to read. Empty means the provider's default connection.",
+			},
+			"id":                 schema.StringAttribute{Computed: true, Description: "The host's UUID as libvirt reports it in its capabilities."},
+			"uri":                schema.StringAttribute{Computed: true, Description: "The URI Kohaku connected to (any password removed)."},
+			"hostname":           schema.StringAttribute{Computed: true, Description: "The host's hostname."},
+			"libvirt_version":    schema.StringAttribute{Computed: true, Description: "Version of the libvirt daemon, e.g. `9.0.0`."},
+			"hypervisor_type":    schema.StringAttribute{Computed: true, Description: "The hypervisor driver, e.g. `QEMU`."},
+			"hypervisor_version": schema.StringAttribute{Computed: true, Description: "Version of the hypervisor, e.g. `7.2.0` for QEMU 7.2."},
+			"arch":               schema.StringAttribute{Computed: true, Description: "The host CPU architecture, e.g. `x86_64`."},
+			"cpu_model":          schema.StringAttribute{Computed: true, Description: "The host CPU model as libvirt's node info reports it."},
+			"cpus":               schema.Int64Attribute{Computed: true, Description: "Number of active host CPUs."},
+			"memory_mib":         schema.Int64Attribute{Computed: true, Description: "Host memory in MiB."},
+			"domain_types": schema.ListAttribute{
+				Computed:    true,
+				ElementType: types.StringType,
+				Description: "Domain types libvirt offers for the host's own architecture, sorted, e.g. `[\"kvm\", \"qemu\"]`. Use `qemu` (software emulation) where `kvm` is missing.",
+			},
+			"kvm_available": schema.BoolAttribute{
+				Computed:    true,
+				Description: "Whether libvirt offers `kvm` domains (hardware virtualisation) on this host. It reflects what libvirt sees (`/dev/kvm` usable); a nested host can offer KVM that still does not run guests well.",
+			},
+			"pools": schema.ListNestedAttribute{
+				Computed:    true,
+				Description: "Storage pools, sorted by name.",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"name":             schema.StringAttribute{Computed: true, Description: "Pool name."},
+					"type":             schema.StringAttribute{Computed: true, Description: "Pool type, e.g. `dir` or `logical`."},
+					"path":             schema.StringAttribute{Computed: true, Description: "Target path of the pool."},
+					"active":           schema.BoolAttribute{Computed: true, Description: "Whether the pool is active."},
+					"capacity_bytes":   schema.Int64Attribute{Computed: true, Description: "Capacity in bytes (0 when the pool is inactive)."},
+					"allocation_bytes": schema.Int64Attribute{Computed: true, Description: "Bytes allocated to volumes."},
+					"available_bytes":  schema.Int64Attribute{Computed: true, Description: "Bytes free for new volumes."},
+				}},
+			},
+			"networks": schema.ListNestedAttribute{
+				Computed:    true,
+				Description: "libvirt networks, sorted by name.",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"name":         schema.StringAttribute{Computed: true, Description: "Network name."},
+					"bridge":       schema.StringAttribute{Computed: true, Description: "Host bridge device of the network."},
+					"forward_mode": schema.StringAttribute{Computed: true, Description: "Forward mode (`nat`, `route`, `bridge`, ...); empty for an isolated network."},
+					"active":       schema.BoolAttribute{Computed: true, Description: "Whether the network is active."},
+				}},
+			},
+		},
+	}
+}
+
+func (d *hostDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
+	d.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
+}
+
+func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
+	var m hostDataSourceModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	c := d.data.client(m.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	info, err := c.HostInfo(ctx)
+	if err != nil {
+		addError(&resp.Diagnostics, "Reading the host", err)
+		return
+	}
+	m.ID = types.StringValue(info.UUID)
+	m.URI = types.StringValue(c.Endpoint().Redacted())
+	m.Hostname = types.StringValue(info.Hostname)
+	m.LibvirtVersion = types.StringValue(info.LibvirtVersion)
+	m.HypervisorType = types.StringValue(info.HypervisorType)
+	m.HypervisorVersion = types.StringValue(info.HypervisorVersion)
+	m.Arch = types.StringValue(info.Arch)
+	m.CPUModel = types.StringValue(info.CPUModel)
+	m.CPUs = types.Int64Value(info.CPUs)
+	m.MemoryMiB = types.Int64Value(info.MemoryMiB)
+	m.KVM = types.BoolValue(info.KVM())
+	m.DomainTypes = make([]types.String, 0, len(info.DomainTypes))
+	for _, t := range info.DomainTypes {
+		m.DomainTypes = append(m.DomainTypes, types.StringValue(t))
+	}
+	m.Pools = make([]hostPoolModel, 0, len(info.Pools))
+	for _, p := range info.Pools {
+		m.Pools = append(m.Pools, hostPoolModel{
+			Name: types.StringValue(p.Name), Type: types.StringValue(p.Type), Path: types.StringValue(p.Path),
+			Active: types.BoolValue(p.Active), CapacityBytes: types.Int64Value(p.CapacityBytes),
+			AllocationBytes: types.Int64Value(p.AllocationBytes), AvailableBytes: types.Int64Value(p.AvailableBytes),
+		})
+	}
+	m.Networks = make([]hostNetworkModel, 0, len(info.Networks))
+	for _, n := range info.Networks {
+		m.Networks = append(m.Networks, hostNetworkModel{
+			Name: types.StringValue(n.Name), Bridge: types.StringValue(n.Bridge),
+			Forward: types.StringValue(n.Forward), Active: types.BoolValue(n.Active),
+		})
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}

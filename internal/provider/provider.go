@@ -1,0 +1,246 @@
+// Package provider is Kohaku's Terraform layer: schemas, validation and the
+// translation between Terraform values and the plain packages that do the work.
+package provider
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/provider"
+	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+)
+
+var _ provider.Provider = (*kohakuProvider)(nil)
+
+// New returns a constructor for the provider at the given version.
+func New(version string) func() provider.Provider {
+	return func() provider.Provider { return &kohakuProvider{version: version} }
+}
+
+type kohakuProvider struct {
+	version string
+}
+
+type providerModel struct {
+	URI         types.String         `tfsdk:"uri"`
+	DialTimeout types.String         `tfsdk:"dial_timeout"`
+	CallTimeout types.String         `tfsdk:"call_timeout"`
+	SSH         *sshModel            `tfsdk:"ssh"`
+	TLS         *tlsModel            `tfsdk:"tls"`
+	Hosts       map[string]hostModel `tfsdk:"hosts"`
+}
+
+type hostModel struct {
+	URI types.String `tfsdk:"uri"`
+	SSH *sshModel    `tfsdk:"ssh"`
+	TLS *tlsModel    `tfsdk:"tls"`
+}
+
+type sshModel struct {
+	KeyFile          types.String `tfsdk:"key_file"`
+	KnownHostsFile   types.String `tfsdk:"known_hosts_file"`
+	KnownHostsVerify types.String `tfsdk:"known_hosts_verify"`
+	UseAgent         types.Bool   `tfsdk:"use_agent"`
+	Password         types.String `tfsdk:"password"`
+}
+
+type tlsModel struct {
+	PKIPath  types.String `tfsdk:"pki_path"`
+	NoVerify types.Bool   `tfsdk:"no_verify"`
+}
+
+// providerData is what Configure hands to every resource and data source.
+type providerData struct {
+	fleet *virt.Fleet
+}
+
+func (p *kohakuProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
+	resp.TypeName = "kohaku"
+	resp.Version = p.version
+}
+
+func sshSchema() schema.SingleNestedAttribute {
+	return schema.SingleNestedAttribute{
+		Optional:    true,
+		Description: "Options for the `ssh` transport (`qemu+ssh://user@host/system`). Kohaku speaks SSH in-process and reaches libvirt's unix socket on the host through the SSH connection: no `ssh` binary, `nc` or `virt-ssh-helper` is needed. Values here win over the URI's `keyfile`, `known_hosts` and `known_hosts_verify` parameters.",
+		Attributes: map[string]schema.Attribute{
+			"key_file": schema.StringAttribute{
+				Optional:    true,
+				Description: "Private key file to offer. Default: the `~/.ssh/id_ed25519`, `id_ecdsa` and `id_rsa` files that exist. Keys protected by a passphrase must be loaded into ssh-agent instead.",
+			},
+			"known_hosts_file": schema.StringAttribute{
+				Optional:    true,
+				Description: "known_hosts file the host's key is checked against. Default `~/.ssh/known_hosts`.",
+			},
+			"known_hosts_verify": schema.StringAttribute{
+				Optional:    true,
+				Description: "How the host key is checked: `normal` (default) refuses a host that is not in known_hosts and says which line to add; `auto` trusts a host on first use and records its key; `ignore` skips the check (insecure: only for throwaway hosts). A key that differs from the recorded one is always refused.",
+				Validators:  []validator.String{stringvalidator.OneOf(virt.HostKeyNormal, virt.HostKeyAuto, virt.HostKeyIgnore)},
+			},
+			"use_agent": schema.BoolAttribute{
+				Optional:    true,
+				Description: "Offer the keys of the ssh-agent at `SSH_AUTH_SOCK`. Default `true`.",
+			},
+			"password": schema.StringAttribute{
+				Optional:    true,
+				Sensitive:   true,
+				Description: "Password tried after keys. Prefer keys; a password is never logged.",
+			},
+		},
+	}
+}
+
+func tlsSchema() schema.SingleNestedAttribute {
+	return schema.SingleNestedAttribute{
+		Optional:    true,
+		Description: "Options for the `tls` transport (`qemu+tls://host/system`). Values here win over the URI's `pkipath` and `no_verify` parameters.",
+		Attributes: map[string]schema.Attribute{
+			"pki_path": schema.StringAttribute{
+				Optional:    true,
+				Description: "Directory with `cacert.pem`, `clientcert.pem` and `clientkey.pem`. Default: `~/.pki/libvirt`, then `/etc/pki/libvirt` and `/etc/pki/CA`, as libvirt's own client looks.",
+			},
+			"no_verify": schema.BoolAttribute{
+				Optional:    true,
+				Description: "Skip verification of the server certificate (insecure). Default `false`.",
+			},
+		},
+	}
+}
+
+func (p *kohakuProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp *provider.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		Description: "Kohaku turns a libvirt host, or a fleet of them, into a small GPU cloud: cloud-init seeds, VMs that are ready when apply returns, and GPUs bound to VFIO.",
+		Attributes: map[string]schema.Attribute{
+			"uri": schema.StringAttribute{
+				Optional: true,
+				Description: "libvirt connection URI of the default host, e.g. `qemu:///system`, `qemu+ssh://root@gpu1.example.com/system`, `qemu+tcp://10.0.0.5/system` or `qemu+tls://gpu1.example.com/system`. " +
+					"Default: the `KOHAKU_URI` environment variable, then `LIBVIRT_DEFAULT_URI`, then `qemu:///system`. " +
+					"Transports: `unix` (local socket; `?socket=` picks another path; `qemu:///session` uses the per-user daemon), `tcp`, `tls` and `ssh` (also spelled `libssh`/`libssh2`). The connection is opened on first use, shared by every resource on the host, and re-established if it is lost.",
+			},
+			"dial_timeout": schema.StringAttribute{
+				Optional:    true,
+				Description: "How long to wait for a host to accept the connection and the libvirt handshake, as a Go duration. Default `15s`.",
+				Validators:  []validator.String{durationValidator{}},
+			},
+			"call_timeout": schema.StringAttribute{
+				Optional:    true,
+				Description: "Deadline of each single libvirt call, as a Go duration. A call that exceeds it means the daemon is hung: the operation fails with an error naming the host, and the connection is re-established on the next call. Default `2m`. Long waits (a VM becoming ready) are bounded by the resource's own timeouts instead.",
+				Validators:  []validator.String{durationValidator{}},
+			},
+			"ssh": sshSchema(),
+			"tls": tlsSchema(),
+			"hosts": schema.MapNestedAttribute{
+				Optional:    true,
+				Description: "Further libvirt hosts, by a name of your choice. Resources and data sources choose one with their `host` argument (so `for_each` can spread VMs over hosts); an empty `host` means the default connection above. Each host's connection is opened on first use, and a host that is down fails only the resources placed on it. `dial_timeout` and `call_timeout` apply to every host.",
+				NestedObject: schema.NestedAttributeObject{
+					Attributes: map[string]schema.Attribute{
+						"uri": schema.StringAttribute{
+							Required:    true,
+							Description: "libvirt connection URI of this host, in the same forms as the provider's `uri`.",
+						},
+						"ssh": sshSchema(),
+						"tls": tlsSchema(),
+					},
+				},
+			},
+		},
+	}
+}
+
+// defaultURI resolves the default host's URI the way the docs promise.
+func defaultURI(configured types.String) string {
+	if v := configured.ValueString(); v != "" {
+		return v
+	}
+	for _, env := range []string{"KOHAKU_URI", "LIBVIRT_DEFAULT_URI"} {
+		if v := os.Getenv(env); v != "" {
+			return v
+		}
+	}
+	return "qemu:///system"
+}
+
+func (m *sshModel) settings() virt.SSHSettings {
+	if m == nil {
+		return virt.SSHSettings{}
+	}
+	return virt.SSHSettings{
+		KeyFile:          m.KeyFile.ValueString(),
+		KnownHostsFile:   m.KnownHostsFile.ValueString(),
+		KnownHostsVerify: m.KnownHostsVerify.ValueString(),
+		DisableAgent:     !m.UseAgent.IsNull() && !m.UseAgent.ValueBool(),
+		Password:         m.Password.ValueString(),
+	}
+}
+
+func (m *tlsModel) settings() virt.TLSSettings {
+	if m == nil {
+		return virt.TLSSettings{}
+	}
+	return virt.TLSSettings{PKIPath: m.PKIPath.ValueString(), NoVerify: m.NoVerify.ValueBool()}
+}
+
+func (p *kohakuProvider) Configure(ctx context.Context, req provider.ConfigureRequest, resp *provider.ConfigureResponse) {
+	var cfg providerModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if cfg.URI.IsUnknown() {
+		resp.Diagnostics.AddAttributeError(path.Root("uri"), "Provider URI is not known yet",
+			"The provider's uri depends on a value that is only known after apply. Kohaku needs the URI to plan; set it from a variable or a value known at plan time.")
+		return
+	}
+	dial, _ := time.ParseDuration(cfg.DialTimeout.ValueString())
+	call, _ := time.ParseDuration(cfg.CallTimeout.ValueString())
+	def := virt.Settings{
+		URI:         defaultURI(cfg.URI),
+		DialTimeout: dial,
+		CallTimeout: call,
+		SSH:         cfg.SSH.settings(),
+		TLS:         cfg.TLS.settings(),
+	}
+	hosts := map[string]virt.Settings{}
+	for name, h := range cfg.Hosts {
+		hosts[name] = virt.Settings{
+			URI:         h.URI.ValueString(),
+			DialTimeout: dial,
+			CallTimeout: call,
+			SSH:         h.SSH.settings(),
+			TLS:         h.TLS.settings(),
+		}
+	}
+	fleet, err := virt.NewFleet(def, hosts)
+	if err != nil {
+		resp.Diagnostics.AddError("Invalid libvirt connection settings", err.Error())
+		return
+	}
+	tflog.Debug(ctx, "kohaku configured", map[string]any{
+		"uri":       fleet.Default().Endpoint().Redacted(),
+		"transport": fleet.Default().Endpoint().Transport,
+		"hosts":     fleet.Names(),
+	})
+	data := &providerData{fleet: fleet}
+	resp.DataSourceData = data
+	resp.ResourceData = data
+}
+
+func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource {
+	return nil
+}
+
+func (p *kohakuProvider) DataSources(_ context.Context) []func() datasource.DataSource {
+	return []func() datasource.DataSource{
+		newHostDataSource,
+	}
+}
