@@ -1,0 +1,97 @@
+package domain
+
+import (
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// MetadataNamespace is the XML namespace of the kohaku element Build puts in
+// the domain's <metadata>.
+const MetadataNamespace = "https://kohaku.dev/xmlns/vm/1"
+
+// Metadata is what the kohaku element in <metadata> records.
+type Metadata struct {
+	// SpecHash is Hash of the spec the domain was defined from.
+	SpecHash string
+	Owner    Ownership
+}
+
+// xmlMetadata is the wire form:
+//
+//	<vm xmlns="https://kohaku.dev/xmlns/vm/1">
+//	  <spec-hash>…</spec-hash>
+//	  <seed id="…"/>
+//	  <owned-volume pool="default" volume="vm1-root.qcow2"/>
+//	</vm>
+type xmlMetadata struct {
+	XMLName  xml.Name         `xml:"https://kohaku.dev/xmlns/vm/1 vm"`
+	SpecHash string           `xml:"spec-hash,omitempty"`
+	Seed     *xmlMetadataSeed `xml:"seed"`
+	Volumes  []xmlOwnedVolume `xml:"owned-volume"`
+}
+
+type xmlMetadataSeed struct {
+	ID string `xml:"id,attr"`
+}
+
+type xmlOwnedVolume struct {
+	Pool   string `xml:"pool,attr"`
+	Volume string `xml:"volume,attr"`
+}
+
+// marshalMetadata encodes m as the kohaku element, indented to sit inside
+// <metadata> of a domain marshalled with two-space indentation.
+func marshalMetadata(m Metadata) (string, error) {
+	x := xmlMetadata{SpecHash: m.SpecHash}
+	if m.Owner.SeedID != "" {
+		x.Seed = &xmlMetadataSeed{ID: m.Owner.SeedID}
+	}
+	for _, v := range m.Owner.Volumes {
+		x.Volumes = append(x.Volumes, xmlOwnedVolume(v))
+	}
+	b, err := xml.MarshalIndent(x, "    ", "  ")
+	if err != nil {
+		return "", fmt.Errorf("encode kohaku metadata: %w", err)
+	}
+	return "\n" + string(b) + "\n  ", nil
+}
+
+// parseMetadata finds the kohaku element among the children of <metadata>
+// (other tools may have put their own elements there) and decodes it. It
+// returns nil when there is none.
+func parseMetadata(inner string) (*Metadata, error) {
+	dec := xml.NewDecoder(strings.NewReader(inner))
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read <metadata>: %w", err)
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			if depth == 0 && t.Name.Space == MetadataNamespace && t.Name.Local == "vm" {
+				var x xmlMetadata
+				if err := dec.DecodeElement(&x, &t); err != nil {
+					return nil, fmt.Errorf("decode kohaku metadata: %w", err)
+				}
+				m := &Metadata{SpecHash: x.SpecHash}
+				if x.Seed != nil {
+					m.Owner.SeedID = x.Seed.ID
+				}
+				for _, v := range x.Volumes {
+					m.Owner.Volumes = append(m.Owner.Volumes, VolumeRef(v))
+				}
+				return m, nil
+			}
+			depth++
+		case xml.EndElement:
+			depth--
+		}
+	}
+}
