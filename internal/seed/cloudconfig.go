@@ -1,0 +1,238 @@
+package seed
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// PhoneHomePost is what the phone_home module posts, in this order.
+var PhoneHomePost = []string{"instance_id", "hostname", "fqdn", "pub_key_rsa", "pub_key_ecdsa", "pub_key_ed25519"}
+
+// NVIDIAPackages are installed through cloud-init's packages module before
+// the driver is built (the kernel headers are installed from runcmd, since
+// their name depends on the running kernel).
+var NVIDIAPackages = []string{"build-essential", "dkms", "curl"}
+
+// shQuote quotes s for a POSIX shell.
+func shQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// mountFstabLine is the /etc/fstab line for a mount.
+func mountFstabLine(m Mount) string {
+	var opts []string
+	fstype := string(m.Type)
+	if m.Type == Mount9P {
+		msize := m.MSize
+		if msize == 0 {
+			msize = Default9PMSize
+		}
+		opts = append(opts, "trans=virtio", "version=9p2000.L", "msize="+strconv.Itoa(msize))
+	} else {
+		opts = append(opts, "defaults")
+	}
+	if m.ReadOnly {
+		opts = append(opts, "ro")
+	}
+	// nofail: a share the host no longer exports must not stop the boot.
+	opts = append(opts, "nofail")
+	return fmt.Sprintf("%s %s %s %s 0 0", m.Tag, m.Path, fstype, strings.Join(opts, ","))
+}
+
+// mountCommands are the runcmd lines that load the modules, create the
+// mount points, add the fstab lines (idempotently: a new instance id runs
+// them again) and mount the shares now, so they are there at first boot.
+//
+// cloud-init's own mounts: module is not used for shares: it only keeps
+// entries whose first field is a block device it can find under /sys/block
+// or contains a ':' (cc_mounts sanitize_devname), so a 9p or virtiofs tag
+// is dropped with "Ignoring nonexistent named mount" (22.4 and 25.1 alike).
+func mountCommands(mounts []Mount) []string {
+	var cmds []string
+	has9p, hasVFS := false, false
+	for _, m := range mounts {
+		has9p = has9p || m.Type == Mount9P
+		hasVFS = hasVFS || m.Type == MountVirtioFS
+	}
+	if has9p {
+		cmds = append(cmds, "modprobe -a 9p 9pnet 9pnet_virtio || true")
+	}
+	if hasVFS {
+		cmds = append(cmds, "modprobe virtiofs || true")
+	}
+	for _, m := range mounts {
+		line := mountFstabLine(m)
+		// Tags, paths and options are validated to need no shell quoting
+		// (letters, digits and _ . / @ + - only).
+		cmds = append(cmds,
+			"mkdir -p "+m.Path,
+			fmt.Sprintf(`grep -qxF "%s" /etc/fstab || echo "%s" >> /etc/fstab`, line, line),
+			fmt.Sprintf("mountpoint -q %s || mount %s || true", m.Path, m.Path),
+		)
+	}
+	return cmds
+}
+
+// nvidiaCommands installs the kernel headers, then downloads and runs the
+// NVIDIA installer with DKMS so the module survives kernel updates.
+func nvidiaCommands(n *NVIDIA) []string {
+	tmpl := n.URLTemplate
+	if tmpl == "" {
+		tmpl = DefaultNVIDIAURL
+	}
+	u := strings.ReplaceAll(tmpl, "{version}", n.Version)
+	return []string{
+		`DEBIAN_FRONTEND=noninteractive apt-get install -y "linux-headers-$(uname -r)" || DEBIAN_FRONTEND=noninteractive apt-get install -y linux-headers-amd64`,
+		"curl -fsSL --retry 3 -o /tmp/nvidia.run " + shQuote(u),
+		"chmod +x /tmp/nvidia.run",
+		"/tmp/nvidia.run --silent --dkms --no-cc-version-check",
+		"rm -f /tmp/nvidia.run",
+	}
+}
+
+// textContent reports whether b can be written as a YAML text scalar.
+func textContent(b []byte) bool {
+	return utf8.Valid(b) && printableText(string(b))
+}
+
+// renderCloudConfig returns the generated "#cloud-config" document, or nil
+// when the Spec asks for nothing that needs one.
+func renderCloudConfig(pl *plan) ([]byte, error) {
+	s := pl.spec
+	m := newMap()
+
+	if s.FQDN != "" {
+		host := pl.hostname
+		if host == "" {
+			host = s.FQDN[:strings.Index(s.FQDN, ".")]
+		}
+		m.set("hostname", ystr(host))
+		m.set("fqdn", ystr(s.FQDN))
+	}
+	if s.RootAuthorizedKeys {
+		// Otherwise cloud-init prefixes root's keys from meta-data with a
+		// "Please login as the user ..." command.
+		m.set("disable_root", ybool(false))
+	}
+
+	if u := s.User; u != nil {
+		// "default" keeps the image's default user (which gets public_keys).
+		users := yseq(ystr("default"))
+		um := newMap().set("name", ystr(u.Name))
+		sudo := DefaultSudo
+		if u.Sudo != nil {
+			sudo = *u.Sudo
+		}
+		if sudo != "" {
+			um.set("sudo", ystr(sudo))
+		}
+		shell := u.Shell
+		if shell == "" {
+			shell = DefaultShell
+		}
+		um.set("shell", ystr(shell))
+		lock := true
+		if u.LockPassword != nil {
+			lock = *u.LockPassword
+		}
+		um.set("lock_passwd", ybool(lock))
+		if len(u.Groups) > 0 {
+			um.set("groups", ystrs(u.Groups))
+		}
+		if len(u.SSHAuthorizedKeys) > 0 {
+			um.set("ssh_authorized_keys", ystrs(u.SSHAuthorizedKeys))
+		}
+		users.Content = append(users.Content, um.node())
+		if s.RootAuthorizedKeys {
+			users.Content = append(users.Content, newMap().
+				set("name", ystr("root")).
+				set("ssh_authorized_keys", ystrs(u.SSHAuthorizedKeys)).node())
+		}
+		m.set("users", users)
+	}
+
+	files := yseq()
+	loginUser := ""
+	if s.User != nil {
+		loginUser = s.User.Name
+	}
+	for _, f := range s.WriteFiles {
+		fm := newMap().set("path", ystr(f.Path))
+		if textContent(f.Content) {
+			fm.set("content", ystr(string(f.Content)))
+		} else {
+			fm.set("encoding", ystr("b64"))
+			fm.set("content", ystr(base64.StdEncoding.EncodeToString(f.Content)))
+		}
+		if f.Owner != "" {
+			fm.set("owner", ystr(f.Owner))
+		}
+		if f.Permissions != "" {
+			perm := f.Permissions
+			if len(perm) == 3 {
+				perm = "0" + perm
+			}
+			fm.set("permissions", ystr(perm))
+		}
+		if f.Append {
+			fm.set("append", ybool(true))
+		}
+		owner, _, _ := strings.Cut(f.Owner, ":")
+		if f.Defer || (loginUser != "" && owner == loginUser) {
+			// write_files runs before users exist unless deferred.
+			fm.set("defer", ybool(true))
+		}
+		files.Content = append(files.Content, fm.node())
+	}
+	if s.PermitRootLogin {
+		files.Content = append(files.Content, newMap().
+			set("path", ystr(RootSSHDDropInPath)).
+			set("content", ystr("# Written by kohaku: root may log in with a key, never a password.\nPermitRootLogin prohibit-password\n")).
+			set("permissions", ystr("0644")).node())
+	}
+	if len(files.Content) > 0 {
+		m.set("write_files", files)
+	}
+
+	if s.NVIDIA != nil {
+		m.set("packages", ystrs(NVIDIAPackages))
+	}
+
+	var run []string
+	run = append(run, mountCommands(s.Mounts)...)
+	if s.QEMUGuestAgent {
+		run = append(run, "systemctl enable --now qemu-guest-agent")
+	}
+	if s.PermitRootLogin {
+		run = append(run, "systemctl reload ssh || systemctl reload sshd || true")
+	}
+	if s.NVIDIA != nil {
+		run = append(run, nvidiaCommands(s.NVIDIA)...)
+	}
+	if len(run) > 0 {
+		m.set("runcmd", ystrs(run))
+	}
+
+	if ph := s.PhoneHome; ph != nil {
+		tries := ph.Tries
+		if tries == 0 {
+			tries = DefaultPhoneHomeTries
+		}
+		m.set("phone_home", newMap().
+			set("url", ystr(ph.URL)).
+			set("post", ystrs(PhoneHomePost)).
+			set("tries", yint(tries)).node())
+	}
+
+	if m.empty() {
+		return nil, nil
+	}
+	body, err := encodeYAML(m.node())
+	if err != nil {
+		return nil, fmt.Errorf("encoding cloud-config: %w", err)
+	}
+	return append([]byte("#cloud-config\n"), body...), nil
+}
