@@ -1,0 +1,71 @@
+package seed
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestInspectRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, format := range []Format{FormatNoCloud, FormatConfigDrive} {
+		t.Run(string(format), func(t *testing.T) {
+			t.Parallel()
+			spec := &Spec{
+				Name:   "inspect-me",
+				Format: format,
+				Network: []NIC{
+					{Addresses: []string{"10.0.2.15/24"}, Gateway4: "10.0.2.2"},
+					{MAC: "52:54:00:AA:BB:CC", DHCP4: true},
+				},
+			}
+			res, err := Render(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, err := Inspect(res.ISO)
+			if err != nil {
+				t.Fatalf("Inspect: %v", err)
+			}
+			if in.Format != format || in.InstanceID != res.InstanceID {
+				t.Errorf("format=%q instance=%q, want %q %q", in.Format, in.InstanceID, format, res.InstanceID)
+			}
+			want := []string{DeriveMAC("inspect-me"), "52:54:00:aa:bb:cc"}
+			if strings.Join(in.MACs, ",") != strings.Join(want, ",") || strings.Join(res.MACs, ",") != strings.Join(want, ",") {
+				t.Errorf("MACs: inspected %v, rendered %v, want %v", in.MACs, res.MACs, want)
+			}
+			for name, b := range res.Files {
+				if string(in.Files[name]) != string(b) {
+					t.Errorf("file %s differs after the round trip", name)
+				}
+			}
+		})
+	}
+}
+
+func TestInspectNetplanV1AndWrapped(t *testing.T) {
+	t.Parallel()
+	v1 := "version: 1\nconfig:\n  - type: physical\n    name: eth0\n    mac_address: '52:54:00:12:34:56'\n"
+	macs, err := netplanMACs([]byte(v1))
+	if err != nil || len(macs) != 1 || macs[0] != "52:54:00:12:34:56" {
+		t.Errorf("v1: %v %v", macs, err)
+	}
+	wrapped := "network:\n  version: 2\n  ethernets:\n    b:\n      match: {macaddress: '52:54:00:00:00:02'}\n    a:\n      match: {macaddress: '52:54:00:00:00:01'}\n"
+	macs, err = netplanMACs([]byte(wrapped))
+	if err != nil || strings.Join(macs, ",") != "52:54:00:00:00:02,52:54:00:00:00:01" {
+		t.Errorf("wrapped v2 (document order): %v %v", macs, err)
+	}
+}
+
+func TestInspectRejectsNonSeeds(t *testing.T) {
+	t.Parallel()
+	img, err := BuildISO("DATA", map[string][]byte{"readme.txt": []byte("hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Inspect(img); err == nil || !strings.Contains(err.Error(), "not a cloud-init seed") {
+		t.Errorf("non-seed label: %v", err)
+	}
+	if _, err := Inspect([]byte("not an iso at all")); err == nil {
+		t.Error("garbage accepted")
+	}
+}
