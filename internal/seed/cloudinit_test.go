@@ -3,6 +3,7 @@ package seed
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -413,6 +414,84 @@ print(f(*args))
 		}
 		if strings.TrimSpace(string(out)) != "None" {
 			t.Errorf("%s: cc_mounts keeps a 9p tag (%q): the mounts: module could be used for shares", ci.name, out)
+		}
+	}
+}
+
+// TestCloudInitReadsScalarsAsStrings loads the rendered YAML with
+// cloud-init's own loader (PyYAML, YAML 1.1) and checks that values YAML 1.1
+// would turn into numbers, booleans, dates or null come back as the strings
+// that were given.
+func TestCloudInitReadsScalarsAsStrings(t *testing.T) {
+	t.Parallel()
+	tricky := []string{"52:54:00:12:34:56", "1:30", "0644", "0x1F", "1e3", ".inf", "2001-12-14", "on", "Off", "yes", "N", "~", "null", "", "- x", "a: b", "#c", "'q'", "\"d\"", "tab\tx", "trailing ", " lead", "multi\nline\n", "multi\nno-newline", "ünï", "ctl\x01"}
+	meta := map[string]string{}
+	var files []File
+	for i, s := range tricky {
+		meta["k"+strconv.Itoa(i)] = s
+		files = append(files, File{Path: "/f" + strconv.Itoa(i), Content: []byte(s)})
+	}
+	r, err := Render(&Spec{Name: "vm1", MetaData: meta, WriteFiles: files,
+		Network: []NIC{{MAC: "52:54:00:12:34:56", Addresses: []string{"10.0.0.5/24"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "load.py")
+	if err := os.WriteFile(script, []byte(`import json, sys
+from cloudinit import util
+for p in sys.argv[1:]:
+    data = open(p, "rb").read()
+    print(json.dumps(util.load_yaml(data)))
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var paths []string
+	for _, name := range []string{FileMetaData, FileUserData, FileNetworkConfig} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, r.Files[name], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	for _, ci := range cloudInits(t) {
+		out, err := ci.script(t, script, paths...)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", ci.name, err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		var md map[string]any
+		var ud struct {
+			WriteFiles []struct {
+				Path     string `json:"path"`
+				Content  any    `json:"content"`
+				Encoding string `json:"encoding"`
+			} `json:"write_files"`
+		}
+		var nc struct {
+			Ethernets map[string]struct {
+				Match map[string]any `json:"match"`
+			} `json:"ethernets"`
+		}
+		if len(lines) != 3 || json.Unmarshal([]byte(lines[0]), &md) != nil || json.Unmarshal([]byte(lines[1]), &ud) != nil || json.Unmarshal([]byte(lines[2]), &nc) != nil {
+			t.Fatalf("%s: cannot read loader output:\n%s", ci.name, out)
+		}
+		for i, s := range tricky {
+			if got := md["k"+strconv.Itoa(i)]; got != s {
+				t.Errorf("%s: meta-data value %q read back as %#v", ci.name, s, got)
+			}
+			f := ud.WriteFiles[i]
+			content, _ := f.Content.(string)
+			if f.Encoding == "b64" {
+				b, _ := base64.StdEncoding.DecodeString(content)
+				content = string(b)
+			}
+			if content != s {
+				t.Errorf("%s: write_files content %q read back as %#v", ci.name, s, f.Content)
+			}
+		}
+		if got := nc.Ethernets["nic0"].Match["macaddress"]; got != "52:54:00:12:34:56" {
+			t.Errorf("%s: MAC read back as %#v", ci.name, got)
 		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"mime/quotedprintable"
 	"net/textproto"
 	"regexp"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -304,18 +303,14 @@ func decodeTransfer(body []byte, cte string) ([]byte, error) {
 	}
 }
 
-var yamlLineRe = regexp.MustCompile(`line (\d+)`)
+var yamlLineRe = regexp.MustCompile(`^yaml: (line \d+: )?`)
 
 // checkCloudConfigYAML parses a #cloud-config document and reports the line
 // of the first YAML error, counted from 1 at the document's first line.
 func checkCloudConfigYAML(doc []byte) (line int, msg string, err error) {
 	var n yaml.Node
 	if err := yaml.Unmarshal(doc, &n); err != nil {
-		line = 0
-		if m := yamlLineRe.FindStringSubmatch(err.Error()); m != nil {
-			line, _ = strconv.Atoi(m[1])
-		}
-		return line, strings.TrimPrefix(err.Error(), "yaml: "), err
+		return yamlErrorLine(doc), yamlLineRe.ReplaceAllString(err.Error(), ""), err
 	}
 	if len(n.Content) == 0 {
 		return 0, "", nil // an empty cloud-config is accepted (and ignored) by cloud-init
@@ -351,5 +346,54 @@ func checkUserData(u *userInput, path string, p *problems) {
 		if line, msg, err := checkCloudConfigYAML(part.payload); err != nil {
 			p.addErr(path, fmt.Sprintf("MIME part %d (text/cloud-config) is not valid YAML at line %d of the part: %s", part.index, line, msg), example, err)
 		}
+	}
+}
+
+// yamlErrorLine finds the line that makes a document unparsable. yaml.v3's
+// own "line N" is the line where the enclosing block started (0-based for
+// parser errors), not where the problem is, so this searches instead for
+// the first line whose addition turns a parsable prefix of the document
+// into an unparsable one (a binary search: about log2(lines) parses).
+func yamlErrorLine(doc []byte) int {
+	var ends []int // ends[k] is the length of the first k+1 lines
+	for i, c := range doc {
+		if c == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(doc) {
+		ends = append(ends, len(doc))
+	}
+	parses := func(k int) bool { // the first k lines
+		if k == 0 {
+			return true
+		}
+		var n yaml.Node
+		return yaml.Unmarshal(doc[:ends[k-1]], &n) == nil
+	}
+	lo, hi := 0, len(ends) // parses(lo), !parses(hi)
+	for round := 0; ; round++ {
+		for hi-lo > 1 {
+			mid := (lo + hi) / 2
+			if parses(mid) {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		// A prefix that ends inside a multi-line flow collection or quoted
+		// scalar fails without an error in it: if a slightly longer prefix
+		// parses again, the real error is further down.
+		again := -1
+		for k := hi + 1; k < len(ends) && k <= hi+64 && round < 8; k++ {
+			if parses(k) {
+				again = k
+				break
+			}
+		}
+		if again < 0 {
+			return hi
+		}
+		lo, hi = again, len(ends)
 	}
 }
