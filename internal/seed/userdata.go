@@ -245,7 +245,8 @@ func walkMIME(doc []byte) ([]mimePart, error) {
 					return err
 				}
 				content, err := io.ReadAll(part)
-				if err != nil {
+				truncated := errors.Is(err, io.ErrUnexpectedEOF)
+				if err != nil && !truncated {
 					return err
 				}
 				var hb bytes.Buffer
@@ -258,6 +259,11 @@ func walkMIME(doc []byte) ([]mimePart, error) {
 				hb.Write(content)
 				if err := walk(hb.Bytes(), depth+1); err != nil {
 					return err
+				}
+				if truncated {
+					// No closing delimiter: Python's email parser (and so
+					// cloud-init) takes the rest as the last part.
+					return nil
 				}
 			}
 		}
