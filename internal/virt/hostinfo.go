@@ -147,7 +147,7 @@ func (c *Client) pools(ctx context.Context) ([]PoolInfo, error) {
 		for _, p := range all {
 			doc, err := l.StoragePoolGetXMLDesc(p, 0)
 			if err != nil {
-				if libvirt.IsNotFound(err) {
+				if notFound(err) {
 					continue // removed while we listed
 				}
 				return err
@@ -189,7 +189,7 @@ func (c *Client) networks(ctx context.Context) ([]NetworkInfo, error) {
 		for _, n := range all {
 			doc, err := l.NetworkGetXMLDesc(n, 0)
 			if err != nil {
-				if libvirt.IsNotFound(err) {
+				if notFound(err) {
 					continue
 				}
 				return err

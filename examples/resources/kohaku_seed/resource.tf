@@ -1,0 +1,66 @@
+# A NoCloud seed for one VM: a login user with a key, a static address on the
+# NIC whose MAC is derived from the seed's name, two 9p shared folders, and a
+# file. kohaku_vm reads the MAC back from the seed, so the VM needs only seed_id.
+variable "ssh_public_key" {
+  type        = string
+  description = "Public key allowed to log in as kohaku, e.g. file(\"~/.ssh/id_ed25519.pub\")."
+  default     = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleKeyOnlyForTheDocs0000000000000000 you@laptop"
+}
+
+resource "kohaku_seed" "web" {
+  name     = "web-1-seed.iso"
+  pool     = "default"
+  hostname = "web-1"
+
+  user = {
+    name                = "kohaku"
+    ssh_authorized_keys = [var.ssh_public_key]
+  }
+
+  network = [{
+    addresses   = ["10.0.2.15/24"]
+    gateway4    = "10.0.2.2"
+    nameservers = ["10.0.2.3"]
+  }]
+
+  shared_folders = [
+    { tag = "kohaku_shared", path = "/shared" },
+    { tag = "kohaku_local", path = "/local_temp" },
+  ]
+
+  write_files = [{
+    path        = "/etc/motd"
+    content     = "Provisioned by Kohaku\n"
+    permissions = "0644"
+  }]
+
+  # Your own cloud-config is kept byte for byte and merged with the generated
+  # part: its runcmd runs after Kohaku's.
+  user_data = <<-EOT
+    #cloud-config
+    runcmd:
+      - echo "hello from user data" > /var/tmp/hello
+  EOT
+}
+
+# Secrets in user data can stay out of state (Terraform 1.11+).
+variable "bootstrap_token" {
+  type      = string
+  sensitive = true
+  ephemeral = true
+}
+
+resource "kohaku_seed" "worker" {
+  name   = "worker-1-seed.iso"
+  format = "configdrive"
+
+  network = [{ dhcp4 = true }]
+
+  user_data_wo = <<-EOT
+    #cloud-config
+    write_files:
+      - path: /etc/worker/token
+        permissions: "0600"
+        content: ${var.bootstrap_token}
+  EOT
+}

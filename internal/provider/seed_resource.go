@@ -1,0 +1,526 @@
+package provider
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+)
+
+var (
+	_ resource.ResourceWithConfigure        = (*seedResource)(nil)
+	_ resource.ResourceWithImportState      = (*seedResource)(nil)
+	_ resource.ResourceWithModifyPlan       = (*seedResource)(nil)
+	_ resource.ResourceWithValidateConfig   = (*seedResource)(nil)
+	_ resource.ResourceWithConfigValidators = (*seedResource)(nil)
+)
+
+// maxSeedVolumeBytes bounds what Read downloads to check a seed's checksum.
+const maxSeedVolumeBytes = seed.MaxSeedBytes + 1<<20
+
+func newSeedResource() resource.Resource { return &seedResource{} }
+
+type seedResource struct {
+	data *providerData
+}
+
+type seedResourceModel struct {
+	ID             types.String       `tfsdk:"id"`
+	Host           types.String       `tfsdk:"host"`
+	Name           types.String       `tfsdk:"name"`
+	Pool           types.String       `tfsdk:"pool"`
+	Format         types.String       `tfsdk:"format"`
+	InstanceID     types.String       `tfsdk:"instance_id"`
+	Hostname       types.String       `tfsdk:"hostname"`
+	FQDN           types.String       `tfsdk:"fqdn"`
+	MetaData       map[string]string  `tfsdk:"meta_data"`
+	User           *seedUserModel     `tfsdk:"user"`
+	WriteFiles     []seedFileModel    `tfsdk:"write_files"`
+	SharedFolders  []seedMountModel   `tfsdk:"shared_folders"`
+	NVIDIA         *seedNVIDIAModel   `tfsdk:"nvidia_driver"`
+	GuestAgent     types.Bool         `tfsdk:"guest_agent"`
+	Network        []seedNetworkModel `tfsdk:"network"`
+	NetworkConfig  types.String       `tfsdk:"network_config"`
+	UserData       types.String       `tfsdk:"user_data"`
+	UserDataBase64 types.String       `tfsdk:"user_data_base64"`
+	UserDataWO     types.String       `tfsdk:"user_data_wo"`
+	VendorData     types.String       `tfsdk:"vendor_data"`
+
+	VolumeKey             types.String `tfsdk:"volume_key"`
+	VolumePath            types.String `tfsdk:"volume_path"`
+	SizeBytes             types.Int64  `tfsdk:"size_bytes"`
+	SHA256                types.String `tfsdk:"sha256"`
+	MACs                  types.List   `tfsdk:"macs"`
+	RenderedMetaData      types.String `tfsdk:"rendered_meta_data"`
+	RenderedUserData      types.String `tfsdk:"rendered_user_data"`
+	RenderedNetworkConfig types.String `tfsdk:"rendered_network_config"`
+	RenderedVendorData    types.String `tfsdk:"rendered_vendor_data"`
+	UserDataFromWriteOnly types.Bool   `tfsdk:"user_data_write_only"`
+}
+
+type seedUserModel struct {
+	Name               types.String   `tfsdk:"name"`
+	Sudo               types.String   `tfsdk:"sudo"`
+	Shell              types.String   `tfsdk:"shell"`
+	LockPassword       types.Bool     `tfsdk:"lock_password"`
+	Groups             []types.String `tfsdk:"groups"`
+	SSHAuthorizedKeys  []types.String `tfsdk:"ssh_authorized_keys"`
+	RootAuthorizedKeys types.Bool     `tfsdk:"root_authorized_keys"`
+	PermitRootLogin    types.Bool     `tfsdk:"permit_root_login"`
+}
+
+type seedFileModel struct {
+	Path          types.String `tfsdk:"path"`
+	Content       types.String `tfsdk:"content"`
+	ContentBase64 types.String `tfsdk:"content_base64"`
+	Permissions   types.String `tfsdk:"permissions"`
+	Owner         types.String `tfsdk:"owner"`
+	Append        types.Bool   `tfsdk:"append"`
+}
+
+type seedMountModel struct {
+	Type     types.String `tfsdk:"type"`
+	Tag      types.String `tfsdk:"tag"`
+	Path     types.String `tfsdk:"path"`
+	ReadOnly types.Bool   `tfsdk:"readonly"`
+	MSize    types.Int64  `tfsdk:"msize"`
+}
+
+type seedNVIDIAModel struct {
+	Version     types.String `tfsdk:"version"`
+	URLTemplate types.String `tfsdk:"url_template"`
+}
+
+type seedNetworkModel struct {
+	ID            types.String   `tfsdk:"id"`
+	MAC           types.String   `tfsdk:"mac"`
+	SetName       types.String   `tfsdk:"set_name"`
+	DHCP4         types.Bool     `tfsdk:"dhcp4"`
+	DHCP6         types.Bool     `tfsdk:"dhcp6"`
+	Addresses     []types.String `tfsdk:"addresses"`
+	Gateway4      types.String   `tfsdk:"gateway4"`
+	Gateway6      types.String   `tfsdk:"gateway6"`
+	Nameservers   []types.String `tfsdk:"nameservers"`
+	SearchDomains []types.String `tfsdk:"search_domains"`
+}
+
+func (r *seedResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_seed"
+}
+
+func (r *seedResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
+}
+
+// contentChange is the sentence every content attribute's description ends with.
+const contentChange = " A change re-renders the seed and re-uploads the volume in place (same id); cloud-init applies new content only on a new instance, so rebuild VMs that use the seed (for example with `replace_triggered_by`)."
+
+func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
+	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
+	resp.Schema = schema.Schema{
+		Description: "A cloud-init seed ISO stored as a volume in a libvirt storage pool: what a VM learns on first boot. " +
+			"The ISO (NoCloud `cidata` or ConfigDrive v2 `config-2`) is built in-process, byte for byte reproducible, and uploaded through libvirt's stream API, so remote hosts work and nothing is left in local temp directories. " +
+			"Structured inputs (user, SSH keys, MAC-matched network config, shared folder mounts, NVIDIA driver, guest agent) generate a cloud-config; your own `user_data` is never rewritten but combined with it the way cloud-init combines MIME parts. " +
+			"Everything is rendered at plan time, so the plan shows the documents and checksum that will be uploaded and bad input fails the plan.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				Computed:      true,
+				Description:   "`<pool>/<volume name>`. Pass it to `kohaku_vm.seed_id`.",
+				PlanModifiers: keep,
+			},
+			"host": schema.StringAttribute{
+				Optional:      true,
+				Description:   "Key of the provider's `hosts` map to store the seed on; empty means the default connection. A change replaces the seed.",
+				PlanModifiers: replace,
+			},
+			"name": schema.StringAttribute{
+				Required: true,
+				Description: "Volume name of the seed in the pool, e.g. `web-1-seed.iso`. It also seeds the default instance id, the default hostname (when it is a valid host name) and the default NIC MACs. " +
+					"A volume of that name that Kohaku did not create is never overwritten: the create fails instead. A change replaces the seed.",
+				Validators: []validator.String{
+					stringvalidator.RegexMatches(volumeNameRE, "must be a volume name of letters, digits, '.', '_' and '-', such as \"web-1-seed.iso\""),
+				},
+				PlanModifiers: replace,
+			},
+			"pool": schema.StringAttribute{
+				Optional: true, Computed: true,
+				Default:       stringdefault.StaticString("default"),
+				Description:   "Storage pool to store the seed volume in. Default `default`. A change replaces the seed.",
+				PlanModifiers: replace,
+			},
+			"format": schema.StringAttribute{
+				Optional: true, Computed: true,
+				Default:     stringdefault.StaticString(string(seed.FormatNoCloud)),
+				Description: "`nocloud` (volume label `cidata`: `meta-data`, `user-data`, `vendor-data`, `network-config`; the default) or `configdrive` (OpenStack ConfigDrive v2, label `config-2`: `openstack/latest/{meta_data.json,user_data,vendor_data.json,network_data.json}`)." + contentChange,
+				Validators:  []validator.String{stringvalidator.OneOf(string(seed.FormatNoCloud), string(seed.FormatConfigDrive))},
+			},
+			"instance_id": schema.StringAttribute{
+				Optional: true, Computed: true,
+				Description: "cloud-init instance id. Default `<name>-<12 hex digits of a hash of the content>`, so a content change is a new instance and cloud-init runs again on a VM booted from it.",
+			},
+			"hostname": schema.StringAttribute{
+				Optional:    true,
+				Description: "Guest hostname (meta-data `local-hostname`). Default: `name` when it is a valid host name." + contentChange,
+			},
+			"fqdn": schema.StringAttribute{
+				Optional:    true,
+				Description: "Fully qualified domain name; when set the generated cloud-config sets `hostname` and `fqdn`." + contentChange,
+			},
+			"meta_data": schema.MapAttribute{
+				Optional: true, ElementType: types.StringType,
+				Description: "Extra meta-data keys. `instance-id` and `local-hostname` (and for ConfigDrive `uuid`, `hostname`, `name`, `public_keys`) are Kohaku's: such keys are dropped with a warning." + contentChange,
+			},
+			"user": schema.SingleNestedAttribute{
+				Optional:    true,
+				Description: "A login user the generated cloud-config creates (cloud-init `users`)." + contentChange,
+				Attributes: map[string]schema.Attribute{
+					"name":                 schema.StringAttribute{Required: true, Description: "Account name, e.g. `kohaku`."},
+					"sudo":                 schema.StringAttribute{Optional: true, Description: "sudo rule. Default `ALL=(ALL) NOPASSWD:ALL`; `\"\"` for none."},
+					"shell":                schema.StringAttribute{Optional: true, Description: "Login shell. Default `/bin/bash`."},
+					"lock_password":        schema.BoolAttribute{Optional: true, Description: "Lock the password so only keys log in. Default `true`."},
+					"groups":               schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Supplementary groups."},
+					"ssh_authorized_keys":  schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Public keys allowed to log in as this user."},
+					"root_authorized_keys": schema.BoolAttribute{Optional: true, Description: "Also authorize these keys for root (and keep cloud-init from fencing root off). Default `false`."},
+					"permit_root_login":    schema.BoolAttribute{Optional: true, Description: "Write an sshd drop-in with `PermitRootLogin prohibit-password` (keys only). Needs `root_authorized_keys`. Default `false`."},
+				},
+			},
+			"write_files": schema.ListNestedAttribute{
+				Optional:    true,
+				Description: "Files cloud-init writes (`write_files`). Binary content is sent base64-encoded." + contentChange,
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"path":           schema.StringAttribute{Required: true, Description: "Absolute path in the guest."},
+					"content":        schema.StringAttribute{Optional: true, Description: "Text content. Exactly one of `content` and `content_base64`."},
+					"content_base64": schema.StringAttribute{Optional: true, Description: "Content as standard base64, for binary files."},
+					"permissions":    schema.StringAttribute{Optional: true, Description: "Octal mode such as `0644`."},
+					"owner":          schema.StringAttribute{Optional: true, Description: "`user:group`; a file owned by the login user is written after the user exists."},
+					"append":         schema.BoolAttribute{Optional: true, Description: "Append instead of overwriting."},
+				}},
+			},
+			"shared_folders": schema.ListNestedAttribute{
+				Optional:    true,
+				Description: "Host folders shared with `kohaku_vm.shared_folder` that the guest mounts at first boot and on every boot after (fstab). 9p mounts use `trans=virtio,version=9p2000.L`." + contentChange,
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"type": schema.StringAttribute{Optional: true, Description: "`9p` (default) or `virtiofs`.",
+						Validators: []validator.String{stringvalidator.OneOf(string(seed.Mount9P), string(seed.MountVirtioFS))}},
+					"tag":      schema.StringAttribute{Required: true, Description: "Mount tag the VM exports, e.g. `kohaku_shared`."},
+					"path":     schema.StringAttribute{Required: true, Description: "Mount point in the guest, e.g. `/shared`."},
+					"readonly": schema.BoolAttribute{Optional: true, Description: "Mount read-only."},
+					"msize":    schema.Int64Attribute{Optional: true, Description: "9p message size. Default 524288 (the virtio transport caps it at 512000)."},
+				}},
+			},
+			"nvidia_driver": schema.SingleNestedAttribute{
+				Optional:    true,
+				Description: "Install the NVIDIA driver in the guest from NVIDIA's `.run` installer with `--silent --dkms` (build tools and kernel headers first), before anything else in runcmd that needs the GPU. Pass `kohaku_gpu_binding.<name>.nvidia_driver_version` to install the host's version." + contentChange,
+				Attributes: map[string]schema.Attribute{
+					"version":      schema.StringAttribute{Required: true, Description: "Driver version, e.g. `550.54.14`."},
+					"url_template": schema.StringAttribute{Optional: true, Description: "Download URL with `{version}` placeholders, for mirrors. Default NVIDIA's download site."},
+				},
+			},
+			"guest_agent": schema.BoolAttribute{
+				Optional: true, Computed: true,
+				Default:     booldefault.StaticBool(true),
+				Description: "Enable and start qemu-guest-agent in the guest. Default `true`." + contentChange,
+			},
+			"network": schema.ListNestedAttribute{
+				Optional:    true,
+				Description: "Structured network configuration, one entry per NIC, each matched by MAC address (netplan v2 for NoCloud, `network_data.json` for ConfigDrive), accepted by cloud-init 22.4 (Debian 12) and current releases. Conflicts with `network_config`." + contentChange,
+				Validators:  []validator.List{listvalidator.ConflictsWith(path.MatchRoot("network_config"))},
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"id":             schema.StringAttribute{Optional: true, Description: "netplan ethernets key. Default `nic<index>`."},
+					"mac":            schema.StringAttribute{Optional: true, Description: "MAC address to match. Default: derived from the seed's name: `52:54:00` plus three bytes of SHA3-224(name) for the first NIC (KohakuRiver's scheme), of `name#<index>` for the others. The MACs in use are exported in `macs`."},
+					"set_name":       schema.StringAttribute{Optional: true, Description: "Rename the interface, e.g. `eth0`."},
+					"dhcp4":          schema.BoolAttribute{Optional: true, Description: "Use DHCPv4."},
+					"dhcp6":          schema.BoolAttribute{Optional: true, Description: "Use DHCPv6."},
+					"addresses":      schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Static addresses in CIDR notation, IPv4 or IPv6, e.g. `[\"10.0.2.15/24\", \"2001:db8::5/64\"]`."},
+					"gateway4":       schema.StringAttribute{Optional: true, Description: "IPv4 default gateway; must lie in one of this NIC's IPv4 subnets."},
+					"gateway6":       schema.StringAttribute{Optional: true, Description: "IPv6 default gateway; must lie in one of this NIC's IPv6 subnets (or be link-local)."},
+					"nameservers":    schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "DNS servers."},
+					"search_domains": schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "DNS search domains."},
+				}},
+			},
+			"network_config": schema.StringAttribute{
+				Optional:    true,
+				Description: "Raw network configuration used verbatim instead of `network`: netplan-style YAML (v1 or v2) for NoCloud, `network_data.json` for ConfigDrive." + contentChange,
+			},
+			"user_data": schema.StringAttribute{
+				Optional: true, Sensitive: true,
+				Description: "Your own user data as text (`#cloud-config`, a script, MIME multipart, ...). Carried byte for byte; when Kohaku also generates cloud-config the two are combined as MIME parts with a merge type that appends lists, so your `runcmd` and `write_files` add to Kohaku's. Exactly one of `user_data`, `user_data_base64`, `user_data_wo` may be set." + contentChange,
+			},
+			"user_data_base64": schema.StringAttribute{
+				Optional: true, Sensitive: true,
+				Description: "Your own user data as standard base64, possibly gzip-compressed: for example the `rendered` output of the `cloudinit_config` data source with its defaults." + contentChange,
+			},
+			"user_data_wo": schema.StringAttribute{
+				Optional: true, Sensitive: true, WriteOnly: true,
+				Description: "Write-only user data (Terraform 1.11 and later): like `user_data`, but never stored in plan or state, so secrets in it stay out of state. The seed still notices a change, because the checksum of the rendered ISO is compared on every plan; `rendered_user_data` is left empty.",
+			},
+			"vendor_data": schema.StringAttribute{
+				Optional: true, Sensitive: true,
+				Description: "Raw vendor data." + contentChange,
+			},
+
+			"volume_key":  schema.StringAttribute{Computed: true, Description: "libvirt's key of the seed volume.", PlanModifiers: keep},
+			"volume_path": schema.StringAttribute{Computed: true, Description: "Path of the seed volume on the host.", PlanModifiers: keep},
+			"size_bytes":  schema.Int64Attribute{Computed: true, Description: "Size of the ISO in bytes."},
+			"sha256":      schema.StringAttribute{Computed: true, Description: "SHA-256 of the ISO. Read compares it with the volume on the host: a volume changed out of band shows up as an update that uploads the right content again."},
+			"macs": schema.ListAttribute{
+				Computed: true, ElementType: types.StringType,
+				Description: "MAC address of each structured `network` entry, in order. `kohaku_vm` reads them from the seed itself, so a VM needs only `seed_id`.",
+			},
+			"rendered_meta_data":      schema.StringAttribute{Computed: true, Description: "The meta-data document (`meta_data.json` for ConfigDrive)."},
+			"rendered_user_data":      schema.StringAttribute{Computed: true, Sensitive: true, Description: "The user-data document as written into the ISO. Empty when `user_data_wo` is used."},
+			"rendered_network_config": schema.StringAttribute{Computed: true, Description: "The network configuration document, empty when there is none."},
+			"rendered_vendor_data":    schema.StringAttribute{Computed: true, Sensitive: true, Description: "The vendor data document, empty when there is none."},
+			"user_data_write_only": schema.BoolAttribute{
+				Computed:    true,
+				Description: "Whether the seed's user data came from `user_data_wo` (so `rendered_user_data` is empty by design).",
+			},
+		},
+	}
+}
+
+func (r *seedResource) ConfigValidators(context.Context) []resource.ConfigValidator {
+	return []resource.ConfigValidator{
+		configValidatorAtMostOneOf(path.MatchRoot("user_data"), path.MatchRoot("user_data_base64"), path.MatchRoot("user_data_wo")),
+	}
+}
+
+// ValidateConfig renders the seed from the configuration when it is fully
+// known, so bad input fails at plan time with the attribute at fault.
+func (r *seedResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	if !req.Config.Raw.IsFullyKnown() {
+		return
+	}
+	var m seedResourceModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	spec, diags := m.spec(m.UserDataWO)
+	resp.Diagnostics.Append(diags...)
+	if diags.HasError() {
+		return
+	}
+	if err := seed.Validate(spec); err != nil {
+		addSeedErrors(&resp.Diagnostics, err)
+	}
+}
+
+// ModifyPlan renders the seed at plan time so the plan shows the checksum,
+// instance id, MACs and documents that apply will upload, and an unchanged
+// configuration plans no change.
+func (r *seedResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() || !req.Config.Raw.IsFullyKnown() {
+		return // destroy, or inputs known only after apply
+	}
+	var cfg, plan seedResourceModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	spec, diags := cfg.spec(cfg.UserDataWO)
+	resp.Diagnostics.Append(diags...)
+	if diags.HasError() {
+		return
+	}
+	res, err := seed.Render(spec)
+	if err != nil {
+		addSeedErrors(&resp.Diagnostics, err)
+		return
+	}
+	for _, w := range res.Warnings {
+		resp.Diagnostics.AddWarning("Seed "+cfg.Name.ValueString(), w)
+	}
+	plan.setRendered(res, !cfg.UserDataWO.IsNull())
+	if !req.State.Raw.IsNull() {
+		var state seedResourceModel
+		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+		if state.SHA256.Equal(plan.SHA256) {
+			// Nothing to upload: keep what the host reported.
+			plan.VolumeKey, plan.VolumePath = state.VolumeKey, state.VolumePath
+		}
+	}
+	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+}
+
+func (r *seedResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var plan, cfg seedResourceModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	res := r.upload(ctx, c, &plan, cfg.UserDataWO, &resp.Diagnostics)
+	if res == nil {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// upload renders the seed and stores it as plan's volume, filling the
+// computed attributes. It returns nil after adding a diagnostic.
+func (r *seedResource) upload(ctx context.Context, c *virt.Client, plan *seedResourceModel, wo types.String, diags *diag.Diagnostics) *seed.Result {
+	spec, d := plan.spec(wo)
+	diags.Append(d...)
+	if d.HasError() {
+		return nil
+	}
+	res, err := seed.Render(spec)
+	if err != nil {
+		addSeedErrors(diags, err)
+		return nil
+	}
+	pool, name := plan.Pool.ValueString(), plan.Name.ValueString()
+	tflog.Debug(ctx, "uploading seed", map[string]any{"pool": pool, "name": name, "bytes": len(res.ISO), "sha256": res.ISOSHA256})
+	vol, err := c.UploadVolume(ctx, pool, name, res.ISO)
+	if err != nil {
+		addError(diags, fmt.Sprintf("Storing seed %s/%s", pool, name), err)
+		return nil
+	}
+	plan.ID = types.StringValue(pool + "/" + name)
+	plan.VolumeKey = types.StringValue(vol.Key)
+	plan.VolumePath = types.StringValue(vol.Path)
+	plan.setRendered(res, !wo.IsNull())
+	return res
+}
+
+func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state seedResourceModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	pool, name := state.Pool.ValueString(), state.Name.ValueString()
+	vol, iso, err := c.ReadVolume(ctx, pool, name, maxSeedVolumeBytes)
+	if errors.Is(err, virt.ErrNotFound) {
+		tflog.Info(ctx, "seed volume is gone; removing it from state so the next apply recreates it", map[string]any{"pool": pool, "name": name})
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	if err != nil {
+		addError(&resp.Diagnostics, fmt.Sprintf("Reading seed %s/%s", pool, name), err)
+		return
+	}
+	sum := sha256.Sum256(iso)
+	state.ID = types.StringValue(pool + "/" + name)
+	state.VolumeKey = types.StringValue(vol.Key)
+	state.VolumePath = types.StringValue(vol.Path)
+	state.SHA256 = types.StringValue(hex.EncodeToString(sum[:]))
+	state.SizeBytes = types.Int64Value(int64(len(iso)))
+	if state.Format.IsNull() || state.InstanceID.IsNull() {
+		// Imported: learn what can be learnt from the ISO itself.
+		if in, err := seed.Inspect(iso); err == nil {
+			state.Format = types.StringValue(string(in.Format))
+			state.InstanceID = types.StringValue(in.InstanceID)
+			state.MACs = stringList(in.MACs)
+			state.RenderedMetaData = types.StringValue(string(in.Files[metaDataFile(in.Format)]))
+			state.RenderedNetworkConfig = types.StringValue(string(in.Files[networkFile(in.Format)]))
+			state.RenderedUserData = types.StringValue(string(in.Files[userDataFile(in.Format)]))
+			state.RenderedVendorData = types.StringValue(string(in.Files[vendorDataFile(in.Format)]))
+			state.UserDataFromWriteOnly = types.BoolValue(false)
+			state.GuestAgent = types.BoolValue(true)
+		} else {
+			resp.Diagnostics.AddWarning("Volume is not a seed Kohaku can read", fmt.Sprintf("%s/%s: %v", pool, name, err))
+		}
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+func (r *seedResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan, state, cfg seedResourceModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	if plan.SHA256.Equal(state.SHA256) && !plan.SHA256.IsUnknown() {
+		plan.ID, plan.VolumeKey, plan.VolumePath = state.ID, state.VolumeKey, state.VolumePath
+		resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+		return
+	}
+	// Content changed: replace the volume's content under the same name.
+	pool, name := state.Pool.ValueString(), state.Name.ValueString()
+	if err := c.DeleteVolume(ctx, pool, name); err != nil {
+		addError(&resp.Diagnostics, fmt.Sprintf("Replacing the content of seed %s/%s", pool, name), err)
+		return
+	}
+	if r.upload(ctx, c, &plan, cfg.UserDataWO, &resp.Diagnostics) == nil {
+		// The old content is gone and the new one did not land: drop the
+		// resource so the next apply creates it, rather than keep a lie.
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+func (r *seedResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var state seedResourceModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	pool, name := state.Pool.ValueString(), state.Name.ValueString()
+	if err := c.DeleteVolume(ctx, pool, name); err != nil {
+		addError(&resp.Diagnostics, fmt.Sprintf("Deleting seed %s/%s", pool, name), err)
+	}
+}
+
+// ImportState takes `<pool>/<volume>` or `<host>/<pool>/<volume>`.
+func (r *seedResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	parts := strings.Split(req.ID, "/")
+	var host, pool, name string
+	switch {
+	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
+		pool, name = parts[0], parts[1]
+	case len(parts) == 3 && parts[1] != "" && parts[2] != "":
+		host, pool, name = parts[0], parts[1], parts[2]
+	default:
+		resp.Diagnostics.AddError("Invalid import ID",
+			fmt.Sprintf("%q is not a seed ID. Import a seed as <pool>/<volume>, e.g. default/web-1-seed.iso, or <host>/<pool>/<volume> for a host of the provider's hosts map.", req.ID))
+		return
+	}
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), pool+"/"+name)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("pool"), pool)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), name)...)
+	if host != "" {
+		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
+	}
+}

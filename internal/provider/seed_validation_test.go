@@ -1,0 +1,74 @@
+package provider
+
+import (
+	"regexp"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+)
+
+// Bad seed input fails at plan time, naming the attribute, with no host:
+// the provider points at a socket that does not exist, so any dial would
+// fail with a different error.
+func TestSeedRejectsBadInputAtPlan(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		body string
+		want string
+	}{
+		"bad mac": {
+			body: `network = [{ mac = "52:54:00:zz:00:01", dhcp4 = true }]`,
+			want: `(?s)network\[0\]\.mac.*52:54:00:zz:00:01`,
+		},
+		"bad cidr": {
+			body: `network = [{ addresses = ["10.0.2.300/24"] }]`,
+			want: `(?s)network\[0\]\.addresses\[0\].*10\.0\.2\.300/24`,
+		},
+		"gateway outside subnet": {
+			body: `network = [{ addresses = ["10.0.2.15/24"], gateway4 = "192.168.1.1" }]`,
+			want: `(?s)network\[0\]\.gateway4.*192\.168\.1\.1`,
+		},
+		"invalid cloud-config yaml": {
+			body: `user_data = "#cloud-config\nruncmd:\n  - echo ok\n   bad: [\n"`,
+			want: `(?s)user_data.*line \d+`,
+		},
+		"network and network_config": {
+			body: `
+  network        = [{ dhcp4 = true }]
+  network_config = "version: 2\n"`,
+			want: `(?s)network_config`,
+		},
+		"unknown format": {
+			body: `format = "iso"`,
+			want: `(?s)format.*value must be one of`,
+		},
+		"two kinds of user data": {
+			body: `
+  user_data        = "#cloud-config\n"
+  user_data_base64 = "I2Nsb3VkLWNvbmZpZwo="`,
+			want: `(?s)user_data`,
+		},
+		"relative mount point": {
+			body: `shared_folders = [{ tag = "kohaku_shared", path = "shared" }]`,
+			want: `(?s)shared_folders\[0\]\.path`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			resource.UnitTest(t, resource.TestCase{
+				ProtoV6ProviderFactories: protoV6Providers,
+				Steps: []resource.TestStep{{
+					Config: providerBlock("qemu:///system?socket=/nonexistent/kohaku.sock") + `
+resource "kohaku_seed" "bad" {
+  name = "bad-seed.iso"
+  ` + tc.body + `
+}
+`,
+					PlanOnly:    true,
+					ExpectError: regexp.MustCompile(tc.want),
+				}},
+			})
+		})
+	}
+}

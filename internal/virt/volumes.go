@@ -1,0 +1,207 @@
+package virt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+)
+
+// ErrNotFound is wrapped by errors about a pool or volume that does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Volume is a storage volume as Kohaku tracks it.
+type Volume struct {
+	Pool            string
+	Name            string
+	Key             string
+	Path            string
+	CapacityBytes   int64
+	AllocationBytes int64
+}
+
+// VolumeExistsError refuses to overwrite a volume Kohaku did not create.
+type VolumeExistsError struct{ Pool, Name, Path string }
+
+func (e *VolumeExistsError) Error() string {
+	return fmt.Sprintf("pool %q already has a volume named %q (%s), which this resource did not create; Kohaku never overwrites it. Choose another name, delete the volume if it is stale, or import it with terraform import", e.Pool, e.Name, e.Path)
+}
+
+// poolByName looks a pool up, and when it is missing says which pools exist.
+func poolByName(l *libvirt.Libvirt, name string) (libvirt.StoragePool, error) {
+	p, err := l.StoragePoolLookupByName(name)
+	if err == nil {
+		return p, nil
+	}
+	if !notFound(err) {
+		return p, err
+	}
+	var names []string
+	if all, _, lerr := l.ConnectListAllStoragePools(1, 0); lerr == nil {
+		for _, q := range all {
+			names = append(names, q.Name)
+		}
+	}
+	sort.Strings(names)
+	have := "the host has no storage pools"
+	if len(names) > 0 {
+		have = "the host's pools are " + strings.Join(names, ", ")
+	}
+	return p, fmt.Errorf("storage pool %q %w: %s. Create it (virsh pool-define-as %s dir --target /var/lib/libvirt/images/%s; virsh pool-build/pool-start/pool-autostart) or set pool to one of these", name, ErrNotFound, have, name, name)
+}
+
+func volumeInfo(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*Volume, error) {
+	path, err := l.StorageVolGetPath(v)
+	if err != nil {
+		return nil, err
+	}
+	_, capacity, alloc, err := l.StorageVolGetInfo(v)
+	if err != nil {
+		return nil, err
+	}
+	return &Volume{Pool: pool, Name: v.Name, Key: v.Key, Path: path, CapacityBytes: int64(capacity), AllocationBytes: int64(alloc)}, nil
+}
+
+// UploadVolume creates a raw volume holding data, through libvirt's stream
+// API so it works on remote hosts. An existing volume of that name is never
+// touched; a failure after the volume was created deletes it again.
+func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byte) (*Volume, error) {
+	var out *Volume
+	err := c.Call(ctx, fmt.Sprintf("upload volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		if v, err := l.StorageVolLookupByName(p, name); err == nil {
+			path, _ := l.StorageVolGetPath(v)
+			return &VolumeExistsError{Pool: pool, Name: name, Path: path}
+		} else if !notFound(err) {
+			return err
+		}
+		doc, err := (&libvirtxml.StorageVolume{
+			Name:     name,
+			Capacity: &libvirtxml.StorageVolumeSize{Value: uint64(len(data)), Unit: "bytes"},
+			Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: "raw"}},
+		}).Marshal()
+		if err != nil {
+			return err
+		}
+		v, err := l.StorageVolCreateXML(p, doc, 0)
+		if err != nil {
+			return fmt.Errorf("creating the volume: %w", err)
+		}
+		if err := l.StorageVolUpload(v, bytes.NewReader(data), 0, uint64(len(data)), 0); err != nil {
+			if derr := l.StorageVolDelete(v, 0); derr != nil {
+				return fmt.Errorf("uploading %d bytes: %w (and deleting the partial volume failed: %v; delete %s/%s by hand)", len(data), err, derr, pool, name)
+			}
+			return fmt.Errorf("uploading %d bytes: %w (the partial volume was deleted)", len(data), err)
+		}
+		out, err = volumeInfo(l, pool, v)
+		return err
+	})
+	return out, err
+}
+
+// LookupVolume returns a volume, or an error wrapping ErrNotFound.
+func (c *Client) LookupVolume(ctx context.Context, pool, name string) (*Volume, error) {
+	var out *Volume
+	err := c.Call(ctx, fmt.Sprintf("look up volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		v, err := l.StorageVolLookupByName(p, name)
+		if notFound(err) {
+			return fmt.Errorf("volume %s/%s %w", pool, name, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		out, err = volumeInfo(l, pool, v)
+		return err
+	})
+	return out, err
+}
+
+// DownloadVolume reads a whole volume through libvirt's stream API. Volumes
+// larger than max bytes are refused rather than read.
+func (c *Client) DownloadVolume(ctx context.Context, pool, name string, max int64) ([]byte, error) {
+	_, data, err := c.ReadVolume(ctx, pool, name, max)
+	return data, err
+}
+
+// ReadVolume returns a volume's description and its whole content, in one
+// call on the connection. Volumes larger than max bytes are refused.
+func (c *Client) ReadVolume(ctx context.Context, pool, name string, max int64) (*Volume, []byte, error) {
+	var buf bytes.Buffer
+	var vol *Volume
+	err := c.Call(ctx, fmt.Sprintf("download volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		v, err := l.StorageVolLookupByName(p, name)
+		if notFound(err) {
+			return fmt.Errorf("volume %s/%s %w", pool, name, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if vol, err = volumeInfo(l, pool, v); err != nil {
+			return err
+		}
+		if vol.CapacityBytes > max {
+			return fmt.Errorf("volume %s/%s holds %d bytes, more than the %d expected", pool, name, vol.CapacityBytes, max)
+		}
+		buf.Grow(int(vol.CapacityBytes))
+		return l.StorageVolDownload(v, &buf, 0, uint64(vol.CapacityBytes), 0)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return vol, buf.Bytes(), nil
+}
+
+// DeleteVolume deletes a volume; one that is already gone is not an error.
+func (c *Client) DeleteVolume(ctx context.Context, pool, name string) error {
+	return c.Call(ctx, fmt.Sprintf("delete volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := l.StoragePoolLookupByName(pool)
+		if notFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		v, err := l.StorageVolLookupByName(p, name)
+		if notFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := l.StorageVolDelete(v, 0); err != nil && !notFound(err) {
+			return err
+		}
+		return nil
+	})
+}
+
+// notFound reports whether libvirt said the object does not exist: a domain,
+// network, pool, volume or node device (go-libvirt's IsNotFound knows only
+// domains).
+func notFound(err error) bool {
+	var e libvirt.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch libvirt.ErrorNumber(e.Code) {
+	case libvirt.ErrNoDomain, libvirt.ErrNoNetwork, libvirt.ErrNoStoragePool, libvirt.ErrNoStorageVol, libvirt.ErrNoNodeDevice:
+		return true
+	}
+	return false
+}
