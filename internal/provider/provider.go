@@ -236,7 +236,9 @@ func (p *kohakuProvider) Configure(ctx context.Context, req provider.ConfigureRe
 }
 
 func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource {
-	return nil
+	return []func() resource.Resource{
+		newSeedResource,
+	}
 }
 
 func (p *kohakuProvider) DataSources(_ context.Context) []func() datasource.DataSource {
