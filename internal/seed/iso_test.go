@@ -156,6 +156,34 @@ func TestISOReadBackWithXorriso(t *testing.T) {
 	}
 }
 
+// TestISOBlkid checks the image the way cloud-init finds a seed: its
+// find_devs_with runs blkid for TYPE=iso9660 and LABEL=cidata/config-2.
+func TestISOBlkid(t *testing.T) {
+	t.Parallel()
+	blkid := requireTool(t, "blkid")
+	for _, f := range []Format{FormatNoCloud, FormatConfigDrive} {
+		s := typicalSpec()
+		s.Format = f
+		r, err := Render(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img := filepath.Join(t.TempDir(), "seed.iso")
+		if err := os.WriteFile(img, r.ISO, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(blkid, "-p", "-o", "export", img).CombinedOutput()
+		if err != nil {
+			t.Fatalf("blkid: %v\n%s", err, out)
+		}
+		for _, want := range []string{"TYPE=iso9660", "LABEL=" + r.Label} {
+			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(want) + `$`).Match(out) {
+				t.Errorf("%s: blkid output lacks %s:\n%s", f, want, out)
+			}
+		}
+	}
+}
+
 func TestISOReproducible(t *testing.T) {
 	t.Parallel()
 	a, err := Render(typicalSpec())

@@ -391,7 +391,9 @@ func yamlErrorLine(doc []byte) int {
 		// scalar fails without an error in it: if a slightly longer prefix
 		// parses again, the real error is further down.
 		again := -1
-		for k := hi + 1; k < len(ends) && k <= hi+64 && round < 8; k++ {
+		// Bounded: at most 8 rounds of 64 look-ahead parses, and none for
+		// documents over 256 KiB, where that would take seconds.
+		for k := hi + 1; k < len(ends) && k <= hi+64 && round < 8 && len(doc) <= 256<<10; k++ {
 			if parses(k) {
 				again = k
 				break
