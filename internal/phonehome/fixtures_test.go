@@ -108,4 +108,3 @@ func encodeJSONReport(r *Report) ([]byte, error) {
 	}
 	return json.Marshal(w)
 }
-
