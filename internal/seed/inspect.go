@@ -2,10 +2,15 @@ package seed
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
+	"mime/multipart"
+	"net/mail"
 	"path"
+	"regexp"
 	"strings"
 
 	"github.com/kdomanski/iso9660"
@@ -21,6 +26,8 @@ type Inspection struct {
 	// MACs are the MAC addresses the network configuration matches, in
 	// document order (empty when the seed has no MAC-matched config).
 	MACs []string
+	// PhoneHomeURL is the phone_home module's URL in the user data, if any.
+	PhoneHomeURL string
 	// Files holds every file of the ISO by the path cloud-init sees.
 	Files map[string][]byte
 }
@@ -122,7 +129,49 @@ func Inspect(img []byte) (*Inspection, error) {
 	default:
 		return nil, fmt.Errorf("volume label %q is neither %q (NoCloud) nor %q (ConfigDrive): not a cloud-init seed", label, LabelNoCloud, LabelConfigDrive)
 	}
+	ud := files[FileUserData]
+	if in.Format == FormatConfigDrive {
+		ud = files[FileCDUserData]
+	}
+	in.PhoneHomeURL = phoneHomeURL(ud)
 	return in, nil
+}
+
+// phoneHomeRE finds the phone_home module's url in a cloud-config.
+var phoneHomeRE = regexp.MustCompile(`(?m)^phone_home:\s*\n(?:[ \t]+.*\n)*?[ \t]+url:\s*['"]?([^'"\s]+)`)
+
+// phoneHomeURL returns the phone_home url of user data: a cloud-config, or
+// a MIME multipart document whose cloud-config parts may be base64-encoded.
+func phoneHomeURL(ud []byte) string {
+	if m := phoneHomeRE.FindSubmatch(ud); m != nil {
+		return string(m[1])
+	}
+	msg, err := mail.ReadMessage(bytes.NewReader(ud))
+	if err != nil {
+		return ""
+	}
+	mediaType, params, err := mime.ParseMediaType(msg.Header.Get("Content-Type"))
+	if err != nil || !strings.HasPrefix(mediaType, "multipart/") {
+		return ""
+	}
+	mr := multipart.NewReader(msg.Body, params["boundary"])
+	for {
+		part, err := mr.NextRawPart()
+		if err != nil {
+			return ""
+		}
+		var body io.Reader = part
+		if strings.EqualFold(part.Header.Get("Content-Transfer-Encoding"), "base64") {
+			body = base64.NewDecoder(base64.StdEncoding, part)
+		}
+		b, err := io.ReadAll(io.LimitReader(body, MaxUserDataBytes))
+		if err != nil {
+			continue
+		}
+		if m := phoneHomeRE.FindSubmatch(b); m != nil {
+			return string(m[1])
+		}
+	}
 }
 
 // netplanMACs lists the MACs a network config matches: v2 ethernets'

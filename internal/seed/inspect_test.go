@@ -69,3 +69,35 @@ func TestInspectRejectsNonSeeds(t *testing.T) {
 		t.Error("garbage accepted")
 	}
 }
+
+func TestInspectFindsPhoneHomeURL(t *testing.T) {
+	t.Parallel()
+	url := "http://10.0.2.2:8787/v1/phone-home/AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd"
+	for name, user := range map[string][]byte{
+		"generated only":                nil,
+		"merged with user cloud-config": []byte("#cloud-config\nruncmd:\n  - echo hi\n"),
+		"merged with user script":       []byte("#!/bin/sh\necho hi\n"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			res, err := Render(&Spec{Name: "ph", PhoneHome: &PhoneHome{URL: url}, UserData: user, QEMUGuestAgent: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, err := Inspect(res.ISO)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in.PhoneHomeURL != url {
+				t.Errorf("PhoneHomeURL = %q, want %q\nuser-data:\n%s", in.PhoneHomeURL, url, res.Files[FileUserData])
+			}
+		})
+	}
+	res, err := Render(&Spec{Name: "noph", QEMUGuestAgent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in, _ := Inspect(res.ISO); in.PhoneHomeURL != "" {
+		t.Errorf("a seed without phone_home reports URL %q", in.PhoneHomeURL)
+	}
+}
