@@ -38,6 +38,7 @@ type providerModel struct {
 	SSH         *sshModel            `tfsdk:"ssh"`
 	TLS         *tlsModel            `tfsdk:"tls"`
 	Hosts       map[string]hostModel `tfsdk:"hosts"`
+	PhoneHome   *phoneHomeModel      `tfsdk:"phone_home"`
 }
 
 type hostModel struct {
@@ -62,6 +63,8 @@ type tlsModel struct {
 // providerData is what Configure hands to every resource and data source.
 type providerData struct {
 	fleet *virt.Fleet
+	// phoneHome is nil when the provider has no phone_home block.
+	phoneHome *phoneHome
 }
 
 func (p *kohakuProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
@@ -137,8 +140,9 @@ func (p *kohakuProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 				Description: "Deadline of each single libvirt call, as a Go duration. A call that exceeds it means the daemon is hung: the operation fails with an error naming the host, and the connection is re-established on the next call. Default `2m`. Long waits (a VM becoming ready) are bounded by the resource's own timeouts instead.",
 				Validators:  []validator.String{durationValidator{}},
 			},
-			"ssh": sshSchema(),
-			"tls": tlsSchema(),
+			"ssh":        sshSchema(),
+			"tls":        tlsSchema(),
+			"phone_home": phoneHomeSchema(),
 			"hosts": schema.MapNestedAttribute{
 				Optional:    true,
 				Description: "Further libvirt hosts, by a name of your choice. Resources and data sources choose one with their `host` argument (so `for_each` can spread VMs over hosts); an empty `host` means the default connection above. Each host's connection is opened on first use, and a host that is down fails only the resources placed on it. `dial_timeout` and `call_timeout` apply to every host.",
@@ -230,7 +234,12 @@ func (p *kohakuProvider) Configure(ctx context.Context, req provider.ConfigureRe
 		"transport": fleet.Default().Endpoint().Transport,
 		"hosts":     fleet.Names(),
 	})
-	data := &providerData{fleet: fleet}
+	ph, err := resolvePhoneHome(cfg.PhoneHome)
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("phone_home"), "Invalid phone_home settings", err.Error())
+		return
+	}
+	data := &providerData{fleet: fleet, phoneHome: ph}
 	resp.DataSourceData = data
 	resp.ResourceData = data
 }

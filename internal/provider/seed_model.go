@@ -25,9 +25,13 @@ func configValidatorAtMostOneOf(paths ...path.Expression) resource.ConfigValidat
 	return resourcevalidator.Conflicting(paths...)
 }
 
+// placeholderPhoneHomeURL stands in for the real URL when only validating.
+const placeholderPhoneHomeURL = "http://phone-home.invalid:8787/v1/phone-home/validation-placeholder-token-000000000000"
+
 // spec translates the model into the seed package's input. wo is the
-// write-only user data from the configuration (null outside apply and plan).
-func (m *seedResourceModel) spec(wo types.String) (*seed.Spec, diag.Diagnostics) {
+// write-only user data from the configuration (null outside apply and plan);
+// phURL is the phone-home URL, used when phone_home is on.
+func (m *seedResourceModel) spec(wo types.String, phURL string) (*seed.Spec, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	s := &seed.Spec{
 		Name:           m.Name.ValueString(),
@@ -44,6 +48,9 @@ func (m *seedResourceModel) spec(wo types.String) (*seed.Spec, diag.Diagnostics)
 	}
 	if !wo.IsNull() {
 		s.UserData = []byte(wo.ValueString())
+	}
+	if m.PhoneHome.ValueBool() && phURL != "" {
+		s.PhoneHome = &seed.PhoneHome{URL: phURL}
 	}
 	if u := m.User; u != nil {
 		s.User = &seed.User{

@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
@@ -64,6 +65,8 @@ type seedResourceModel struct {
 	UserDataBase64 types.String       `tfsdk:"user_data_base64"`
 	UserDataWO     types.String       `tfsdk:"user_data_wo"`
 	VendorData     types.String       `tfsdk:"vendor_data"`
+	PhoneHome      types.Bool         `tfsdk:"phone_home"`
+	PhoneHomeURL   types.String       `tfsdk:"phone_home_url"`
 
 	VolumeKey             types.String `tfsdk:"volume_key"`
 	VolumePath            types.String `tfsdk:"volume_path"`
@@ -247,7 +250,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Validators:  []validator.List{listvalidator.ConflictsWith(path.MatchRoot("network_config"))},
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"id":             schema.StringAttribute{Optional: true, Description: "netplan ethernets key. Default `nic<index>`."},
-					"mac":            schema.StringAttribute{Optional: true, Description: "MAC address to match. Default: derived from the seed's name: `52:54:00` plus three bytes of SHA3-224(name) for the first NIC (KohakuRiver's scheme), of `name#<index>` for the others. The MACs in use are exported in `macs`."},
+					"mac":            schema.StringAttribute{Optional: true, Description: "MAC address to match. Default: derived from the seed's name: `52:54:00` plus three bytes of SHA3-224(name) for the first NIC (KohakuRiver's scheme), of `<name>/<index>` for the others. The MACs in use are exported in `macs`."},
 					"set_name":       schema.StringAttribute{Optional: true, Description: "Rename the interface, e.g. `eth0`."},
 					"dhcp4":          schema.BoolAttribute{Optional: true, Description: "Use DHCPv4."},
 					"dhcp6":          schema.BoolAttribute{Optional: true, Description: "Use DHCPv6."},
@@ -273,6 +276,16 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"user_data_wo": schema.StringAttribute{
 				Optional: true, Sensitive: true, WriteOnly: true,
 				Description: "Write-only user data (Terraform 1.11 and later): like `user_data`, but never stored in plan or state, so secrets in it stay out of state. The seed still notices a change, because the checksum of the rendered ISO is compared on every plan; `rendered_user_data` is left empty.",
+			},
+			"phone_home": schema.BoolAttribute{
+				Optional: true, Computed: true,
+				Default: booldefault.StaticBool(false),
+				Description: "Make the guest phone home when cloud-init has finished: cloud-init's `phone_home` module posts instance id, hostname, fqdn and SSH host keys to `<provider phone_home.base_url>/v1/phone-home/<token>`, where the token is an unguessable secret of this seed. `kohaku_vm` finds the URL in the seed and waits for that call during create. phone_home runs among the last cloud-init modules, after packages, runcmd and driver installation. Needs the provider's `phone_home` block. Default `false`." +
+					" Because the token is made at create, the checksum and documents of a new phone-home seed are known only after apply." + contentChange,
+			},
+			"phone_home_url": schema.StringAttribute{
+				Computed: true, Sensitive: true,
+				Description: "The URL the guest phones home to (it holds the seed's secret token); empty without `phone_home`. It is kept across updates of the seed.",
 			},
 			"vendor_data": schema.StringAttribute{
 				Optional: true, Sensitive: true,
@@ -316,7 +329,7 @@ func (r *seedResource) ValidateConfig(ctx context.Context, req resource.Validate
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	spec, diags := m.spec(m.UserDataWO)
+	spec, diags := m.spec(m.UserDataWO, placeholderPhoneHomeURL)
 	resp.Diagnostics.Append(diags...)
 	if diags.HasError() {
 		return
@@ -339,7 +352,27 @@ func (r *seedResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	spec, diags := cfg.spec(cfg.UserDataWO)
+	var state *seedResourceModel
+	if !req.State.Raw.IsNull() {
+		state = &seedResourceModel{}
+		resp.Diagnostics.Append(req.State.Get(ctx, state)...)
+	}
+	phURL := ""
+	if cfg.PhoneHome.ValueBool() {
+		if r.data != nil && r.data.phoneHome == nil {
+			resp.Diagnostics.AddAttributeError(path.Root("phone_home"), "Phone home needs the provider's phone_home block",
+				"phone_home = true bakes the provider's phone-home URL into the seed, but the provider has no phone_home block. Add one, for example:\n\nprovider \"kohaku\" {\n  phone_home = {\n    listen_address = \"127.0.0.1:8787\"\n    base_url       = \"http://10.0.2.2:8787\"\n  }\n}")
+			return
+		}
+		if state == nil || state.PhoneHomeURL.ValueString() == "" {
+			// A new token is made at apply: what depends on it is unknown.
+			plan.PhoneHomeURL = types.StringUnknown()
+			resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+			return
+		}
+		phURL = state.PhoneHomeURL.ValueString()
+	}
+	spec, diags := cfg.spec(cfg.UserDataWO, phURL)
 	resp.Diagnostics.Append(diags...)
 	if diags.HasError() {
 		return
@@ -353,13 +386,10 @@ func (r *seedResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 		resp.Diagnostics.AddWarning("Seed "+cfg.Name.ValueString(), w)
 	}
 	plan.setRendered(res, !cfg.UserDataWO.IsNull())
-	if !req.State.Raw.IsNull() {
-		var state seedResourceModel
-		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-		if state.SHA256.Equal(plan.SHA256) {
-			// Nothing to upload: keep what the host reported.
-			plan.VolumeKey, plan.VolumePath = state.VolumeKey, state.VolumePath
-		}
+	plan.PhoneHomeURL = types.StringValue(phURL)
+	if state != nil && state.SHA256.Equal(plan.SHA256) {
+		// Nothing to upload: keep what the host reported.
+		plan.VolumeKey, plan.VolumePath = state.VolumeKey, state.VolumePath
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 }
@@ -385,7 +415,25 @@ func (r *seedResource) Create(ctx context.Context, req resource.CreateRequest, r
 // upload renders the seed and stores it as plan's volume, filling the
 // computed attributes. It returns nil after adding a diagnostic.
 func (r *seedResource) upload(ctx context.Context, c *virt.Client, plan *seedResourceModel, wo types.String, diags *diag.Diagnostics) *seed.Result {
-	spec, d := plan.spec(wo)
+	phURL := ""
+	if plan.PhoneHome.ValueBool() {
+		if plan.PhoneHomeURL.IsUnknown() || plan.PhoneHomeURL.ValueString() == "" {
+			if r.data.phoneHome == nil {
+				diags.AddAttributeError(path.Root("phone_home"), "Phone home needs the provider's phone_home block", "Add a phone_home block to the provider.")
+				return nil
+			}
+			token, err := phonehome.NewToken()
+			if err != nil {
+				diags.AddError("Making the phone-home token", err.Error())
+				return nil
+			}
+			plan.PhoneHomeURL = types.StringValue(r.data.phoneHome.URL(token))
+		}
+		phURL = plan.PhoneHomeURL.ValueString()
+	} else {
+		plan.PhoneHomeURL = types.StringValue("")
+	}
+	spec, d := plan.spec(wo, phURL)
 	diags.Append(d...)
 	if d.HasError() {
 		return nil
@@ -448,6 +496,8 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 			state.RenderedVendorData = types.StringValue(string(in.Files[vendorDataFile(in.Format)]))
 			state.UserDataFromWriteOnly = types.BoolValue(false)
 			state.GuestAgent = types.BoolValue(true)
+			state.PhoneHome = types.BoolValue(in.PhoneHomeURL != "")
+			state.PhoneHomeURL = types.StringValue(in.PhoneHomeURL)
 		} else {
 			resp.Diagnostics.AddWarning("Volume is not a seed Kohaku can read", fmt.Sprintf("%s/%s: %v", pool, name, err))
 		}

@@ -273,3 +273,53 @@ func TestAccSeed_writeOnlyUserData(t *testing.T) {
 		},
 	})
 }
+
+func phoneHomeProvider(uri string) string {
+	return fmt.Sprintf(`provider "kohaku" {
+  uri = %q
+  phone_home = {
+    listen_address = "127.0.0.1:8787"
+    base_url       = "http://10.0.2.2:8787"
+  }
+}
+`, uri)
+}
+
+// A phone-home seed gets its own secret token at create, keeps it across
+// plans, and carries the URL in the ISO where kohaku_vm will look for it.
+func TestAccSeed_phoneHome(t *testing.T) {
+	pool := acctest.Env(t, "KOHAKU_TEST_POOL")
+	name := "kohaku-acc-seed-ph.iso"
+	addr := "kohaku_seed.test"
+	cfg := phoneHomeProvider(acctest.URI(t)) + fmt.Sprintf(`
+resource "kohaku_seed" "test" {
+  name       = %q
+  pool       = %q
+  phone_home = true
+}
+`, name, pool)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy:             checkVolumeGone(t, pool, name),
+		Steps: []resource.TestStep{
+			{
+				Config: cfg,
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestMatchResourceAttr(addr, "phone_home_url", regexp.MustCompile(`^http://10\.0\.2\.2:8787/v1/phone-home/[A-Za-z0-9_-]{43}$`)),
+					func(s *terraform.State) error {
+						want := s.RootModule().Resources[addr].Primary.Attributes["phone_home_url"]
+						in, err := seed.Inspect(downloadWithVirsh(t, pool, name))
+						if err != nil {
+							return err
+						}
+						if in.PhoneHomeURL != want {
+							return fmt.Errorf("the ISO phones home to %q, state says %q", in.PhoneHomeURL, want)
+						}
+						return nil
+					},
+				),
+			},
+			{Config: cfg, PlanOnly: true},
+		},
+	})
+}

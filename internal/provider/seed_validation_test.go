@@ -72,3 +72,38 @@ resource "kohaku_seed" "bad" {
 		})
 	}
 }
+
+func TestSeedPhoneHomeNeedsProviderBlock(t *testing.T) {
+	t.Parallel()
+	resource.UnitTest(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		Steps: []resource.TestStep{{
+			Config: providerBlock("qemu:///system?socket=/nonexistent/kohaku.sock") + `
+resource "kohaku_seed" "ph" {
+  name       = "ph-seed.iso"
+  phone_home = true
+}
+`,
+			PlanOnly:    true,
+			ExpectError: regexp.MustCompile(`(?s)Phone home needs the provider's phone_home block.*base_url`),
+		}},
+	})
+}
+
+func TestProviderRejectsUnusablePhoneHome(t *testing.T) {
+	t.Parallel()
+	for want, block := range map[string]string{
+		`(?s)listens on every address.*set\s+phone_home.base_url`: `phone_home = { listen_address = "0.0.0.0:8787" }`,
+		`(?s)with a fixed port`:                                   `phone_home = { listen_address = "127.0.0.1:0" }`,
+		`(?s)without a path`:                                      `phone_home = { base_url = "http://10.0.2.2:8787/hook" }`,
+	} {
+		resource.UnitTest(t, resource.TestCase{
+			ProtoV6ProviderFactories: protoV6Providers,
+			Steps: []resource.TestStep{{
+				Config:      "provider \"kohaku\" {\n  " + block + "\n}\nresource \"kohaku_seed\" \"x\" {\n  name = \"x.iso\"\n}\n",
+				PlanOnly:    true,
+				ExpectError: regexp.MustCompile(want),
+			}},
+		})
+	}
+}
