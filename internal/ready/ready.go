@@ -1,0 +1,235 @@
+// Package ready decides when a new VM is ready: it waits for the guest's
+// phone-home report, or polls cloud-init's result through the QEMU guest
+// agent, within the caller's deadline, and explains a wait that failed.
+package ready
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
+)
+
+// Mode is how Create learns that the guest is ready.
+type Mode string
+
+const (
+	// ModePhoneHome waits for the guest's HTTP call to the provider.
+	ModePhoneHome Mode = "phone_home"
+	// ModeGuestAgent asks the QEMU guest agent, through libvirt, until
+	// cloud-init has written its result.
+	ModeGuestAgent Mode = "guest_agent"
+	// ModeNone returns as soon as the domain runs.
+	ModeNone Mode = "none"
+)
+
+// ResultFile is where cloud-init records the end of its last stage.
+const ResultFile = "/run/cloud-init/result.json"
+
+// Reporter is a registered phone-home waiter.
+type Reporter interface {
+	Wait(ctx context.Context) (*phonehome.Report, error)
+}
+
+// Agent reads files in the guest through the QEMU guest agent.
+type Agent interface {
+	AgentReadFile(ctx context.Context, domain, path string, max int) ([]byte, error)
+}
+
+// Outcome is a wait that ended with a report from the guest.
+type Outcome struct {
+	Report *phonehome.Report
+	Waited time.Duration
+}
+
+// WaitPhoneHome blocks until the guest posts its report or ctx ends.
+func WaitPhoneHome(ctx context.Context, w Reporter) (*Outcome, error) {
+	start := time.Now()
+	rep, err := w.Wait(ctx)
+	if err != nil {
+		return nil, &WaitError{Mode: ModePhoneHome, Waited: time.Since(start), Err: err}
+	}
+	return &Outcome{Report: rep, Waited: time.Since(start)}, nil
+}
+
+// PollGuestAgent asks the guest agent for cloud-init's result file every
+// interval until it exists and parses, or ctx ends. The agent is not up
+// during early boot; that and a missing file are "not yet", and the last
+// such answer is kept for the error.
+func PollGuestAgent(ctx context.Context, a Agent, domain string, interval time.Duration) (*Outcome, error) {
+	start := time.Now()
+	var last error
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		b, err := a.AgentReadFile(ctx, domain, ResultFile, phonehome.MaxBodyBytes)
+		if err == nil {
+			st, perr := phonehome.ParseCloudInitStatus(b)
+			if perr == nil && st.Finished() {
+				return &Outcome{
+					Report: &phonehome.Report{Kind: "guest_agent", CloudInit: st, ReceivedAt: time.Now()},
+					Waited: time.Since(start),
+				}, nil
+			}
+			err = perr
+			if err == nil {
+				err = fmt.Errorf("cloud-init status is %q", st.Status)
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, &WaitError{Mode: ModeGuestAgent, Waited: time.Since(start), Err: ctx.Err(), Last: last}
+		case <-tick.C:
+		}
+	}
+}
+
+// WaitError is a wait that ended without a report. The caller fills in what
+// it knows about the VM so the message tells the whole story.
+type WaitError struct {
+	Mode   Mode
+	Waited time.Duration
+	Err    error
+	// Last is the last "not yet" answer while polling.
+	Last error
+
+	VM          string
+	URL         string // the phone-home URL the guest should have reached
+	DomainState string // libvirt's state of the domain when the wait ended
+	SerialLog   string // path of the serial console log on the host
+	SerialTail  []string
+	Left        string // what was left behind on the host
+}
+
+func (e *WaitError) Unwrap() error { return e.Err }
+
+// TimedOut reports whether the deadline ended the wait (not a cancel).
+func (e *WaitError) TimedOut() bool { return errors.Is(e.Err, context.DeadlineExceeded) }
+
+func (e *WaitError) Error() string {
+	var b strings.Builder
+	what := "ended"
+	if e.TimedOut() {
+		what = "timed out"
+	} else if errors.Is(e.Err, context.Canceled) {
+		what = "was cancelled"
+	}
+	fmt.Fprintf(&b, "VM %s did not report ready: the wait %s after %s", e.VM, what, e.Waited.Round(time.Second))
+	switch e.Mode {
+	case ModePhoneHome:
+		fmt.Fprintf(&b, " (waiting for the guest to phone home to %s)", redactToken(e.URL))
+	case ModeGuestAgent:
+		fmt.Fprintf(&b, " (asking the QEMU guest agent for %s)", ResultFile)
+	}
+	b.WriteString(".")
+	if e.DomainState != "" {
+		fmt.Fprintf(&b, "\nThe domain is %s.", e.DomainState)
+	}
+	if e.Last != nil {
+		fmt.Fprintf(&b, "\nLast answer from the guest agent: %v.", e.Last)
+	}
+	if !e.TimedOut() && !errors.Is(e.Err, context.Canceled) && e.Err != nil {
+		fmt.Fprintf(&b, "\nCause: %v.", e.Err)
+	}
+	switch e.Mode {
+	case ModePhoneHome:
+		b.WriteString("\nCheck that the guest can reach that URL (phone_home.base_url and listen_address of the provider, the VM's network) and that cloud-init ran; with no network path to the provider use wait_for = \"guest_agent\".")
+	case ModeGuestAgent:
+		b.WriteString("\nCheck that the image runs qemu-guest-agent (the seed's guest_agent) and that the VM has the guest agent channel.")
+	}
+	if len(e.SerialTail) > 0 {
+		fmt.Fprintf(&b, "\nLast lines of the serial console (%s):\n  %s", e.SerialLog, strings.Join(e.SerialTail, "\n  "))
+	} else if e.SerialLog != "" {
+		fmt.Fprintf(&b, "\nThe serial console log is %s on the host.", e.SerialLog)
+	}
+	if e.Left != "" {
+		fmt.Fprintf(&b, "\n%s", e.Left)
+	}
+	return b.String()
+}
+
+// redactToken keeps the secret token of a phone-home URL out of messages.
+func redactToken(u string) string {
+	if i := strings.Index(u, phonehome.PathPrefix); i >= 0 && len(u) > i+len(phonehome.PathPrefix) {
+		return u[:i+len(phonehome.PathPrefix)] + "<token>"
+	}
+	return u
+}
+
+// CloudInitError says cloud-init finished with unrecoverable errors.
+type CloudInitError struct {
+	VM     string
+	Status *phonehome.CloudInitStatus
+}
+
+func (e *CloudInitError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "cloud-init in VM %s finished with status %q", e.VM, e.Status.ExtendedStatus)
+	if len(e.Status.Errors) > 0 {
+		b.WriteString(":")
+		for _, m := range e.Status.Errors {
+			fmt.Fprintf(&b, "\n  - %s", m)
+		}
+	}
+	return b.String()
+}
+
+// Check turns a report's cloud-init status into an error (unrecoverable
+// errors) or warnings (a degraded but finished boot). A report without a
+// status (cloud-init's plain phone_home post) passes.
+func Check(vm string, rep *phonehome.Report) (warnings []string, err error) {
+	if rep == nil || rep.CloudInit == nil {
+		return nil, nil
+	}
+	st := rep.CloudInit
+	if st.Failed() {
+		return nil, &CloudInitError{VM: vm, Status: st}
+	}
+	if st.Degraded {
+		return append([]string{fmt.Sprintf("cloud-init in VM %s finished degraded (%s)", vm, st.ExtendedStatus)}, st.RecoverableErrors...), nil
+	}
+	return nil, nil
+}
+
+// Tail returns up to n last lines of a local file, reading at most the last
+// 64 KiB. A file that cannot be read gives nil.
+func Tail(path string, n int) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	const window = 64 << 10
+	if st, err := f.Stat(); err == nil && st.Size() > window {
+		if _, err := f.Seek(st.Size()-window, io.SeekStart); err != nil {
+			return nil
+		}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, window))
+	if err != nil {
+		return nil
+	}
+	b = bytes.TrimRight(b, "\r\n")
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimRight(l, "\r")
+		l = strings.Map(func(r rune) rune {
+			if r < 0x20 && r != '\t' {
+				return -1
+			}
+			return r
+		}, l)
+		lines = append(lines, l)
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines
+}

@@ -1,0 +1,125 @@
+package virt
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/digitalocean/go-libvirt"
+)
+
+// ErrAgentFileMissing says the guest agent answered but the file is not there (yet).
+var ErrAgentFileMissing = errors.New("file not found in the guest")
+
+// agentTimeout is how long libvirt waits for the guest agent per command.
+const agentTimeout = 10 // seconds
+
+// AgentReadFile reads a small file inside a running guest through the QEMU
+// guest agent, over the libvirt connection (no network path to the guest is
+// needed). It fails while the agent is not running yet; a missing file gives
+// an error wrapping ErrAgentFileMissing.
+func (c *Client) AgentReadFile(ctx context.Context, domain, path string, max int) ([]byte, error) {
+	var out []byte
+	err := c.Call(ctx, fmt.Sprintf("read %s in domain %s through the guest agent", path, domain), func(l *libvirt.Libvirt) error {
+		dom, err := l.DomainLookupByName(domain)
+		if err != nil {
+			return err
+		}
+		agent := func(cmd string, args any, reply any) error {
+			req, err := json.Marshal(map[string]any{"execute": cmd, "arguments": args})
+			if err != nil {
+				return err
+			}
+			res, err := l.QEMUDomainAgentCommand(dom, string(req), agentTimeout, 0)
+			if err != nil {
+				return err
+			}
+			if len(res) == 0 {
+				return fmt.Errorf("guest agent gave no answer to %s", cmd)
+			}
+			var env struct {
+				Return json.RawMessage `json:"return"`
+			}
+			if err := json.Unmarshal([]byte(res[0]), &env); err != nil {
+				return fmt.Errorf("guest agent answer to %s: %w", cmd, err)
+			}
+			if reply == nil {
+				return nil
+			}
+			return json.Unmarshal(env.Return, reply)
+		}
+		var handle int64
+		if err := agent("guest-file-open", map[string]any{"path": path, "mode": "r"}, &handle); err != nil {
+			var le libvirt.Error
+			if errors.As(err, &le) && libvirt.ErrorNumber(le.Code) != libvirt.ErrAgentUnresponsive {
+				return fmt.Errorf("%w: %v", ErrAgentFileMissing, err)
+			}
+			return err
+		}
+		defer agent("guest-file-close", map[string]any{"handle": handle}, nil) //nolint:errcheck // best effort
+		for len(out) <= max {
+			var chunk struct {
+				Count int    `json:"count"`
+				Buf   string `json:"buf-b64"`
+				EOF   bool   `json:"eof"`
+			}
+			if err := agent("guest-file-read", map[string]any{"handle": handle, "count": 48 * 1024}, &chunk); err != nil {
+				return err
+			}
+			b, err := base64.StdEncoding.DecodeString(chunk.Buf)
+			if err != nil {
+				return fmt.Errorf("guest agent sent bad base64: %w", err)
+			}
+			out = append(out, b...)
+			if chunk.EOF || chunk.Count == 0 {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s in the guest is larger than %d bytes", path, max)
+	})
+	return out, err
+}
+
+// DomainState reports libvirt's state of a domain by name: "running",
+// "shut off", ... or an error wrapping ErrNotFound.
+func (c *Client) DomainState(ctx context.Context, domain string) (string, error) {
+	var state string
+	err := c.Call(ctx, "read the state of domain "+domain, func(l *libvirt.Libvirt) error {
+		dom, err := l.DomainLookupByName(domain)
+		if notFound(err) {
+			return fmt.Errorf("domain %s %w", domain, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		s, _, err := l.DomainGetState(dom, 0)
+		if err != nil {
+			return err
+		}
+		state = stateName(libvirt.DomainState(s))
+		return nil
+	})
+	return state, err
+}
+
+func stateName(s libvirt.DomainState) string {
+	switch s {
+	case libvirt.DomainRunning:
+		return "running"
+	case libvirt.DomainBlocked:
+		return "blocked"
+	case libvirt.DomainPaused:
+		return "paused"
+	case libvirt.DomainShutdown:
+		return "shutting down"
+	case libvirt.DomainShutoff:
+		return "shut off"
+	case libvirt.DomainCrashed:
+		return "crashed"
+	case libvirt.DomainPmsuspended:
+		return "suspended"
+	}
+	return "unknown"
+}
