@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -93,7 +94,7 @@ func ParseCloudInitStatus(data []byte) (*CloudInitStatus, error) {
 	if len(data) > 0 && data[0] == '"' {
 		var inner string
 		if err := json.Unmarshal(data, &inner); err != nil {
-			return nil, fmt.Errorf("%w: cloud_init: %v", ErrMalformed, err)
+			return nil, fmt.Errorf("%w: cloud_init: %s", ErrMalformed, jsonErrorText(err))
 		}
 		data = bytes.TrimSpace([]byte(inner))
 	}
@@ -102,7 +103,7 @@ func ParseCloudInitStatus(data []byte) (*CloudInitStatus, error) {
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(data, &top); err != nil {
-		return nil, fmt.Errorf("%w: cloud_init: %v", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: cloud_init: %s", ErrMalformed, jsonErrorText(err))
 	}
 	_, hasStatus := top["status"]
 	if v1, ok := top["v1"]; ok && !hasStatus {
@@ -110,11 +111,10 @@ func ParseCloudInitStatus(data []byte) (*CloudInitStatus, error) {
 	}
 	if !hasStatus {
 		// Ubuntu keeps a copy of the 22.4 fields under schemas."1".
-		if s, ok := top["schemas"]; ok {
-			var schemas map[string]json.RawMessage
-			if json.Unmarshal(s, &schemas) == nil && schemas["1"] != nil {
-				return ParseCloudInitStatus(schemas["1"])
-			}
+		// Only that one level is looked at (no recursion into schemas).
+		var schemas map[string]map[string]json.RawMessage
+		if json.Unmarshal(top["schemas"], &schemas) == nil && schemas["1"]["status"] != nil {
+			return parseStatusOutput(schemas["1"])
 		}
 		return nil, fmt.Errorf("%w: cloud_init: neither cloud-init status output nor result.json/status.json", ErrMalformed)
 	}
@@ -150,28 +150,24 @@ func parseStatusOutput(top map[string]json.RawMessage) (*CloudInitStatus, error)
 	if c.ExtendedStatus == "" {
 		c.ExtendedStatus = c.Status
 	}
-	if c.Errors, err = messageList(top["errors"], "errors"); err != nil {
+	var errs messages
+	var rec recoverable
+	if err := errs.addList(top["errors"], "errors"); err != nil {
 		return nil, err
 	}
-	rec, err := recoverableMap(top["recoverable_errors"], "recoverable_errors")
-	if err != nil {
+	if err := rec.addMap(top["recoverable_errors"], "recoverable_errors"); err != nil {
 		return nil, err
 	}
 	// 23.4+ also prints each stage with its own errors; they are normally
-	// already aggregated at the top, so only add what is missing.
+	// already aggregated at the top, so only what is missing is added.
 	for _, name := range stageNames(top) {
-		st, ok, err := parseStage(top[name], name)
-		if err != nil {
+		if _, err := parseStage(top[name], name, &errs, &rec); err != nil {
 			return nil, err
 		}
-		if ok {
-			c.Errors = appendMissing(c.Errors, st.errors...)
-			mergeRecoverable(rec, st.recoverable)
-		}
 	}
-	c.RecoverableErrors = flattenRecoverable(rec)
+	c.Errors, c.RecoverableErrors = errs.list, rec.flatten()
 	c.Degraded = !c.Failed() && (strings.HasPrefix(c.ExtendedStatus, "degraded") || len(c.RecoverableErrors) > 0)
-	return c, limitMessages(c)
+	return c, nil
 }
 
 // parseV1 reads result.json ({"v1": {"datasource", "errors"}}) or status.json
@@ -187,49 +183,45 @@ func parseV1(raw json.RawMessage) (*CloudInitStatus, error) {
 	if c.Detail, err = optString(v1["datasource"], "v1.datasource", maxStatusMessage); err != nil {
 		return nil, err
 	}
-	c.Datasource = shortDatasource(c.Detail)
+	c.Datasource = cleanLine(shortDatasource(c.Detail), maxStatusWord)
 
-	if errs, ok := v1["errors"]; ok {
+	var errs messages
+	var rec recoverable
+	if raw, ok := v1["errors"]; ok {
 		// result.json exists only once modules-final has run.
 		c.Source = "result.json"
-		if c.Errors, err = messageList(errs, "v1.errors"); err != nil {
+		if err := errs.addList(raw, "v1.errors"); err != nil {
 			return nil, err
 		}
+		c.Errors = errs.list
 		c.Status = "done"
 		if len(c.Errors) > 0 {
 			c.Status = "error"
 		}
 		c.ExtendedStatus = c.Status
-		return c, limitMessages(c)
+		return c, nil
 	}
 
 	c.Source = "status.json"
 	stage, err := optString(v1["stage"], "v1.stage", maxStatusWord)
-	stage = cleanLine(stage, maxStatusWord)
 	if err != nil {
 		return nil, err
 	}
-	running := stage != ""
+	running := cleanLine(stage, maxStatusWord) != ""
 	started := false
-	rec := map[string][]string{}
 	for _, name := range stageNames(v1) {
-		st, ok, err := parseStage(v1[name], "v1."+name)
+		t, err := parseStage(v1[name], "v1."+name, &errs, &rec)
 		if err != nil {
 			return nil, err
 		}
-		if !ok {
-			continue
-		}
-		c.Errors = appendMissing(c.Errors, st.errors...)
-		mergeRecoverable(rec, st.recoverable)
-		if st.start > 0 {
+		if t.start > 0 {
 			started = true
-			if st.finished <= 0 {
+			if t.finished <= 0 {
 				running = true
 			}
 		}
 	}
-	c.RecoverableErrors = flattenRecoverable(rec)
+	c.Errors, c.RecoverableErrors = errs.list, rec.flatten()
 	run := "not started"
 	switch {
 	case running:
@@ -247,15 +239,16 @@ func parseV1(raw json.RawMessage) (*CloudInitStatus, error) {
 	default:
 		c.Status, c.ExtendedStatus = run, run
 	}
-	return c, limitMessages(c)
+	return c, nil
 }
 
-type stageInfo struct {
-	errors      []string
-	recoverable map[string][]string
-	start       float64
-	finished    float64
-}
+// stageTimes are a stage's start and finish (0 when null or absent).
+type stageTimes struct{ start, finished float64 }
+
+// notStages are the keys of status output and status.json that are not boot
+// stages.
+var notStages = []string{"status", "extended_status", "errors", "recoverable_errors", "detail", "datasource",
+	"boot_status_code", "last_update", "schemas", "_schema_version", "stage"}
 
 // stageNames lists the keys of m that may be boot stages: cloud-init's four
 // in run order, then any other key, sorted (later releases may add stages).
@@ -268,7 +261,7 @@ func stageNames(m map[string]json.RawMessage) []string {
 	}
 	var other []string
 	for k := range m {
-		if !slices.Contains(stageOrder, k) {
+		if !slices.Contains(stageOrder, k) && !slices.Contains(notStages, k) {
 			other = append(other, k)
 		}
 	}
@@ -276,37 +269,39 @@ func stageNames(m map[string]json.RawMessage) []string {
 	return append(names, other...)
 }
 
-// parseStage reads one stage object. ok is false when raw is not an object
-// with any of the stage keys (so unrelated top-level keys are skipped).
-func parseStage(raw json.RawMessage, name string) (st stageInfo, ok bool, err error) {
+// parseStage reads one stage object into errs and rec. Values that are not
+// objects with any of the stage keys are skipped (zero times, no error).
+func parseStage(raw json.RawMessage, name string, errs *messages, rec *recoverable) (stageTimes, error) {
+	var t stageTimes
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '{' {
-		return st, false, nil
+		return t, nil
 	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(raw, &m) != nil {
-		return st, false, nil
+		return t, nil
 	}
 	_, e := m["errors"]
 	_, r := m["recoverable_errors"]
 	_, s := m["start"]
 	_, f := m["finished"]
 	if !e && !r && !s && !f {
-		return st, false, nil
+		return t, nil
 	}
-	if st.errors, err = messageList(m["errors"], name+".errors"); err != nil {
-		return st, false, err
+	if err := errs.addList(m["errors"], name+".errors"); err != nil {
+		return t, err
 	}
-	if st.recoverable, err = recoverableMap(m["recoverable_errors"], name+".recoverable_errors"); err != nil {
-		return st, false, err
+	if err := rec.addMap(m["recoverable_errors"], name+".recoverable_errors"); err != nil {
+		return t, err
 	}
-	if st.start, err = optNumber(m["start"], name+".start"); err != nil {
-		return st, false, err
+	var err error
+	if t.start, err = optNumber(m["start"], name+".start"); err != nil {
+		return t, err
 	}
-	if st.finished, err = optNumber(m["finished"], name+".finished"); err != nil {
-		return st, false, err
+	if t.finished, err = optNumber(m["finished"], name+".finished"); err != nil {
+		return t, err
 	}
-	return st, true, nil
+	return t, nil
 }
 
 // shortDatasource turns "DataSourceNoCloud [seed=/dev/sr0]" into "nocloud",
@@ -344,18 +339,42 @@ func optNumber(raw json.RawMessage, field string) (float64, error) {
 	return f, nil
 }
 
-// messageList reads a list of error messages. Items are normally strings;
+// errTooManyMessages caps what a status document may carry.
+var errTooManyMessages = fmt.Errorf("%w: cloud_init: more than %d distinct messages", ErrMalformed, maxStatusMessages)
+
+// messages collects distinct messages in order of arrival, at most
+// maxStatusMessages of them, in linear time.
+type messages struct {
+	list []string
+	seen map[string]struct{}
+}
+
+func (m *messages) add(s string) error {
+	if _, dup := m.seen[s]; dup {
+		return nil
+	}
+	if len(m.list) >= maxStatusMessages {
+		return errTooManyMessages
+	}
+	if m.seen == nil {
+		m.seen = map[string]struct{}{}
+	}
+	m.seen[s] = struct{}{}
+	m.list = append(m.list, s)
+	return nil
+}
+
+// addList adds a JSON list of messages. Items are normally strings;
 // anything else is kept as its compact JSON text rather than refused, since
 // cloud-init does not promise the format of its error entries.
-func messageList(raw json.RawMessage, field string) ([]string, error) {
+func (m *messages) addList(raw json.RawMessage, field string) error {
 	if isNull(raw) {
-		return nil, nil
+		return nil
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, fmt.Errorf("%w: cloud_init: %s is not a list", ErrMalformed, field)
+		return fmt.Errorf("%w: cloud_init: %s is not a list", ErrMalformed, field)
 	}
-	var out []string
 	for _, it := range items {
 		var s string
 		if json.Unmarshal(it, &s) != nil {
@@ -366,34 +385,75 @@ func messageList(raw json.RawMessage, field string) ([]string, error) {
 			s = buf.String()
 		}
 		if s = cleanMessage(s, maxStatusMessage); s != "" {
-			out = appendMissing(out, s)
+			if err := m.add(s); err != nil {
+				return err
+			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
-// recoverableMap reads {"WARNING": ["...", ...], "DEPRECATED": [...]}.
-func recoverableMap(raw json.RawMessage, field string) (map[string][]string, error) {
-	out := map[string][]string{}
+// recoverable collects recoverable errors by level, at most
+// maxStatusMessages distinct (level, message) pairs in all.
+type recoverable struct {
+	levels map[string]*messages
+	total  int
+}
+
+// addMap adds {"WARNING": ["...", ...], "DEPRECATED": [...]}.
+func (r *recoverable) addMap(raw json.RawMessage, field string) error {
 	if isNull(raw) {
-		return out, nil
+		return nil
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("%w: cloud_init: %s is not an object", ErrMalformed, field)
+		return fmt.Errorf("%w: cloud_init: %s is not an object", ErrMalformed, field)
 	}
-	for level, list := range m {
-		msgs, err := messageList(list, field+"."+level)
-		if err != nil {
-			return nil, err
+	// Sorted, so levels that normalise to one name merge in a fixed order.
+	for _, key := range slices.Sorted(maps.Keys(m)) {
+		level := levelName(key)
+		if r.levels == nil {
+			r.levels = map[string]*messages{}
 		}
-		level = levelName(level)
-		if len(msgs) == 0 {
-			continue
+		l := r.levels[level]
+		if l == nil {
+			l = &messages{}
+			r.levels[level] = l
 		}
-		out[level] = appendMissing(out[level], msgs...)
+		before := len(l.list)
+		if err := l.addList(m[key], field+"."+key); err != nil {
+			return err
+		}
+		if r.total += len(l.list) - before; r.total > maxStatusMessages {
+			return errTooManyMessages
+		}
 	}
-	return out, nil
+	return nil
+}
+
+// flatten orders levels most severe first, unknown levels after them
+// alphabetically, keeping cloud-init's order within a level.
+func (r *recoverable) flatten() []string {
+	var levels []string
+	for _, l := range recoverableLevels {
+		if r.levels[l] != nil {
+			levels = append(levels, l)
+		}
+	}
+	var other []string
+	for l := range r.levels {
+		if !slices.Contains(recoverableLevels, l) {
+			other = append(other, l)
+		}
+	}
+	sort.Strings(other)
+	var out []string
+	for _, l := range append(levels, other...) {
+		for _, msg := range r.levels[l].list {
+			out = append(out, l+": "+msg)
+		}
+	}
+	return out
 }
 
 // levelName reduces a log level key to [A-Z0-9_], at most 32 characters
@@ -412,51 +472,4 @@ func levelName(s string) string {
 		return "UNKNOWN"
 	}
 	return b.String()
-}
-
-func mergeRecoverable(dst, src map[string][]string) {
-	for level, msgs := range src {
-		dst[level] = appendMissing(dst[level], msgs...)
-	}
-}
-
-// flattenRecoverable orders levels most severe first, unknown levels after
-// them alphabetically, keeping cloud-init's order within a level.
-func flattenRecoverable(m map[string][]string) []string {
-	var levels []string
-	for _, l := range recoverableLevels {
-		if len(m[l]) > 0 {
-			levels = append(levels, l)
-		}
-	}
-	var other []string
-	for l := range m {
-		if !slices.Contains(recoverableLevels, l) && len(m[l]) > 0 {
-			other = append(other, l)
-		}
-	}
-	sort.Strings(other)
-	var out []string
-	for _, l := range append(levels, other...) {
-		for _, msg := range m[l] {
-			out = append(out, l+": "+msg)
-		}
-	}
-	return out
-}
-
-func appendMissing(dst []string, items ...string) []string {
-	for _, it := range items {
-		if !slices.Contains(dst, it) {
-			dst = append(dst, it)
-		}
-	}
-	return dst
-}
-
-func limitMessages(c *CloudInitStatus) error {
-	if len(c.Errors) > maxStatusMessages || len(c.RecoverableErrors) > maxStatusMessages {
-		return fmt.Errorf("%w: cloud_init: more than %d messages", ErrMalformed, maxStatusMessages)
-	}
-	return nil
 }

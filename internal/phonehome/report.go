@@ -187,7 +187,8 @@ var formKeyFields = []struct{ field, alias string }{
 func parseForm(body []byte) (*Report, error) {
 	vals, err := url.ParseQuery(string(body))
 	if err != nil {
-		return nil, fmt.Errorf("%w: form encoding: %v", ErrMalformed, err)
+		// url's error quotes the offending bytes; keep them out.
+		return nil, fmt.Errorf("%w: form encoding: a bad %%-escape or a ';' separator", ErrMalformed)
 	}
 	known := 0
 	get := func(k string) string {
