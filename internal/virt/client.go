@@ -275,7 +275,7 @@ func (t *trackingDialer) Dial() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	counted := &countingConn{Conn: conn, calls: &t.rpcs}
+	counted := newWireConn(conn, &t.rpcs)
 	t.mu.Lock()
 	t.last = counted
 	t.mu.Unlock()
