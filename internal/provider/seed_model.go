@@ -51,6 +51,10 @@ func (m *seedResourceModel) spec(wo types.String, phURL string) (*seed.Spec, dia
 	}
 	if m.PhoneHome.ValueBool() && phURL != "" {
 		s.PhoneHome = &seed.PhoneHome{URL: phURL}
+		if m.PhoneHomeAgent.IsNull() || m.PhoneHomeAgent.ValueBool() {
+			s.PhoneHome.Reporter = true
+			s.PhoneHome.Token = phURL[strings.LastIndex(phURL, "/")+1:]
+		}
 	}
 	if u := m.User; u != nil {
 		s.User = &seed.User{

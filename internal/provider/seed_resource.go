@@ -66,6 +66,7 @@ type seedResourceModel struct {
 	UserDataWO     types.String       `tfsdk:"user_data_wo"`
 	VendorData     types.String       `tfsdk:"vendor_data"`
 	PhoneHome      types.Bool         `tfsdk:"phone_home"`
+	PhoneHomeAgent types.Bool         `tfsdk:"phone_home_reporter"`
 	PhoneHomeURL   types.String       `tfsdk:"phone_home_url"`
 
 	VolumeKey             types.String `tfsdk:"volume_key"`
@@ -283,6 +284,11 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Description: "Make the guest phone home when cloud-init has finished: cloud-init's `phone_home` module posts instance id, hostname, fqdn and SSH host keys to `<provider phone_home.base_url>/v1/phone-home/<token>`, where the token is an unguessable secret of this seed. `kohaku_vm` finds the URL in the seed and waits for that call during create. phone_home runs among the last cloud-init modules, after packages, runcmd and driver installation. Needs the provider's `phone_home` block. Default `false`." +
 					" Because the token is made at create, the checksum and documents of a new phone-home seed are known only after apply." + contentChange,
 			},
+			"phone_home_reporter": schema.BoolAttribute{
+				Optional: true, Computed: true,
+				Default: booldefault.StaticBool(true),
+				Description: "How the guest phones home. `true` (default): Kohaku's first-boot reporter, a small python3 script run by a systemd unit after cloud-init's last stage, posts a JSON report with cloud-init's own status and errors, SSH host keys, addresses and GPUs (and writes it to the VM's Kohaku virtio-serial channel when there is one), so `kohaku_vm` can fail on cloud-init errors. `false`: cloud-init's `phone_home` module posts instance id, hostname and host keys; it fires even when earlier modules failed, so errors go unnoticed." + contentChange,
+			},
 			"phone_home_url": schema.StringAttribute{
 				Computed: true, Sensitive: true,
 				Description: "The URL the guest phones home to (it holds the seed's secret token); empty without `phone_home`. It is kept across updates of the seed.",
@@ -498,6 +504,8 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 			state.GuestAgent = types.BoolValue(true)
 			state.PhoneHome = types.BoolValue(in.PhoneHomeURL != "")
 			state.PhoneHomeURL = types.StringValue(in.PhoneHomeURL)
+			// Without phone home the setting is moot: report its default.
+			state.PhoneHomeAgent = types.BoolValue(in.PhoneHomeURL == "" || strings.Contains(string(in.Files[userDataFile(in.Format)]), seed.ReporterScriptPath))
 		} else {
 			resp.Diagnostics.AddWarning("Volume is not a seed Kohaku can read", fmt.Sprintf("%s/%s: %v", pool, name, err))
 		}

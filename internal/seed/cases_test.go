@@ -142,6 +142,12 @@ func goldenSpecs() []namedSpec {
 		{"raw-network-configdrive", func(testing.TB) *Spec {
 			return &Spec{Name: "vm1", Format: FormatConfigDrive, NetworkConfig: []byte(`{"links":[{"id":"a","type":"phy","ethernet_mac_address":"52:54:00:12:34:56"}],"networks":[{"id":"n","type":"ipv4_dhcp","link":"a","network_id":"n"}],"services":[]}` + "\n")}
 		}},
+		{"reporter-merged", func(testing.TB) *Spec {
+			s := typicalSpec()
+			s.PhoneHome = &PhoneHome{URL: "http://10.0.2.2:8787/v1/phone-home/AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd", Reporter: true, Token: "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd"}
+			s.UserData = []byte("#cloud-config\nruncmd:\n  - echo user-after-kohaku\n")
+			return s
+		}},
 		{"vendor-data-nocloud", func(testing.TB) *Spec {
 			return &Spec{Name: "vm1", VendorData: []byte("#cloud-config\nntp:\n  enabled: true\n")}
 		}},

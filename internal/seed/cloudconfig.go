@@ -187,6 +187,14 @@ func renderCloudConfig(pl *plan) ([]byte, error) {
 		}
 		files.Content = append(files.Content, fm.node())
 	}
+	if ph := s.PhoneHome; ph != nil && ph.Reporter {
+		for _, f := range reporterFiles(ph) {
+			files.Content = append(files.Content, newMap().
+				set("path", ystr(f.Path)).
+				set("content", ystr(string(f.Content))).
+				set("permissions", ystr(f.Permissions)).node())
+		}
+	}
 	if s.PermitRootLogin {
 		files.Content = append(files.Content, newMap().
 			set("path", ystr(RootSSHDDropInPath)).
@@ -212,11 +220,14 @@ func renderCloudConfig(pl *plan) ([]byte, error) {
 	if s.NVIDIA != nil {
 		run = append(run, nvidiaCommands(s.NVIDIA)...)
 	}
+	if ph := s.PhoneHome; ph != nil && ph.Reporter {
+		run = append(run, ReporterCommands...)
+	}
 	if len(run) > 0 {
 		m.set("runcmd", ystrs(run))
 	}
 
-	if ph := s.PhoneHome; ph != nil {
+	if ph := s.PhoneHome; ph != nil && !ph.Reporter {
 		tries := ph.Tries
 		if tries == 0 {
 			tries = DefaultPhoneHomeTries

@@ -140,11 +140,27 @@ func Inspect(img []byte) (*Inspection, error) {
 // phoneHomeRE finds the phone_home module's url in a cloud-config.
 var phoneHomeRE = regexp.MustCompile(`(?m)^phone_home:\s*\n(?:[ \t]+.*\n)*?[ \t]+url:\s*['"]?([^'"\s]+)`)
 
-// phoneHomeURL returns the phone_home url of user data: a cloud-config, or
-// a MIME multipart document whose cloud-config parts may be base64-encoded.
-func phoneHomeURL(ud []byte) string {
-	if m := phoneHomeRE.FindSubmatch(ud); m != nil {
+// reporterURLRE finds the URL in the reporter's configuration file, which
+// the cloud-config carries as a JSON string.
+var reporterURLRE = regexp.MustCompile(`\\?"url\\?":\s*\\?"(https?://[^"\\\s]+)\\?"`)
+
+// findPhoneHome looks for the phone_home module's URL, then the reporter's.
+func findPhoneHome(b []byte) string {
+	if m := phoneHomeRE.FindSubmatch(b); m != nil {
 		return string(m[1])
+	}
+	if m := reporterURLRE.FindSubmatch(b); m != nil {
+		return string(m[1])
+	}
+	return ""
+}
+
+// phoneHomeURL returns the phone-home URL of user data (the phone_home
+// module's or the first-boot reporter's): a cloud-config, or a MIME
+// multipart document whose cloud-config parts may be base64-encoded.
+func phoneHomeURL(ud []byte) string {
+	if u := findPhoneHome(ud); u != "" {
+		return u
 	}
 	msg, err := mail.ReadMessage(bytes.NewReader(ud))
 	if err != nil {
@@ -168,8 +184,8 @@ func phoneHomeURL(ud []byte) string {
 		if err != nil {
 			continue
 		}
-		if m := phoneHomeRE.FindSubmatch(b); m != nil {
-			return string(m[1])
+		if u := findPhoneHome(b); u != "" {
+			return u
 		}
 	}
 }

@@ -101,3 +101,36 @@ func TestInspectFindsPhoneHomeURL(t *testing.T) {
 		t.Errorf("a seed without phone_home reports URL %q", in.PhoneHomeURL)
 	}
 }
+
+func TestReporterReplacesPhoneHomeModule(t *testing.T) {
+	t.Parallel()
+	url := "http://10.0.2.2:8787/v1/phone-home/AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd"
+	for name, user := range map[string][]byte{
+		"generated only":   nil,
+		"merged with user": []byte("#cloud-config\nruncmd:\n  - echo hi\n"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			res, err := Render(&Spec{Name: "rep", UserData: user, PhoneHome: &PhoneHome{URL: url, Reporter: true, Token: "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ud := string(res.Files[FileUserData])
+			if strings.Contains(ud, "phone_home:") {
+				t.Errorf("the phone_home module is configured although the reporter replaces it")
+			}
+			for _, want := range []string{ReporterScriptPath, ReporterConfigPath, ReporterUnitPath, "systemctl start --no-block kohaku-report.service", "After=cloud-final.service"} {
+				if !strings.Contains(ud, want) {
+					t.Errorf("user-data lacks %q", want)
+				}
+			}
+			in, err := Inspect(res.ISO)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in.PhoneHomeURL != url {
+				t.Errorf("Inspect found %q, want %q", in.PhoneHomeURL, url)
+			}
+		})
+	}
+}

@@ -195,6 +195,14 @@ type PhoneHome struct {
 	URL string
 	// Tries; 0 means DefaultPhoneHomeTries.
 	Tries int
+	// Reporter installs Kohaku's first-boot reporter instead of using
+	// cloud-init's phone_home module: after cloud-init's last stage it posts
+	// a JSON report with cloud-init's own status and errors, host keys,
+	// addresses and GPUs to URL (and writes it to the Kohaku virtio-serial
+	// port when there is one). Token goes into the report so a report that
+	// arrives over a channel can be matched to its seed.
+	Reporter bool
+	Token    string
 }
 
 // NIC is one network interface, matched by MAC address.

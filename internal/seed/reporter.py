@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+# Kohaku first-boot reporter. Runs once per instance, after cloud-init's last
+# stage, and tells the provider how the boot went: cloud-init's own status
+# and errors, the hostname, SSH host keys, addresses and GPUs. It posts the
+# report to the phone-home URL (retrying with backoff) and writes it to the
+# Kohaku virtio-serial port when the VM has one. Only python3's standard
+# library is used: every cloud-init image has it.
+import glob
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+CONFIG = "/etc/kohaku/report.json"
+PORT = "/dev/virtio-ports/org.kohaku.report.0"
+STATE_DIR = "/var/lib/kohaku"
+
+
+def run(*cmd, timeout=120):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def read(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def cloud_init_status():
+    out = run("cloud-init", "status", "--wait", "--format", "json", timeout=3600)
+    try:
+        return json.loads(out[out.find("{"):])
+    except ValueError:
+        pass
+    result = read("/run/cloud-init/result.json")
+    try:
+        return json.loads(result)
+    except ValueError:
+        return None
+
+
+def host_keys():
+    keys = {}
+    for path in sorted(glob.glob("/etc/ssh/ssh_host_*_key.pub")):
+        parts = read(path).split()
+        if len(parts) >= 2:
+            keys[parts[0]] = parts[0] + " " + parts[1]
+    return keys
+
+
+def addresses():
+    out = run("ip", "-j", "addr", "show")
+    try:
+        links = json.loads(out)
+    except ValueError:
+        return []
+    found = []
+    for link in links:
+        name = link.get("ifname", "")
+        if name == "lo":
+            continue
+        for a in link.get("addr_info", []):
+            if a.get("local"):
+                found.append({
+                    "interface": name,
+                    "mac": link.get("address", ""),
+                    "address": "%s/%s" % (a["local"], a.get("prefixlen", "")),
+                })
+    return found
+
+
+def gpus():
+    out = run("nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+              "--format=csv,noheader,nounits")
+    found = []
+    for line in out.splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) == 3:
+            try:
+                mem = int(float(cols[2]))
+            except ValueError:
+                mem = 0
+            found.append({"name": cols[0], "driver_version": cols[1], "memory_mib": mem})
+    return found
+
+
+def post(url, body):
+    delay = 2
+    deadline = time.time() + 6 * 3600
+    while True:
+        try:
+            req = urllib.request.Request(url, data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=15) as resp:
+                if 200 <= resp.status < 300:
+                    return True
+        except OSError as e:
+            print("kohaku-report: post failed: %s" % type(e).__name__, file=sys.stderr)
+        if time.time() > deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 60)
+
+
+def main():
+    try:
+        cfg = json.loads(read(CONFIG))
+    except ValueError:
+        print("kohaku-report: no configuration", file=sys.stderr)
+        return 1
+    instance = read("/var/lib/cloud/data/instance-id").strip() or "unknown"
+    stamp = os.path.join(STATE_DIR, "reported-" + instance.replace("/", "_"))
+    if os.path.exists(stamp):
+        return 0
+    report = {
+        "token": cfg.get("token", ""),
+        "instance_id": instance,
+        "hostname": socket.gethostname(),
+        "fqdn": socket.getfqdn(),
+        "host_keys": host_keys(),
+        "addresses": addresses(),
+        "cloud_init": cloud_init_status(),
+        "gpus": gpus(),
+    }
+    body = json.dumps(report).encode()
+    sent = False
+    if os.path.exists(PORT):
+        try:
+            with open(PORT, "wb") as f:
+                f.write(body + b"\n")
+            sent = True
+        except OSError as e:
+            print("kohaku-report: channel write failed: %s" % e, file=sys.stderr)
+    if cfg.get("url"):
+        sent = post(cfg["url"], body) or sent
+    if sent:
+        os.makedirs(STATE_DIR, exist_ok=True)
+        open(stamp, "w").close()
+    return 0 if sent else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
