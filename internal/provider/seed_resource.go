@@ -286,7 +286,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			},
 			"phone_home_reporter": schema.BoolAttribute{
 				Optional: true, Computed: true,
-				Default: booldefault.StaticBool(true),
+				Default:     booldefault.StaticBool(true),
 				Description: "How the guest phones home. `true` (default): Kohaku's first-boot reporter, a small python3 script run by a systemd unit after cloud-init's last stage, posts a JSON report with cloud-init's own status and errors, SSH host keys, addresses and GPUs (and writes it to the VM's Kohaku virtio-serial channel when there is one), so `kohaku_vm` can fail on cloud-init errors. `false`: cloud-init's `phone_home` module posts instance id, hostname and host keys; it fires even when earlier modules failed, so errors go unnoticed." + contentChange,
 			},
 			"phone_home_url": schema.StringAttribute{
