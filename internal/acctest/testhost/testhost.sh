@@ -1,0 +1,789 @@
+#!/usr/bin/env bash
+# testhost.sh - turn a throwaway Debian 12 machine into a libvirt/QEMU host for
+# terraform-provider-kohaku acceptance tests. See README.md beside this file.
+#
+# THROWAWAY TEST HOSTS ONLY: libvirtd is opened on 127.0.0.1:16509 with
+# auth_tcp="none" and QEMU runs as root with dynamic_ownership=0.
+set -euo pipefail
+
+usage() {
+	cat <<'EOF'
+usage: testhost.sh COMMAND
+
+  up      install packages, configure and start libvirtd (unix socket and
+          qemu+tcp://127.0.0.1/system), create the storage pools and build or
+          reuse the cached Debian 12 guest image. Idempotent: a second run only
+          reports what it found.
+  status  report what is up; exit 0 when everything `up` makes is there, else 1
+  env     print `export` lines for a test run: eval "$(testhost.sh env)"
+  image   build (or find) the cached guest image only
+  smoke   boot the cached image once under TCG with a NoCloud seed and check that
+          cloud-init ran (runcmd marker, MAC-matched static netplan v2 address,
+          virtio-9p mount, phone_home, final message); cleans up after itself
+  down    stop the libvirtd that `up` started (by its pid file); caches stay
+
+Environment (all optional):
+  KOHAKU_TESTHOST_MIRROR      Debian mirror for the guest image (default http://deb.debian.org/debian)
+  KOHAKU_TESTHOST_CACHE       image cache root (default /var/cache/kohaku/images)
+  KOHAKU_SMOKE_TIMEOUT        seconds smoke waits for the guest (default 600)
+  KOHAKU_SMOKE_KEEP=1         smoke keeps its work dir (overlay, seed, console log)
+EOF
+}
+
+# ---------------------------------------------------------------- constants
+readonly URI_UNIX="qemu:///system"
+readonly URI_TCP="qemu+tcp://127.0.0.1/system"
+readonly STATE_DIR=/run/kohaku-testhost
+readonly PID_FILE=$STATE_DIR/libvirtd.pid
+readonly LOCK_FILE=$STATE_DIR/lock
+readonly LOG_DIR=/var/log/kohaku-testhost
+readonly LIBVIRTD_LOG=/var/log/libvirt/libvirtd.log
+readonly LIBVIRTD_STDERR=$LOG_DIR/libvirtd.stderr
+readonly CACHE_ROOT=${KOHAKU_TESTHOST_CACHE:-/var/cache/kohaku/images}
+readonly MIRROR=${KOHAKU_TESTHOST_MIRROR:-http://deb.debian.org/debian}
+readonly TEST_POOL=kohaku-acc
+readonly TEST_POOL_PATH=/var/lib/kohaku-acc/pool
+readonly IMAGE_POOL=kohaku-images
+readonly DEFAULT_POOL_PATH=/var/lib/libvirt/images
+readonly HOST_PACKAGES=(
+	libvirt-daemon            # also holds the storage driver and its dir/fs backend
+	libvirt-daemon-driver-qemu
+	libvirt-clients
+	qemu-system-x86
+	qemu-utils
+	mmdebstrap
+	e2fsprogs
+	xorriso
+	openssh-server
+	openssh-client
+)
+SELF=$(readlink -f "${BASH_SOURCE[0]}")
+readonly SELF
+
+# ---------------------------------------------------------------- logging
+log() { printf 'testhost: %s\n' "$*" >&2; }
+die() { printf 'testhost: ERROR: %s\n' "$*" >&2; exit 1; }
+
+T_START=$EPOCHREALTIME
+PHASE=""
+PHASE_T0=""
+elapsed() { # elapsed seconds since $1 (an EPOCHREALTIME value), 1 decimal
+	local now=$EPOCHREALTIME
+	awk -v a="$1" -v b="$now" 'BEGIN { printf "%.1f", b - a }'
+}
+phase() { PHASE=$1; PHASE_T0=$EPOCHREALTIME; log "[$PHASE] ..."; }
+phase_done() { log "[$PHASE] $1 ($(elapsed "$PHASE_T0")s)"; }
+
+need_root() { [[ $(id -u) == 0 ]] || die "must run as root (this script configures the whole machine)"; }
+
+# ---------------------------------------------------------------- guest image recipe
+# Everything between the BEGIN/END markers is the image recipe: its sha256 (first 16
+# hex digits) names the cache directory, so any edit here builds a new image.
+# --- BEGIN IMAGE RECIPE ---
+readonly IMAGE_SUITE=bookworm
+readonly IMAGE_VARIANT=minbase
+readonly IMAGE_SIZE=3G
+# linux-image-amd64, NOT linux-image-cloud-amd64: the cloud flavour has no 9p.
+# ifupdown + isc-dhcp-client: cloud-init 22.4 renders netplan v2 network-config to
+# /etc/network/interfaces.d (ENI renderer) when ifupdown is present; no netplan.io.
+# resolvconf: without it the ENI "dns-nameservers" lines of a static config do nothing.
+# zstd: initramfs-tools falls back to gzip -9 without it (about 60 s more per initrd).
+readonly IMAGE_INCLUDE=systemd-sysv,udev,cloud-init,iproute2,ifupdown,isc-dhcp-client,resolvconf,openssh-server,qemu-guest-agent,initramfs-tools,zstd,curl,ca-certificates,netbase,kmod,python3
+# The kernel goes in with a second apt run: in the same run as initramfs-tools the
+# initrd is generated twice (kernel hook, then initramfs-tools' own trigger).
+readonly IMAGE_KERNEL=linux-image-amd64
+
+image_customize() { # $1 = unpacked root tree
+	local t=$1
+	printf '/dev/vda / ext4 defaults 0 1\n' >"$t/etc/fstab"
+	printf 'debian\n' >"$t/etc/hostname"
+	printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\nff02::1\t\tip6-allnodes\nff02::2\t\tip6-allrouters\n' >"$t/etc/hosts"
+	# mmdebstrap copied the build host's resolv.conf: drop it (resolvconf, fed by
+	# dhclient or by ifupdown's dns-nameservers, writes the guest's own)
+	rm -f "$t/etc/resolvconf/resolv.conf.d/original"
+	if [[ ! -L $t/etc/resolv.conf ]]; then
+		rm -f "$t/etc/resolv.conf"
+		ln -s ../run/resolvconf/resolv.conf "$t/etc/resolv.conf"
+	fi
+	# serial console login on ttyS0
+	mkdir -p "$t/etc/systemd/system/getty.target.wants"
+	ln -sf /lib/systemd/system/serial-getty@.service \
+		"$t/etc/systemd/system/getty.target.wants/serial-getty@ttyS0.service"
+	# cloud-init: only the seeds kohaku makes (plus None so boot never stalls)
+	# locale C.UTF-8 skips locale-gen and no RSA host key skips a 3072-bit keygen:
+	# together 40-50 s of a first boot under TCG (user-data can still override both)
+	cat >"$t/etc/cloud/cloud.cfg.d/99-kohaku-testhost.cfg" <<'CFG'
+datasource_list: [ NoCloud, ConfigDrive, None ]
+locale: C.UTF-8
+ssh_genkeytypes: [ ed25519, ecdsa ]
+CFG
+	# every VM gets its own machine-id and SSH host keys
+	: >"$t/etc/machine-id"
+	rm -f "$t/var/lib/dbus/machine-id" "$t"/etc/ssh/ssh_host_*
+	# sanity checks on the tree
+	compgen -G "$t/lib/modules/*/kernel/fs/9p/9p.ko*" >/dev/null || { echo "no 9p module in guest kernel" >&2; return 1; }
+	compgen -G "$t/lib/modules/*/kernel/net/9p/9pnet_virtio.ko*" >/dev/null || { echo "no 9pnet_virtio module in guest kernel" >&2; return 1; }
+	compgen -G "$t/etc/systemd/system/*.wants/cloud-init*.service" >/dev/null || { echo "cloud-init units not enabled" >&2; return 1; }
+	[[ -x $t/sbin/ifup && -x $t/sbin/dhclient ]] || { echo "ifupdown/dhclient missing" >&2; return 1; }
+}
+
+image_build_into() { # $1 = empty work dir; leaves rootfs.qcow2 vmlinuz initrd.img there
+	local w=$1 t=$1/tree k i
+	# unsafe-io: no fsync per unpacked file (the tree is thrown away after mkfs);
+	# no man pages, translations or docs: less to unpack, copy and store
+	mmdebstrap --mode=root --variant="$IMAGE_VARIANT" --components=main \
+		--aptopt='Acquire::Languages "none"' \
+		--dpkgopt=force-unsafe-io \
+		--dpkgopt='path-exclude=/usr/share/man/*' \
+		--dpkgopt='path-exclude=/usr/share/locale/*' \
+		--dpkgopt='path-include=/usr/share/locale/locale.alias' \
+		--dpkgopt='path-exclude=/usr/share/doc/*' \
+		--dpkgopt='path-include=/usr/share/doc/*/copyright' \
+		--include="$IMAGE_INCLUDE" \
+		--customize-hook="chroot \"\$1\" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $IMAGE_KERNEL" \
+		"$IMAGE_SUITE" "$t" "$MIRROR"
+	sed -i '/^force-unsafe-io$/d' "$t/etc/dpkg/dpkg.cfg.d/99mmdebstrap"
+	echo "testhost-step: mmdebstrap done at ${SECONDS}s"
+	image_customize "$t"
+	k=$(ls -1 "$t"/boot/vmlinuz-* | sort -V | tail -n1)
+	i=$t/boot/initrd.img-${k##*/vmlinuz-}
+	[[ -f $k && -f $i ]] || { echo "kernel or initrd missing in tree" >&2; return 1; }
+	cp "$k" "$w/vmlinuz"
+	cp "$i" "$w/initrd.img"
+	printf '%s\n' "${k##*/vmlinuz-}" >"$w/kernel-version"
+	chroot "$t" dpkg-query -W -f='${Package} ${Version}\n' >"$w/packages.txt"
+	truncate -s "$IMAGE_SIZE" "$w/rootfs.raw"
+	mkfs.ext4 -q -F -L kohaku-root -d "$t" "$w/rootfs.raw"
+	echo "testhost-step: mkfs.ext4 done at ${SECONDS}s"
+	qemu-img convert -f raw -O qcow2 "$w/rootfs.raw" "$w/rootfs.qcow2"
+	echo "testhost-step: qemu-img convert done at ${SECONDS}s"
+	rm -f "$w/rootfs.raw"
+	rm -rf --one-file-system "$t"
+	echo "testhost-step: tree removed at ${SECONDS}s"
+}
+# --- END IMAGE RECIPE ---
+
+recipe_text() { sed -n '/^# --- BEGIN IMAGE RECIPE ---$/,/^# --- END IMAGE RECIPE ---$/p' "$SELF"; }
+image_key() { recipe_text | sha256sum | cut -c1-16; }
+image_dir() { printf '%s/%s' "$CACHE_ROOT" "$(image_key)"; }
+image_complete() { # $1 = dir
+	local f
+	for f in rootfs.qcow2 vmlinuz initrd.img recipe.txt; do [[ -s $1/$f ]] || return 1; done
+}
+
+# ---------------------------------------------------------------- packages
+pkg_installed() { [[ $(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null) == installed ]]; }
+
+missing_packages() {
+	local p
+	for p in "${HOST_PACKAGES[@]}"; do pkg_installed "$p" || printf '%s\n' "$p"; done
+}
+
+ensure_packages() { # $@ = packages to ensure (default: all)
+	local want=("$@") missing=() p
+	((${#want[@]})) || want=("${HOST_PACKAGES[@]}")
+	for p in "${want[@]}"; do pkg_installed "$p" || missing+=("$p"); done
+	if ((${#missing[@]} == 0)); then
+		phase_done "all ${#want[@]} packages already installed"
+		return 0
+	fi
+	log "installing: ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	# never let a postinst start a daemon (e.g. sshd) on the host
+	local policy_added=0
+	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 755 /usr/sbin/policy-rc.d
+		policy_added=1
+	fi
+	local need_update=0
+	if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
+		need_update=1
+	else
+		for p in "${missing[@]}"; do
+			if ! apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [^(]'; then need_update=1; break; fi
+		done
+	fi
+	local rc=0
+	if ((need_update)); then
+		log "package lists missing or stale: apt-get update"
+		apt-get update -qq || rc=$?
+	fi
+	if ((rc == 0)); then
+		apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$LOG_DIR/apt.log" 2>&1 || rc=$?
+		if ((rc != 0 && need_update == 0)); then
+			log "install failed (stale lists?): apt-get update and retry"
+			rc=0
+			apt-get update -qq || rc=$?
+			((rc == 0)) && { apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$LOG_DIR/apt.log" 2>&1 || rc=$?; }
+		fi
+	fi
+	((policy_added)) && rm -f /usr/sbin/policy-rc.d
+	if ((rc != 0)); then
+		tail -n 20 "$LOG_DIR/apt.log" >&2 || true
+		die "apt-get install failed (full log: $LOG_DIR/apt.log)"
+	fi
+	phase_done "installed ${#missing[@]} packages: ${missing[*]}"
+}
+
+# ---------------------------------------------------------------- libvirt config
+# set_conf FILE KEY=VALUE...: drop every active line setting one of the KEYs and
+# append "KEY = VALUE" lines in the order given. Prints "changed" when the content
+# changed (so a second run with the same settings leaves the file byte for byte).
+set_conf() {
+	local file=$1 tmp kv keys=()
+	shift
+	for kv in "$@"; do keys+=("${kv%%=*}"); done
+	tmp=$(mktemp "$file.XXXXXX")
+	awk -v keys="${keys[*]}" '
+		BEGIN { n = split(keys, k, " ") }
+		{ for (i = 1; i <= n; i++) if ($0 ~ "^[ \t]*" k[i] "[ \t]*=") next; print }
+	' "$file" >"$tmp"
+	for kv in "$@"; do printf '%s = %s\n' "${kv%%=*}" "${kv#*=}" >>"$tmp"; done
+	if cmp -s "$tmp" "$file"; then
+		rm -f "$tmp"
+	else
+		chmod --reference="$file" "$tmp"
+		mv -f "$tmp" "$file"
+		echo changed
+	fi
+}
+
+CONFIG_CHANGED=0
+ensure_config() {
+	local out="" f
+	if ! getent passwd libvirt-qemu >/dev/null; then
+		# libvirtd resolves its compiled-in default user before reading qemu.conf
+		useradd --system --user-group --no-create-home --home-dir /var/lib/libvirt \
+			--shell /usr/sbin/nologin libvirt-qemu
+		out+="created user libvirt-qemu; "
+	fi
+	# Debian 12 ships qemu.conf/libvirtd.conf in libvirt-daemon-system (not installed
+	# here: it wants systemd units, polkit, iptables); libvirtd runs on compiled-in
+	# defaults without them, so write files holding just our settings.
+	mkdir -p /etc/libvirt
+	for f in /etc/libvirt/qemu.conf /etc/libvirt/libvirtd.conf; do
+		[[ -f $f ]] || printf '# written by %s (throwaway test host)\n' "$SELF" >"$f"
+	done
+	local changes=""
+	changes+=$(set_conf /etc/libvirt/qemu.conf user='"root"' group='"root"' \
+		dynamic_ownership=0 remember_owner=0 stdio_handler='"file"')
+	changes+=$(set_conf /etc/libvirt/libvirtd.conf listen_tls=0 listen_tcp=1 \
+		listen_addr='"127.0.0.1"' tcp_port='"16509"' auth_tcp='"none"' \
+		log_outputs="\"3:file:$LIBVIRTD_LOG\"")
+	mkdir -p /var/log/libvirt/qemu /run/libvirt "$STATE_DIR" "$LOG_DIR"
+	if [[ -n $changes ]]; then
+		CONFIG_CHANGED=1
+		out+="wrote qemu.conf/libvirtd.conf settings"
+	else
+		out+="qemu.conf/libvirtd.conf already set"
+	fi
+	phase_done "$out"
+}
+
+# ---------------------------------------------------------------- libvirtd
+virsh_ok() { timeout 10 virsh -c "$1" version >/dev/null 2>&1; }
+
+our_libvirtd_pid() { # prints the pid when our pid file names a live libvirtd
+	local pid
+	[[ -f $PID_FILE ]] || return 1
+	pid=$(tr -dc 0-9 <"$PID_FILE")
+	[[ -n $pid && -d /proc/$pid && $(cat "/proc/$pid/comm" 2>/dev/null) == libvirtd ]] || return 1
+	printf '%s\n' "$pid"
+}
+
+stop_our_libvirtd() {
+	local pid i
+	pid=$(our_libvirtd_pid) || { rm -f "$PID_FILE"; return 1; }
+	log "stopping libvirtd pid $pid"
+	kill -TERM "$pid"
+	for ((i = 0; i < 150; i++)); do
+		[[ -d /proc/$pid ]] || break
+		sleep 0.1
+	done
+	if [[ -d /proc/$pid ]]; then
+		log "libvirtd pid $pid ignored SIGTERM for 15 s: SIGKILL"
+		kill -KILL "$pid" 2>/dev/null || true
+		sleep 0.5
+	fi
+	rm -f "$PID_FILE"
+}
+
+libvirtd_fail() {
+	log "$1"
+	for f in "$LIBVIRTD_LOG" "$LIBVIRTD_STDERR"; do
+		[[ -s $f ]] || continue
+		log "--- tail of $f"
+		tail -n 25 "$f" >&2
+	done
+	die "libvirtd is not usable"
+}
+
+wait_uris() { # $1 = seconds
+	local deadline=$((SECONDS + $1))
+	while ((SECONDS < deadline)); do
+		virsh_ok "$URI_UNIX" && virsh_ok "$URI_TCP" && return 0
+		sleep 0.2
+	done
+	return 1
+}
+
+ensure_libvirtd() {
+	local pid
+	if virsh_ok "$URI_UNIX"; then
+		if pid=$(our_libvirtd_pid); then
+			if ((CONFIG_CHANGED)); then
+				log "config changed: restarting our libvirtd (pid $pid)"
+				stop_our_libvirtd || true
+			else
+				virsh_ok "$URI_TCP" || libvirtd_fail "our libvirtd (pid $pid) answers on the unix socket but not on $URI_TCP"
+				phase_done "libvirtd already running (ours, pid $pid), answers on $URI_UNIX and $URI_TCP"
+				return 0
+			fi
+		else
+			log "a libvirtd not started by this script already answers on $URI_UNIX: not starting another"
+			((CONFIG_CHANGED)) && log "WARNING: config was changed; restart that libvirtd yourself for it to apply"
+			virsh_ok "$URI_TCP" || libvirtd_fail "that libvirtd does not answer on $URI_TCP (start it with --listen and the libvirtd.conf above)"
+			phase_done "existing libvirtd answers on $URI_UNIX and $URI_TCP"
+			return 0
+		fi
+	fi
+	if pid=$(our_libvirtd_pid); then
+		# ours but not answering: a hung or half-started daemon
+		log "our libvirtd (pid $pid) does not answer; restarting it"
+		stop_our_libvirtd || true
+	elif pid=$(pgrep -x libvirtd | head -n1); [[ -n $pid ]]; then
+		libvirtd_fail "a libvirtd (pid $pid) not started by this script runs but does not answer on $URI_UNIX; not touching it"
+	fi
+	rm -f "$PID_FILE"
+	: >"$LIBVIRTD_STDERR"
+	log "starting: libvirtd -d --listen --pid-file $PID_FILE"
+	# 8/9 are our flock fds: the daemon must not inherit (and so hold) them
+	libvirtd -d --listen --pid-file "$PID_FILE" 2>>"$LIBVIRTD_STDERR" 8>&- 9>&- ||
+		libvirtd_fail "libvirtd -d --listen exited with status $?"
+	wait_uris 30 || libvirtd_fail "libvirtd did not answer on both $URI_UNIX and $URI_TCP within 30 s"
+	pid=$(our_libvirtd_pid) || libvirtd_fail "libvirtd answers but $PID_FILE does not name it"
+	phase_done "started libvirtd pid $pid; answers on $URI_UNIX and $URI_TCP"
+}
+
+# ---------------------------------------------------------------- pools
+vsh() { virsh -q -c "$URI_UNIX" "$@"; }
+pool_path() { vsh pool-dumpxml "$1" 2>/dev/null | sed -n 's:.*<path>\(.*\)</path>.*:\1:p' | head -n1; }
+pool_field() { vsh pool-info "$1" 2>/dev/null | awk -F: -v k="$2" '$1 == k { gsub(/^[ \t]+/, "", $2); print $2 }'; }
+
+# ensure_pool NAME PATH [replace]: prints one status word list to stdout
+ensure_pool() {
+	local name=$1 path=$2 replace=${3:-} did=() cur
+	if vsh pool-info "$name" >/dev/null 2>&1; then
+		cur=$(pool_path "$name")
+		if [[ $cur != "$path" ]]; then
+			if [[ $replace == replace ]]; then
+				[[ $(pool_field "$name" State) == running ]] && vsh pool-destroy "$name" >/dev/null
+				vsh pool-undefine "$name" >/dev/null
+				did+=("replaced (was $cur)")
+			else
+				log "WARNING: pool $name exists with path $cur, not $path; leaving it as it is"
+			fi
+		fi
+	fi
+	if ! vsh pool-info "$name" >/dev/null 2>&1; then
+		vsh pool-define-as "$name" dir --target "$path" >/dev/null
+		did+=(defined)
+	fi
+	if [[ $(pool_field "$name" State) != running ]]; then
+		vsh pool-build "$name" >/dev/null 2>&1 || mkdir -p "$path"
+		vsh pool-start "$name" >/dev/null
+		did+=(started)
+	fi
+	if [[ $(pool_field "$name" Autostart) != yes ]]; then
+		vsh pool-autostart "$name" >/dev/null
+		did+=(autostart)
+	fi
+	if ((${#did[@]})); then
+		printf '%s: %s' "$name" "${did[*]}"
+	else
+		printf '%s: found' "$name"
+	fi
+}
+
+ensure_pools() {
+	local a b
+	a=$(ensure_pool default "$DEFAULT_POOL_PATH")
+	b=$(ensure_pool "$TEST_POOL" "$TEST_POOL_PATH")
+	phase_done "$a; $b"
+}
+
+ensure_image_pool() {
+	local dir r
+	dir=$(image_dir)
+	r=$(ensure_pool "$IMAGE_POOL" "$dir" replace)
+	[[ $r == *": found" ]] || vsh pool-refresh "$IMAGE_POOL" >/dev/null
+	vsh vol-info --pool "$IMAGE_POOL" rootfs.qcow2 >/dev/null ||
+		die "pool $IMAGE_POOL has no volume rootfs.qcow2"
+	phase_done "$r (path $dir)"
+}
+
+# ---------------------------------------------------------------- image
+ensure_image() {
+	local key dir tmp
+	key=$(image_key)
+	dir=$CACHE_ROOT/$key
+	if image_complete "$dir"; then
+		phase_done "cached image $key found ($dir)"
+		return 0
+	fi
+	mkdir -p "$CACHE_ROOT"
+	exec 8>"$CACHE_ROOT/.lock"
+	flock 8
+	if image_complete "$dir"; then # built by a concurrent run while we waited
+		exec 8>&-
+		phase_done "cached image $key found ($dir)"
+		return 0
+	fi
+	[[ -e $dir ]] && { log "removing incomplete $dir"; rm -rf --one-file-system "$dir"; }
+	# stale temp dirs of interrupted builds
+	find "$CACHE_ROOT" -maxdepth 1 -name '.build-*' -exec rm -rf --one-file-system {} + 2>/dev/null || true
+	tmp=$(mktemp -d "$CACHE_ROOT/.build-$key-XXXXXX")
+	# shellcheck disable=SC2064
+	trap "rm -rf --one-file-system '$tmp'" EXIT
+	trap 'exit 130' INT TERM
+	log "building image $key with mmdebstrap ($IMAGE_SUITE, $MIRROR); log: $LOG_DIR/image-build.log"
+	# a separate bash so that set -e holds inside the build (it is off inside `if !`)
+	if ! bash "$SELF" _image-build "$tmp" >"$LOG_DIR/image-build.log" 2>&1; then
+		tail -n 30 "$LOG_DIR/image-build.log" >&2
+		die "image build failed (full log: $LOG_DIR/image-build.log)"
+	fi
+	sed -n 's/^testhost-step: /  /p' "$LOG_DIR/image-build.log" | sed 's/^/testhost: /' >&2
+	{
+		echo "# kohaku test guest image $key, built $(date -u +%FT%TZ) on $(hostname)"
+		echo "# mirror: $MIRROR; mmdebstrap $(dpkg-query -W -f='${Version}' mmdebstrap)"
+		echo "# kernel: $(cat "$tmp/kernel-version")"
+		recipe_text
+	} >"$tmp/recipe.txt"
+	chmod 755 "$tmp"
+	mv -T "$tmp" "$dir" # atomic: the directory appears complete or not at all
+	trap - EXIT INT TERM
+	exec 8>&-
+	phase_done "built image $key: $(du -h --apparent-size "$dir/rootfs.qcow2" | cut -f1) qcow2 (virtual $IMAGE_SIZE), kernel $(cat "$dir/kernel-version")"
+}
+
+# ---------------------------------------------------------------- commands
+cmd_up() {
+	need_root
+	mkdir -p "$STATE_DIR" "$LOG_DIR"
+	exec 9>"$LOCK_FILE"
+	flock -n 9 || { log "another testhost.sh holds $LOCK_FILE; waiting"; flock 9; }
+	phase packages; ensure_packages
+	phase config; ensure_config
+	phase libvirtd; ensure_libvirtd
+	phase pools; ensure_pools
+	phase image; ensure_image
+	phase image-pool; ensure_image_pool
+	log "up: done in $(elapsed "$T_START")s; next: eval \"\$(bash $SELF env)\""
+}
+
+cmd_image() {
+	need_root
+	mkdir -p "$STATE_DIR" "$LOG_DIR"
+	phase packages; ensure_packages mmdebstrap e2fsprogs qemu-utils
+	phase image; ensure_image
+	if virsh_ok "$URI_UNIX"; then
+		phase image-pool; ensure_image_pool
+	else
+		log "libvirtd not answering: pool $IMAGE_POOL not refreshed (run up)"
+	fi
+	log "image: done in $(elapsed "$T_START")s"
+}
+
+cmd_status() {
+	local ok=0 pid dir p
+	if p=$(missing_packages | tr '\n' ' '); [[ -z $p ]]; then
+		log "packages: all ${#HOST_PACKAGES[@]} installed"
+	else
+		log "packages: missing $p"; ok=1
+	fi
+	if pid=$(our_libvirtd_pid); then log "libvirtd: pid $pid (started by testhost.sh)"
+	elif pgrep -x libvirtd >/dev/null; then log "libvirtd: running, not started by testhost.sh (pid $(pgrep -x libvirtd | head -n1))"
+	else log "libvirtd: not running"; ok=1
+	fi
+	if virsh_ok "$URI_UNIX"; then log "$URI_UNIX: answers"; else log "$URI_UNIX: no answer"; ok=1; fi
+	if virsh_ok "$URI_TCP"; then log "$URI_TCP: answers"; else log "$URI_TCP: no answer"; ok=1; fi
+	dir=$(image_dir)
+	if image_complete "$dir"; then log "image: $dir"; else log "image: missing ($dir)"; ok=1; fi
+	if virsh_ok "$URI_UNIX"; then
+		for p in "default:$DEFAULT_POOL_PATH" "$TEST_POOL:$TEST_POOL_PATH" "$IMAGE_POOL:$dir"; do
+			local n=${p%%:*} wantp=${p#*:} st path
+			st=$(pool_field "$n" State); path=$(pool_path "$n")
+			if [[ $st == running && $path == "$wantp" ]]; then
+				log "pool $n: running at $path"
+			else
+				log "pool $n: ${st:-undefined} ${path:+at $path}${path:+ }(want running at $wantp)"; ok=1
+			fi
+		done
+		if vsh vol-info --pool "$IMAGE_POOL" rootfs.qcow2 >/dev/null 2>&1; then
+			log "volume $IMAGE_POOL/rootfs.qcow2: present"
+		else
+			log "volume $IMAGE_POOL/rootfs.qcow2: missing"; ok=1
+		fi
+	fi
+	if ((ok == 0)); then log "status: up"; else log "status: NOT up (run: bash $SELF up)"; fi
+	return "$ok"
+}
+
+cmd_env() {
+	local dir
+	dir=$(image_dir)
+	image_complete "$dir" || die "image $dir not built: run 'bash $SELF up' first"
+	cat <<EOF
+export KOHAKU_URI=$URI_UNIX
+export KOHAKU_TEST_TCP_URI=$URI_TCP
+export KOHAKU_TEST_POOL=$TEST_POOL
+export KOHAKU_TEST_IMAGE_POOL=$IMAGE_POOL
+export KOHAKU_TEST_BASE_VOLUME=rootfs.qcow2
+export KOHAKU_TEST_KERNEL=$dir/vmlinuz
+export KOHAKU_TEST_INITRD=$dir/initrd.img
+EOF
+}
+
+cmd_down() {
+	need_root
+	local pid running
+	if pid=$(our_libvirtd_pid); then
+		running=$(virsh -q -c "$URI_UNIX" list --name 2>/dev/null | sed '/^$/d' | tr '\n' ' ' || true)
+		[[ -n $running ]] && log "WARNING: domains still running (their QEMU processes outlive libvirtd): $running"
+		stop_our_libvirtd
+		log "down: stopped libvirtd pid $pid; caches in $CACHE_ROOT kept"
+	else
+		rm -f "$PID_FILE"
+		if pgrep -x libvirtd >/dev/null; then
+			log "down: the running libvirtd was not started by testhost.sh; leaving it alone"
+		else
+			log "down: no libvirtd of ours is running"
+		fi
+	fi
+}
+
+# ---------------------------------------------------------------- smoke
+SMOKE_DOM=""
+SMOKE_DIR=""
+SMOKE_LISTENER=""
+smoke_cleanup() {
+	set +e
+	if [[ -n $SMOKE_DOM ]] && virsh -q -c "$URI_UNIX" domstate "$SMOKE_DOM" >/dev/null 2>&1; then
+		virsh -q -c "$URI_UNIX" destroy "$SMOKE_DOM" >/dev/null 2>&1
+	fi
+	if [[ -n $SMOKE_LISTENER ]] && kill -0 "$SMOKE_LISTENER" 2>/dev/null; then
+		kill "$SMOKE_LISTENER" 2>/dev/null
+		wait "$SMOKE_LISTENER" 2>/dev/null
+	fi
+	if [[ -n $SMOKE_DIR && -d $SMOKE_DIR ]]; then
+		[[ -f $SMOKE_DIR/console.log ]] && cp -f "$SMOKE_DIR/console.log" "$LOG_DIR/smoke-console.log"
+		if [[ ${KOHAKU_SMOKE_KEEP:-0} == 1 ]]; then
+			log "smoke: kept $SMOKE_DIR"
+		else
+			rm -rf --one-file-system "$SMOKE_DIR"
+		fi
+	fi
+}
+
+cmd_smoke() {
+	need_root
+	local dir py timeout=${KOHAKU_SMOKE_TIMEOUT:-600}
+	dir=$(image_dir)
+	image_complete "$dir" || die "image not built: run 'bash $SELF up' first"
+	virsh_ok "$URI_UNIX" || die "libvirtd does not answer on $URI_UNIX: run 'bash $SELF up' first"
+	command -v xorriso >/dev/null || die "xorriso missing: run 'bash $SELF up' first"
+	py=$(command -v python3 || true)
+	[[ -x /usr/bin/python3 ]] && py=/usr/bin/python3
+	[[ -n $py ]] || die "python3 is needed for the phone-home listener"
+	mkdir -p "$LOG_DIR"
+
+	SMOKE_DIR=$(mktemp -d /var/tmp/kohaku-smoke.XXXXXX)
+	trap smoke_cleanup EXIT
+	trap 'exit 130' INT TERM
+	local id mac token d=$SMOKE_DIR
+	id=smoke-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
+	SMOKE_DOM=kohaku-$id
+	mac=52:54:00:$(od -An -N3 -tx1 /dev/urandom | sed 's/^ //; s/ /:/g')
+	token=$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+	mkdir -p "$d/seed" "$d/share"
+	printf '%s\n' "$token" >"$d/share/token"
+
+	phase smoke-listener
+	cat >"$d/listener.py" <<'PY'
+import http.server, os, sys, time
+out, portfile, lifetime = sys.argv[1], sys.argv[2], float(sys.argv[3])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with open(out, "ab") as f:
+            f.write(self.path.encode() + b" " + body + b"\n")
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok\n")
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+srv.timeout = 1
+with open(portfile + ".tmp", "w") as f:
+    f.write(str(srv.server_address[1]))
+os.rename(portfile + ".tmp", portfile)
+end = time.time() + lifetime   # stops by itself
+while time.time() < end:
+    srv.handle_request()
+PY
+	"$py" "$d/listener.py" "$d/phonehome.log" "$d/port" "$((timeout + 30))" &
+	SMOKE_LISTENER=$!
+	local i port
+	for ((i = 0; i < 50; i++)); do [[ -s $d/port ]] && break; sleep 0.1; done
+	port=$(cat "$d/port" 2>/dev/null) || die "phone-home listener did not start"
+	phase_done "listener pid $SMOKE_LISTENER on 127.0.0.1:$port (guest sees 10.0.2.2:$port)"
+
+	phase smoke-seed
+	cat >"$d/seed/meta-data" <<EOF
+instance-id: $id
+local-hostname: kohaku-smoke
+EOF
+	# MAC-matched static netplan v2 config (what kohaku_seed generates); slirp's
+	# DHCP would hand out 10.0.2.15, so 10.0.2.50 proves the static config applied.
+	cat >"$d/seed/network-config" <<EOF
+version: 2
+ethernets:
+  nic0:
+    match:
+      macaddress: "$mac"
+$([[ ${KOHAKU_SMOKE_SET_NAME:-1} == 1 ]] && echo "    set-name: eth0" || true)
+    addresses: [10.0.2.50/24]
+    gateway4: 10.0.2.2
+    nameservers:
+      addresses: [10.0.2.3]
+EOF
+	cat >"$d/seed/user-data" <<EOF
+#cloud-config
+runcmd:
+  - [sh, -c, 'echo "KOHAKU-SMOKE marker-\$((6*7)) \$(hostname)" > /dev/ttyS0']
+  - [sh, -c, 'echo "KOHAKU-SMOKE addr \$(ip -4 -br addr | grep -v ^lo | tr -s " " | tr "\\n" ";")" > /dev/ttyS0']
+  - [sh, -c, 'echo "KOHAKU-SMOKE dns \$(grep -h ^nameserver /etc/resolv.conf | tr "\\n" ";")" > /dev/ttyS0']
+  - [sh, -c, 'echo "KOHAKU-SMOKE eni \$(grep -hv "^#" /etc/network/interfaces.d/* /etc/netplan/* 2>/dev/null | tr -s " " | tr "\\n" "|")" > /dev/ttyS0']
+  - [sh, -c, 'mkdir -p /mnt/k9p && mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 kohaku9p /mnt/k9p && echo "KOHAKU-SMOKE 9p \$(cat /mnt/k9p/token)" > /dev/ttyS0 || echo "KOHAKU-SMOKE 9p FAILED" > /dev/ttyS0']
+phone_home:
+  url: http://10.0.2.2:$port/x/\$INSTANCE_ID
+  post: [instance_id, hostname, pub_key_ed25519]
+  tries: 10
+EOF
+	xorriso -as mkisofs -quiet -o "$d/seed.iso" -V cidata -J -r "$d/seed" 2>"$d/xorriso.log" ||
+		{ cat "$d/xorriso.log" >&2; die "xorriso failed"; }
+	qemu-img create -q -f qcow2 -F qcow2 -b "$dir/rootfs.qcow2" "$d/overlay.qcow2"
+	phase_done "seed.iso (cidata) and qcow2 overlay on $dir/rootfs.qcow2"
+
+	phase smoke-boot
+	cat >"$d/domain.xml" <<EOF
+<domain type='qemu'>
+  <name>$SMOKE_DOM</name>
+  <memory unit='MiB'>1024</memory>
+  <vcpu>2</vcpu>
+  <os>
+    <type arch='x86_64' machine='pc'>hvm</type>
+    <kernel>$dir/vmlinuz</kernel>
+    <initrd>$dir/initrd.img</initrd>
+    <cmdline>root=/dev/vda rw console=ttyS0</cmdline>
+  </os>
+  <features><acpi/></features>
+  <on_poweroff>destroy</on_poweroff>
+  <on_reboot>destroy</on_reboot>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2'/>
+      <source file='$d/overlay.qcow2'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <disk type='file' device='cdrom'>
+      <driver name='qemu' type='raw'/>
+      <source file='$d/seed.iso'/>
+      <target dev='hdc' bus='ide'/>
+      <readonly/>
+    </disk>
+    <filesystem type='mount' accessmode='passthrough'>
+      <source dir='$d/share'/>
+      <target dir='kohaku9p'/>
+      <readonly/>
+    </filesystem>
+    <interface type='user'>
+      <mac address='$mac'/>
+      <model type='virtio'/>
+    </interface>
+    <serial type='file'>
+      <source path='$d/console.log'/>
+      <target port='0'/>
+    </serial>
+    <memballoon model='none'/>
+  </devices>
+</domain>
+EOF
+	local t0=$EPOCHREALTIME
+	virsh -q -c "$URI_UNIX" create "$d/domain.xml" >/dev/null
+	log "domain $SMOKE_DOM started (TCG, 2 vCPU, 1 GiB, mac $mac); waiting up to ${timeout}s"
+	local c=$d/console.log got_marker="" got_home="" got_final="" deadline=$((SECONDS + timeout))
+	while ((SECONDS < deadline)); do
+		[[ -z $got_marker ]] && grep -q 'KOHAKU-SMOKE marker-42' "$c" 2>/dev/null && got_marker=$(elapsed "$t0") && log "runcmd marker on ttyS0 after ${got_marker}s"
+		[[ -z $got_home ]] && grep -q "instance_id=$id" "$d/phonehome.log" 2>/dev/null && got_home=$(elapsed "$t0") && log "phone_home POST received after ${got_home}s"
+		[[ -z $got_final ]] && grep -q 'Cloud-init v\. .* finished at' "$c" 2>/dev/null && got_final=$(elapsed "$t0") && log "cloud-init final message after ${got_final}s"
+		[[ -n $got_marker && -n $got_home && -n $got_final ]] && break
+		virsh -q -c "$URI_UNIX" domstate "$SMOKE_DOM" >/dev/null 2>&1 || { log "domain went away"; break; }
+		sleep 1
+	done
+	local fail=() addr ninep
+	addr=$(grep -a 'KOHAKU-SMOKE addr' "$c" 2>/dev/null | tail -n1 | sed 's/.*KOHAKU-SMOKE addr //' | tr -d '\r' || true)
+	ninep=$(grep -a 'KOHAKU-SMOKE 9p' "$c" 2>/dev/null | tail -n1 | sed 's/.*KOHAKU-SMOKE 9p //' | tr -d '\r' || true)
+	[[ -n $got_marker ]] || fail+=("no runcmd marker on the console")
+	[[ -n $got_home ]] || fail+=("no phone_home POST")
+	[[ -n $got_final ]] || fail+=("no cloud-init final message")
+	if [[ ${KOHAKU_SMOKE_SET_NAME:-1} == 1 ]]; then
+		[[ $addr == *eth0\ *10.0.2.50/24* ]] || fail+=("eth0 does not have the static 10.0.2.50/24 (got: ${addr:-nothing})")
+	else
+		[[ $addr == *10.0.2.50/24* ]] || fail+=("no interface has the static 10.0.2.50/24 (got: ${addr:-nothing})")
+	fi
+	[[ $ninep == "$token" ]] || fail+=("9p share not read back (got: ${ninep:-nothing})")
+	log "guest addresses: ${addr:-?}; 9p token: $([[ $ninep == "$token" ]] && echo match || echo "${ninep:-?}")"
+	log "guest resolv.conf: $(grep -a 'KOHAKU-SMOKE dns' "$c" 2>/dev/null | tail -n1 | sed 's/.*KOHAKU-SMOKE dns //' | tr -d '\r' || true)"
+	log "guest network config: $(grep -a 'KOHAKU-SMOKE eni' "$c" 2>/dev/null | tail -n1 | sed 's/.*KOHAKU-SMOKE eni //' | tr -d '\r' || true)"
+	[[ -s $d/phonehome.log ]] && log "phone_home: $(head -c 300 "$d/phonehome.log" | tr '\n' ' ')"
+	grep -a 'Cloud-init v\. .* finished at' "$c" 2>/dev/null | tail -n1 | tr -d '\r' | sed 's/^/testhost: guest: /' >&2 || true
+	if grep -aqE 'Failed to run module|Traceback' "$c" 2>/dev/null; then
+		log "WARNING: cloud-init reported module failures:"
+		grep -aE 'Failed to run module|Traceback' "$c" | head -n 5 | sed 's/^/testhost:   /' >&2
+	fi
+	if ((${#fail[@]})); then
+		log "--- tail of guest console"
+		tail -n 40 "$c" >&2 2>/dev/null || true
+		phase_done "FAILED: ${fail[*]}"
+		log "console log kept at $LOG_DIR/smoke-console.log"
+		exit 1
+	fi
+	phase_done "cloud-init ran and phoned home; static address, 9p and runcmd OK"
+	phase smoke-cleanup
+	virsh -q -c "$URI_UNIX" destroy "$SMOKE_DOM" >/dev/null
+	SMOKE_DOM=""
+	smoke_cleanup
+	SMOKE_DIR="" SMOKE_LISTENER=""
+	trap - EXIT INT TERM
+	phase_done "domain destroyed, overlay/seed removed, listener stopped (console log: $LOG_DIR/smoke-console.log)"
+	log "smoke: PASS in $(elapsed "$T_START")s"
+}
+
+main() {
+	local cmd=${1:-}
+	shift || true
+	case $cmd in
+	up) cmd_up ;;
+	status) cmd_status ;;
+	env) cmd_env ;;
+	image) cmd_image ;;
+	smoke) cmd_smoke ;;
+	down) cmd_down ;;
+	_image-build) image_build_into "$1" ;; # internal: used by ensure_image
+	-h | --help | help) usage ;;
+	*) usage >&2; exit 2 ;;
+	esac
+}
+
+main "$@"
