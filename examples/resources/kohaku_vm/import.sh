@@ -1,0 +1,8 @@
+# A VM is imported by domain name or UUID, after the key of the provider's
+# hosts map for another host. Every attribute is read back from the domain
+# (an overlay's base image from the overlay's backing file), except
+# shutdown_timeout, which starts at its default, and gpus: every passed-through
+# device shows in hostdevs until the configuration moves it to gpus.
+terraform import kohaku_vm.gpu gpu-worker-1
+terraform import kohaku_vm.gpu 6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b
+terraform import kohaku_vm.gpu gpu2/gpu-worker-1

@@ -1,0 +1,63 @@
+# A VM booting a cloud image: its own 40 GiB qcow2 overlay on the shared base
+# image, a cloud-init seed on a CD-ROM (the NIC takes the MAC the seed's
+# network configuration matches), a NIC on a host bridge, a 9p shared folder
+# and a GPU passed through with VFIO.
+resource "kohaku_seed" "gpu" {
+  name    = "gpu-worker-1-seed.iso"
+  network = [{ dhcp4 = true }]
+}
+
+resource "kohaku_vm" "gpu" {
+  name       = "gpu-worker-1"
+  vcpu       = 8
+  memory_mib = 32768
+
+  disk = {
+    base_pool   = "images"
+    base_volume = "debian-12-genericcloud-amd64.qcow2"
+    pool        = "default"
+    size_gib    = 40
+  }
+
+  seed_id = kohaku_seed.gpu.id
+
+  network_interface = [{ type = "bridge", source = "br0" }]
+
+  shared_folder = [{
+    source = "/srv/kohaku/shared"
+    tag    = "kohaku_shared"
+  }]
+
+  # Ids of kohaku_gpu_binding resources, or the PCI addresses of functions
+  # already bound to vfio-pci.
+  hostdevs = ["0000:01:00.0", "0000:01:00.1"]
+
+  autostart = true
+
+  timeouts {
+    create = "15m"
+  }
+}
+
+# Direct kernel boot under software emulation (type "qemu") for a host
+# without usable KVM, with user-mode networking and no disk of its own to
+# keep: an existing volume is used as it is and left in place on destroy.
+resource "kohaku_vm" "tiny" {
+  name       = "tiny-1"
+  type       = "qemu"
+  memory_mib = 512
+
+  kernel  = "/var/lib/kohaku/boot/vmlinuz"
+  initrd  = "/var/lib/kohaku/boot/initrd.img"
+  cmdline = "root=/dev/vda rw console=ttyS0"
+
+  disk = {
+    pool   = "default"
+    volume = "tiny-1.qcow2"
+  }
+
+  network_interface = [{ type = "user" }]
+
+  # Stop without waiting for the guest to power off.
+  shutdown_timeout = "0s"
+}

@@ -1,0 +1,511 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+)
+
+// vmModel is kohaku_vm's state and plan. Nested values are kept as framework
+// values because configurations may leave them unknown until apply.
+type vmModel struct {
+	ID                types.String   `tfsdk:"id"`
+	UUID              types.String   `tfsdk:"uuid"`
+	Host              types.String   `tfsdk:"host"`
+	Name              types.String   `tfsdk:"name"`
+	Type              types.String   `tfsdk:"type"`
+	VCPU              types.Int64    `tfsdk:"vcpu"`
+	MemoryMiB         types.Int64    `tfsdk:"memory_mib"`
+	Machine           types.String   `tfsdk:"machine"`
+	Firmware          types.String   `tfsdk:"firmware"`
+	CPUMode           types.String   `tfsdk:"cpu_mode"`
+	Disk              types.Object   `tfsdk:"disk"`
+	Kernel            types.String   `tfsdk:"kernel"`
+	Initrd            types.String   `tfsdk:"initrd"`
+	Cmdline           types.String   `tfsdk:"cmdline"`
+	SeedID            types.String   `tfsdk:"seed_id"`
+	NetworkInterfaces types.List     `tfsdk:"network_interface"`
+	SharedFolders     types.List     `tfsdk:"shared_folder"`
+	GPUs              types.Set      `tfsdk:"gpus"`
+	Hostdevs          types.Set      `tfsdk:"hostdevs"`
+	GuestAgent        types.Bool     `tfsdk:"guest_agent"`
+	SerialLogPath     types.String   `tfsdk:"serial_log_path"`
+	Autostart         types.Bool     `tfsdk:"autostart"`
+	Running           types.Bool     `tfsdk:"running"`
+	ShutdownTimeout   types.String   `tfsdk:"shutdown_timeout"`
+	OverlayVolume     types.String   `tfsdk:"overlay_volume"`
+	Timeouts          timeouts.Value `tfsdk:"timeouts"`
+}
+
+type vmDiskModel struct {
+	BaseVolume types.String `tfsdk:"base_volume"`
+	BasePool   types.String `tfsdk:"base_pool"`
+	Volume     types.String `tfsdk:"volume"`
+	Pool       types.String `tfsdk:"pool"`
+	SizeGiB    types.Int64  `tfsdk:"size_gib"`
+}
+
+type vmNICModel struct {
+	Type   types.String `tfsdk:"type"`
+	Source types.String `tfsdk:"source"`
+	Model  types.String `tfsdk:"model"`
+	MAC    types.String `tfsdk:"mac"`
+}
+
+type vmShareModel struct {
+	Source     types.String `tfsdk:"source"`
+	Tag        types.String `tfsdk:"tag"`
+	Driver     types.String `tfsdk:"driver"`
+	AccessMode types.String `tfsdk:"access_mode"`
+	ReadOnly   types.Bool   `tfsdk:"read_only"`
+}
+
+var (
+	vmDiskAttrTypes = map[string]attr.Type{
+		"base_volume": types.StringType, "base_pool": types.StringType,
+		"volume": types.StringType, "pool": types.StringType, "size_gib": types.Int64Type,
+	}
+	vmNICAttrTypes = map[string]attr.Type{
+		"type": types.StringType, "source": types.StringType, "model": types.StringType, "mac": types.StringType,
+	}
+	vmShareAttrTypes = map[string]attr.Type{
+		"source": types.StringType, "tag": types.StringType, "driver": types.StringType,
+		"access_mode": types.StringType, "read_only": types.BoolType,
+	}
+)
+
+// Defaults the schema declares, also used when import fills attributes the
+// domain cannot tell.
+const (
+	vmDefaultPool            = "default"
+	vmDefaultShutdownTimeout = "30s"
+	vmDefaultVCPU            = 1
+	vmDefaultMemoryMiB       = 1024
+)
+
+// overlayName is the name of the overlay volume a VM's disk gets.
+func overlayName(vm string) string { return vm + "-root.qcow2" }
+
+// parseVolumeID splits "<pool>/<volume>", the form of seed ids and of
+// overlay_volume.
+func parseVolumeID(id string) (pool, volume string, ok bool) {
+	pool, volume, ok = strings.Cut(id, "/")
+	if !ok || pool == "" || volume == "" || strings.Contains(volume, "/") {
+		return "", "", false
+	}
+	return pool, volume, true
+}
+
+// parseGPUID splits a kohaku_gpu_binding id, "<pci address>" or
+// "<host>/<pci address>".
+func parseGPUID(id string) (host, address string) {
+	if i := strings.LastIndex(id, "/"); i >= 0 {
+		return id[:i], id[i+1:]
+	}
+	return "", id
+}
+
+// canonicalPCI returns the canonical form of an address, or s when it does
+// not parse (validation reports it).
+func canonicalPCI(s string) string {
+	if a, err := domain.ParsePCIAddress(s); err == nil {
+		return a.String()
+	}
+	return s
+}
+
+func (m *vmModel) disk(ctx context.Context, diags *diag.Diagnostics) *vmDiskModel {
+	if m.Disk.IsNull() || m.Disk.IsUnknown() {
+		return nil
+	}
+	var d vmDiskModel
+	diags.Append(m.Disk.As(ctx, &d, objectAsOptions)...)
+	return &d
+}
+
+func (m *vmModel) nics(ctx context.Context, diags *diag.Diagnostics) []vmNICModel {
+	if m.NetworkInterfaces.IsNull() || m.NetworkInterfaces.IsUnknown() {
+		return nil
+	}
+	var out []vmNICModel
+	diags.Append(m.NetworkInterfaces.ElementsAs(ctx, &out, false)...)
+	return out
+}
+
+func (m *vmModel) shares(ctx context.Context, diags *diag.Diagnostics) []vmShareModel {
+	if m.SharedFolders.IsNull() || m.SharedFolders.IsUnknown() {
+		return nil
+	}
+	var out []vmShareModel
+	diags.Append(m.SharedFolders.ElementsAs(ctx, &out, false)...)
+	return out
+}
+
+// stringSet returns a set's known elements and whether any was unknown.
+func stringSet(s types.Set) (vals []string, unknown bool) {
+	if s.IsUnknown() {
+		return nil, true
+	}
+	for _, e := range s.Elements() {
+		v, ok := e.(types.String)
+		if !ok || v.IsUnknown() {
+			unknown = true
+			continue
+		}
+		if !v.IsNull() {
+			vals = append(vals, v.ValueString())
+		}
+	}
+	return vals, unknown
+}
+
+// specInput is a Spec built from a plan or config, with the domain-package
+// attribute paths whose values were not known yet (their errors are skipped)
+// and, per domain hostdev index, the schema attribute it came from.
+type specInput struct {
+	Spec     domain.Spec
+	Unknown  []string
+	Hostdevs []hostdevOrigin
+	// DiskMode is "base_volume", "volume" or "" (no disk).
+	DiskMode string
+}
+
+type hostdevOrigin struct {
+	Attr  string // gpus or hostdevs
+	Value string // the element as written
+}
+
+// unknownAt records that a value at a domain path is not known yet.
+func (in *specInput) unknownAt(p string) { in.Unknown = append(in.Unknown, p) }
+
+// knownStr returns a string attribute's value; unknown values record p and
+// yield placeholder, which is valid wherever it is used.
+func (in *specInput) str(v types.String, p, placeholder string) string {
+	if v.IsUnknown() {
+		in.unknownAt(p)
+		return placeholder
+	}
+	return v.ValueString()
+}
+
+func (in *specInput) int(v types.Int64, p string, placeholder int) int {
+	if v.IsUnknown() {
+		in.unknownAt(p)
+		return placeholder
+	}
+	if v.IsNull() {
+		return placeholder
+	}
+	return int(v.ValueInt64())
+}
+
+// specFrom turns a plan or config into a domain.Spec. Null values mean the
+// schema's defaults (the plan has them filled in; config does not).
+func (m *vmModel) specFrom(ctx context.Context, diags *diag.Diagnostics) specInput {
+	in := specInput{}
+	s := &in.Spec
+	s.Name = in.str(m.Name, "name", "placeholder")
+	s.UUID = m.UUID.ValueString()
+	s.Type = domain.Type(in.str(m.Type, "type", ""))
+	s.VCPU = in.int(m.VCPU, "vcpu", vmDefaultVCPU)
+	s.MemoryMiB = in.int(m.MemoryMiB, "memory_mib", vmDefaultMemoryMiB)
+	s.Machine = domain.Machine(in.str(m.Machine, "machine", ""))
+	s.Firmware = domain.Firmware(in.str(m.Firmware, "firmware", ""))
+	s.CPUMode = domain.CPUMode(in.str(m.CPUMode, "cpu_mode", ""))
+	s.Kernel = in.str(m.Kernel, "kernel", "/unknown")
+	s.Initrd = in.str(m.Initrd, "initrd", "/unknown")
+	s.Cmdline = in.str(m.Cmdline, "cmdline", "")
+	s.SerialLogPath = in.str(m.SerialLogPath, "serial_log_path", "")
+	s.NoGuestAgent = !m.GuestAgent.IsNull() && !m.GuestAgent.IsUnknown() && !m.GuestAgent.ValueBool()
+
+	switch {
+	case m.Disk.IsUnknown():
+		in.unknownAt("disk")
+		s.Disk = &domain.Disk{Source: domain.Source{Pool: "unknown", Volume: "unknown"}}
+		in.DiskMode = "unknown"
+	case !m.Disk.IsNull():
+		d := m.disk(ctx, diags)
+		if d == nil {
+			break
+		}
+		pool := in.str(d.Pool, "disk.pool", vmDefaultPool)
+		if pool == "" && d.Pool.IsNull() {
+			pool = vmDefaultPool
+		}
+		disk := &domain.Disk{Source: domain.Source{Pool: pool}}
+		switch {
+		case !d.BaseVolume.IsNull():
+			in.DiskMode = "base_volume"
+			in.str(d.BaseVolume, "disk.volume", "")
+			disk.Volume = overlayName(s.Name)
+			disk.Format = domain.DiskQCOW2
+		default:
+			in.DiskMode = "volume"
+			disk.Volume = in.str(d.Volume, "disk.volume", "unknown")
+		}
+		s.Disk = disk
+	}
+
+	if m.SeedID.IsUnknown() {
+		in.unknownAt("seed")
+		s.Seed = &domain.Seed{Source: domain.Source{Pool: "unknown", Volume: "unknown"}}
+	} else if !m.SeedID.IsNull() {
+		pool, vol, ok := parseVolumeID(m.SeedID.ValueString())
+		if !ok {
+			in.unknownAt("seed") // the seed_id validator reports the form
+			pool, vol = "unknown", "unknown"
+		}
+		s.Seed = &domain.Seed{Source: domain.Source{Pool: pool, Volume: vol}}
+		s.Owner.SeedID = m.SeedID.ValueString()
+	}
+
+	if m.NetworkInterfaces.IsUnknown() {
+		in.unknownAt("network_interface")
+	}
+	for i, n := range m.nics(ctx, diags) {
+		p := fmt.Sprintf("network_interface[%d]", i)
+		if n.Type.IsUnknown() || n.Source.IsUnknown() || n.Model.IsUnknown() {
+			in.unknownAt(p)
+		}
+		nic := domain.NIC{
+			Type:   domain.NICType(n.Type.ValueString()),
+			Source: n.Source.ValueString(),
+			Model:  n.Model.ValueString(),
+		}
+		if !n.MAC.IsUnknown() {
+			nic.MAC = n.MAC.ValueString()
+		}
+		s.NICs = append(s.NICs, nic)
+	}
+
+	if m.SharedFolders.IsUnknown() {
+		in.unknownAt("shared_folder")
+	}
+	for i, sf := range m.shares(ctx, diags) {
+		p := fmt.Sprintf("shared_folder[%d]", i)
+		if sf.Source.IsUnknown() || sf.Tag.IsUnknown() || sf.Driver.IsUnknown() || sf.AccessMode.IsUnknown() || sf.ReadOnly.IsUnknown() {
+			in.unknownAt(p)
+		}
+		s.SharedFolders = append(s.SharedFolders, domain.SharedFolder{
+			Source:     sf.Source.ValueString(),
+			Tag:        sf.Tag.ValueString(),
+			Driver:     domain.ShareDriver(sf.Driver.ValueString()),
+			AccessMode: domain.AccessMode(sf.AccessMode.ValueString()),
+			ReadOnly:   sf.ReadOnly.ValueBool(),
+		})
+	}
+
+	gpus, gpuUnknown := stringSet(m.GPUs)
+	raw, rawUnknown := stringSet(m.Hostdevs)
+	if gpuUnknown || rawUnknown {
+		in.unknownAt("hostdev")
+	}
+	for _, g := range gpus {
+		_, addr := parseGPUID(g)
+		s.Hostdevs = append(s.Hostdevs, addr)
+		in.Hostdevs = append(in.Hostdevs, hostdevOrigin{Attr: "gpus", Value: g})
+	}
+	for _, h := range raw {
+		s.Hostdevs = append(s.Hostdevs, h)
+		in.Hostdevs = append(in.Hostdevs, hostdevOrigin{Attr: "hostdevs", Value: h})
+	}
+	return in
+}
+
+// nullIfEmpty keeps a null prior value null when libvirt reports nothing.
+func nullIfEmpty(observed string, prior types.String) types.String {
+	if observed == "" && (prior.IsNull() || prior.IsUnknown()) {
+		return types.StringNull()
+	}
+	return types.StringValue(observed)
+}
+
+// fromDomain fills m from what libvirt reports, keeping the prior values the
+// domain cannot tell (host, disk inputs, timeouts) and the prior spelling of
+// values that mean the same (null vs empty, PCI address case).
+func (m *vmModel) fromDomain(ctx context.Context, st *domainView, prior *vmModel, diags *diag.Diagnostics) {
+	o := st.Observed.Spec
+	m.ID = types.StringValue(st.Status.UUID)
+	m.UUID = types.StringValue(st.Status.UUID)
+	m.Host = prior.Host
+	m.Name = types.StringValue(o.Name)
+	m.Type = types.StringValue(string(o.Type))
+	m.VCPU = types.Int64Value(int64(o.VCPU))
+	m.MemoryMiB = types.Int64Value(int64(o.MemoryMiB))
+	m.Machine = types.StringValue(string(o.Machine))
+	m.Firmware = types.StringValue(string(o.Firmware))
+	m.CPUMode = types.StringValue(string(o.CPUMode))
+	m.Kernel = nullIfEmpty(o.Kernel, prior.Kernel)
+	m.Initrd = nullIfEmpty(o.Initrd, prior.Initrd)
+	m.Cmdline = nullIfEmpty(o.Cmdline, prior.Cmdline)
+	m.GuestAgent = types.BoolValue(!o.NoGuestAgent)
+	m.SerialLogPath = types.StringValue(o.SerialLogPath)
+	m.Autostart = types.BoolValue(st.Status.Autostart)
+	m.Running = types.BoolValue(st.Status.Active)
+	m.ShutdownTimeout = prior.ShutdownTimeout
+	if m.ShutdownTimeout.IsNull() || m.ShutdownTimeout.IsUnknown() {
+		m.ShutdownTimeout = types.StringValue(vmDefaultShutdownTimeout)
+	}
+	m.Timeouts = prior.Timeouts
+
+	// Seed: the CD-ROM's pool/volume is the kohaku_seed id.
+	m.SeedID = types.StringNull()
+	if o.Seed != nil {
+		switch {
+		case o.Seed.Pool != "" || o.Seed.Volume != "":
+			m.SeedID = types.StringValue(o.Seed.Pool + "/" + o.Seed.Volume)
+		case o.Seed.Path != "":
+			m.SeedID = types.StringValue(o.Seed.Path)
+		}
+	}
+
+	// Disk and overlay.
+	m.OverlayVolume = types.StringNull()
+	if st.Overlay != nil {
+		m.OverlayVolume = types.StringValue(st.Overlay.Pool + "/" + st.Overlay.Volume)
+	}
+	m.Disk = diskFromDomain(ctx, o.Disk, st, prior, diags)
+
+	// NICs.
+	var nics []attr.Value
+	for _, n := range o.NICs {
+		src := types.StringValue(n.Source)
+		if n.Type == domain.NICUser && n.Source == "" {
+			src = types.StringNull()
+		}
+		v, d := types.ObjectValueFrom(ctx, vmNICAttrTypes, vmNICModel{
+			Type: types.StringValue(string(n.Type)), Source: src,
+			Model: types.StringValue(n.Model), MAC: types.StringValue(n.MAC),
+		})
+		diags.Append(d...)
+		nics = append(nics, v)
+	}
+	m.NetworkInterfaces = listOrPrior(nics, vmNICAttrTypes, prior.NetworkInterfaces, diags)
+
+	var shares []attr.Value
+	for _, sf := range o.SharedFolders {
+		v, d := types.ObjectValueFrom(ctx, vmShareAttrTypes, vmShareModel{
+			Source: types.StringValue(sf.Source), Tag: types.StringValue(sf.Tag),
+			Driver: types.StringValue(string(sf.Driver)), AccessMode: types.StringValue(string(sf.AccessMode)),
+			ReadOnly: types.BoolValue(sf.ReadOnly),
+		})
+		diags.Append(d...)
+		shares = append(shares, v)
+	}
+	m.SharedFolders = listOrPrior(shares, vmShareAttrTypes, prior.SharedFolders, diags)
+
+	// PCI devices: those the prior gpus name stay there, the rest are hostdevs.
+	gpuByAddr := map[string]string{}
+	priorGPUs, _ := stringSet(prior.GPUs)
+	for _, g := range priorGPUs {
+		_, addr := parseGPUID(g)
+		gpuByAddr[canonicalPCI(addr)] = g
+	}
+	rawByAddr := map[string]string{}
+	priorRaw, _ := stringSet(prior.Hostdevs)
+	for _, h := range priorRaw {
+		rawByAddr[canonicalPCI(h)] = h
+	}
+	var gpus, raw []attr.Value
+	for _, h := range o.Hostdevs {
+		switch {
+		case gpuByAddr[h] != "":
+			gpus = append(gpus, types.StringValue(gpuByAddr[h]))
+		case rawByAddr[h] != "":
+			raw = append(raw, types.StringValue(rawByAddr[h]))
+		default:
+			raw = append(raw, types.StringValue(h))
+		}
+	}
+	m.GPUs = setOrPrior(gpus, prior.GPUs, diags)
+	m.Hostdevs = setOrPrior(raw, prior.Hostdevs, diags)
+}
+
+// listOrPrior builds a list, keeping a prior null (or empty) list when there
+// is nothing, so "not set" and "set to []" both round-trip.
+func listOrPrior(elems []attr.Value, attrTypes map[string]attr.Type, prior types.List, diags *diag.Diagnostics) types.List {
+	t := types.ObjectType{AttrTypes: attrTypes}
+	if len(elems) == 0 && !prior.IsUnknown() && (prior.IsNull() || len(prior.Elements()) == 0) {
+		if prior.IsNull() {
+			return types.ListNull(t)
+		}
+		return types.ListValueMust(t, []attr.Value{})
+	}
+	if len(elems) == 0 {
+		return types.ListValueMust(t, []attr.Value{})
+	}
+	v, d := types.ListValue(t, elems)
+	diags.Append(d...)
+	return v
+}
+
+func setOrPrior(elems []attr.Value, prior types.Set, diags *diag.Diagnostics) types.Set {
+	if len(elems) == 0 {
+		if prior.IsNull() || prior.IsUnknown() {
+			return types.SetNull(types.StringType)
+		}
+		return types.SetValueMust(types.StringType, []attr.Value{})
+	}
+	v, d := types.SetValue(types.StringType, elems)
+	diags.Append(d...)
+	return v
+}
+
+// diskFromDomain maps the domain's boot disk back onto the disk attribute.
+// When the disk is the one the prior state describes, the prior object is kept
+// as is; when it differs (changed behind Terraform's back) the result differs
+// from the configuration, so the plan replaces the VM.
+func diskFromDomain(ctx context.Context, d *domain.Disk, st *domainView, prior *vmModel, diags *diag.Diagnostics) types.Object {
+	null := types.ObjectNull(vmDiskAttrTypes)
+	if d == nil {
+		return null
+	}
+	var pd *vmDiskModel
+	if !prior.Disk.IsNull() && !prior.Disk.IsUnknown() {
+		pd = prior.disk(ctx, diags)
+	}
+	if pd != nil {
+		matches := false
+		switch {
+		case !pd.BaseVolume.IsNull():
+			matches = st.Overlay != nil && d.Pool == st.Overlay.Pool && d.Volume == st.Overlay.Volume
+		default:
+			matches = d.Pool == pd.Pool.ValueString() && d.Volume == pd.Volume.ValueString()
+		}
+		if matches {
+			return prior.Disk
+		}
+	}
+	out := vmDiskModel{
+		BasePool: types.StringValue(vmDefaultPool),
+		Pool:     types.StringValue(d.Pool),
+		Volume:   types.StringValue(d.Volume),
+		SizeGiB:  types.Int64Null(),
+	}
+	if d.Path != "" {
+		out.Volume, out.Pool = types.StringValue(d.Path), types.StringValue("")
+	}
+	out.BaseVolume = types.StringNull()
+	if st.Base != nil && st.Overlay != nil && d.Pool == st.Overlay.Pool && d.Volume == st.Overlay.Volume {
+		// An overlay this resource created (known on import from the metadata).
+		out.BaseVolume = types.StringValue(st.Base.Volume)
+		out.BasePool = types.StringValue(st.Base.Pool)
+		out.Volume = types.StringNull()
+		if st.SizeGiB > 0 {
+			out.SizeGiB = types.Int64Value(st.SizeGiB)
+		}
+	}
+	if pd != nil && out.Volume.IsNull() {
+		out.SizeGiB = pd.SizeGiB
+	}
+	v, dd := types.ObjectValueFrom(ctx, vmDiskAttrTypes, out)
+	diags.Append(dd...)
+	return v
+}

@@ -1,0 +1,91 @@
+package provider
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/compare"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+)
+
+func vmSeedConfig(env vmEnv, prefix string, withVM bool) string {
+	cfg := providerBlock(env.URI) + fmt.Sprintf(`
+resource "kohaku_seed" "test" {
+  name    = "%[1]sseed.iso"
+  pool    = %[2]q
+  network = [{ dhcp4 = true }, { dhcp4 = true }]
+}
+`, prefix, env.Pool)
+	if withVM {
+		cfg += fmt.Sprintf(`
+resource "kohaku_vm" "test" {
+  name       = "%[1]svm"
+  type       = "qemu"
+  memory_mib = 128
+  running    = false
+  kernel     = %[2]q
+  initrd     = %[3]q
+  seed_id    = kohaku_seed.test.id
+
+  # The first takes the seed's MAC, the second keeps its own.
+  network_interface = [
+    { type = "user" },
+    { type = "user", mac = "52:54:00:aa:bb:cc" },
+  ]
+}
+`, prefix, env.Kernel, env.Initrd)
+	}
+	return cfg
+}
+
+// The seed is attached read-only on the q35 machine's SATA bus, NICs without
+// a mac take the seed's, and destroying the VM leaves the seed alone.
+func TestAccVM_seed(t *testing.T) {
+	env := newVMEnv(t)
+	prefix := vmTestPrefix(t, env, "seed")
+	seedMAC := statecheck.CompareValuePairs(
+		"kohaku_vm.test", tfjsonpath.New("network_interface").AtSliceIndex(0).AtMapKey("mac"),
+		"kohaku_seed.test", tfjsonpath.New("macs").AtSliceIndex(0),
+		compare.ValuesSame())
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		Steps: []resource.TestStep{
+			{
+				Config: vmSeedConfig(env, prefix, true),
+				ConfigStateChecks: []statecheck.StateCheck{
+					seedMAC,
+					statecheck.CompareValuePairs("kohaku_vm.test", tfjsonpath.New("seed_id"), "kohaku_seed.test", tfjsonpath.New("id"), compare.ValuesSame()),
+				},
+				Check: vmCheckXML(env, prefix+"vm",
+					"<source pool='"+env.Pool+"' volume='"+prefix+"seed.iso'/>",
+					"<target dev='sda' bus='sata'/>",
+					"<readonly/>",
+					"<mac address='52:54:00:aa:bb:cc'/>",
+				),
+			},
+			{
+				// Import by UUID finds the seed from the CD-ROM.
+				ResourceName: "kohaku_vm.test",
+				ImportState:  true,
+				ImportStateIdFunc: func(s *terraform.State) (string, error) {
+					return s.RootModule().Resources["kohaku_vm.test"].Primary.Attributes["uuid"], nil
+				},
+				ImportStateVerify:       true,
+				ImportStateVerifyIgnore: []string{"shutdown_timeout"},
+			},
+			{
+				Config: vmSeedConfig(env, prefix, false),
+				Check: func(*terraform.State) error {
+					if _, err := vmVirsh(env.URI, "vol-info", "--pool", env.Pool, prefix+"seed.iso"); err != nil {
+						return fmt.Errorf("destroying the VM deleted its seed: %v", err)
+					}
+					return nil
+				},
+			},
+		},
+	})
+}

@@ -1,0 +1,200 @@
+package provider
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+)
+
+// vmErrRE matches the parts in order, each literally except that any run of
+// spaces also matches Terraform's line wrapping.
+func vmErrRE(parts ...string) *regexp.Regexp {
+	quoted := make([]string, len(parts))
+	for i, p := range parts {
+		quoted[i] = strings.Join(strings.Fields(regexp.QuoteMeta(p)), `\s+`)
+	}
+	return regexp.MustCompile(`(?s)` + strings.Join(quoted, `.*`))
+}
+
+// vmPlanProvider points at a socket that does not exist: these tests prove
+// the checks run at plan time, before Kohaku talks to any host.
+const vmPlanProvider = `provider "kohaku" {
+  uri = "qemu:///system?socket=/nonexistent/libvirt-sock"
+}
+`
+
+func TestVMRejectsBadInputAtPlan(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		body string
+		want []string
+	}{
+		"memory below the minimum": {
+			body: `memory_mib = 32`,
+			want: []string{`Invalid memory_mib`, `memory_mib: 32 MiB is outside 64..4194304 MiB. For example: 2048.`},
+		},
+		"malformed hostdev": {
+			body: `hostdevs = ["01:00.0"]`,
+			want: []string{`Invalid hostdevs["01:00.0"]`, `the PCI domain is missing (did you mean 0000:01:00.0?). For example: "0000:01:00.0".`},
+		},
+		"slot out of range": {
+			body: `gpus = ["0000:01:20.0"]`,
+			want: []string{`Invalid gpus["0000:01:20.0"]`, `slot "20": at most 0x1f`},
+		},
+		"bridge without a bridge": {
+			body: `network_interface = [{ type = "user" }, { type = "bridge" }]`,
+			want: []string{`Invalid network_interface[1].source`, `a bridge interface needs the bridge name. For example: "br0".`},
+		},
+		"unknown NIC type": {
+			body: `network_interface = [{ type = "macvtap" }]`,
+			want: []string{`Invalid network_interface[0].type`, `unknown interface type "macvtap"`},
+		},
+		"relative share": {
+			body: `shared_folder = [{ source = "data", tag = "kohaku_shared" }]`,
+			want: []string{`Invalid shared_folder[0].source`, `"data" is not an absolute path. For example: "/srv/kohaku/shared".`},
+		},
+		"9p tag too long": {
+			body: `shared_folder = [{ source = "/srv", tag = "a_tag_that_is_far_too_long_for_9p" }]`,
+			want: []string{`Invalid shared_folder[0].tag`, `is 33 bytes, more than the 31 a virtio-9p tag can hold`},
+		},
+		"read-only virtiofs": {
+			body: `shared_folder = [{ source = "/srv", tag = "t", driver = "virtiofs", read_only = true }]`,
+			want: []string{`Invalid shared_folder[0].read_only`, `libvirt 9.0 cannot make a virtiofs share read-only`},
+		},
+		"host-passthrough under TCG": {
+			body: `cpu_mode = "host-passthrough"`,
+			want: []string{`Invalid cpu_mode`, `host-passthrough needs KVM; QEMU refuses it under TCG`},
+		},
+		"bad seed id": {
+			body: `seed_id = "web-1-seed.iso"`,
+			want: []string{`Invalid seed_id`, `"web-1-seed.iso" is not a kohaku_seed id of the form <pool>/<volume>`},
+		},
+		"GPU of another host": {
+			body: `
+  host = "gpu1"
+  gpus = ["gpu2/0000:01:00.0"]`,
+			want: []string{`GPU on another host`, `"gpu2/0000:01:00.0" is bound on host "gpu2", but this VM is on host "gpu1"`},
+		},
+		"negative shutdown timeout": {
+			body: `shutdown_timeout = "-1s"`,
+			want: []string{`Invalid duration`, `"-1s" is not a duration of zero or more`},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			resource.UnitTest(t, resource.TestCase{
+				ProtoV6ProviderFactories: protoV6Providers,
+				Steps: []resource.TestStep{{
+					Config: vmPlanProvider + `
+resource "kohaku_vm" "bad" {
+  name   = "kohaku-acc-plan"
+  type   = "qemu"
+  kernel = "/boot/vmlinuz"
+  initrd = "/boot/initrd.img"
+  ` + tc.body + `
+}
+`,
+					PlanOnly:    true,
+					ExpectError: vmErrRE(tc.want...),
+				}},
+			})
+		})
+	}
+}
+
+func TestVMRejectsBadBootAtPlan(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		body string
+		want []string
+	}{
+		"nothing to boot": {
+			body: ``,
+			want: []string{`Invalid disk`, `nothing to boot from: no disk and no kernel`},
+		},
+		"kernel alone": {
+			body: `kernel = "/boot/vmlinuz"`,
+			want: []string{`Invalid initrd`, `a kernel without a disk needs an initrd to hold its userspace`},
+		},
+		"both base and volume": {
+			body: `disk = { base_volume = "a.qcow2", volume = "b.qcow2" }`,
+			want: []string{`Conflicting disk sources`, `set either base_volume`, `or volume`},
+		},
+		"neither base nor volume": {
+			body: `disk = { pool = "default" }`,
+			want: []string{`Missing disk source`, `set base_volume`},
+		},
+		"size without base": {
+			body: `disk = { volume = "b.qcow2", size_gib = 20 }`,
+			want: []string{`Setting without an overlay`, `disk.size_gib only applies to an overlay on a base image`},
+		},
+		"bad name": {
+			body: `disk = { volume = "b.qcow2" }
+  name = "web 1"`,
+			want: []string{`Invalid name`, `"web 1" has characters other than letters`},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			body := tc.body
+			if !regexp.MustCompile(`(?m)^\s*name\s*=`).MatchString(body) {
+				body = `name = "kohaku-acc-plan"` + "\n  " + body
+			}
+			resource.UnitTest(t, resource.TestCase{
+				ProtoV6ProviderFactories: protoV6Providers,
+				Steps: []resource.TestStep{{
+					Config: vmPlanProvider + `
+resource "kohaku_vm" "bad" {
+  type = "qemu"
+  ` + body + `
+}
+`,
+					PlanOnly:    true,
+					ExpectError: vmErrRE(tc.want...),
+				}},
+			})
+		})
+	}
+}
+
+// A valid configuration plans without a host, values unknown until apply
+// included (they are checked again at apply).
+func TestVMPlansWithoutHost(t *testing.T) {
+	t.Parallel()
+	resource.UnitTest(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		Steps: []resource.TestStep{{
+			Config: vmPlanProvider + `
+resource "terraform_data" "later" {
+  input = "0000:01:00.0"
+}
+
+resource "kohaku_vm" "ok" {
+  name       = "kohaku-acc-plan"
+  type       = "qemu"
+  memory_mib = 2048
+  vcpu       = 2
+  disk = {
+    base_pool   = "kohaku-images"
+    base_volume = "rootfs.qcow2"
+    size_gib    = 20
+  }
+  seed_id = "default/kohaku-acc-plan-seed.iso"
+  network_interface = [
+    { type = "user" },
+    { type = "bridge", source = "br0", mac = "52:54:00:12:34:56" },
+  ]
+  shared_folder = [{ source = "/srv/shared", tag = "kohaku_shared", access_mode = "mapped" }]
+  hostdevs      = [terraform_data.later.output]
+  gpus          = ["0000:02:00.0"]
+}
+`,
+			PlanOnly:           true,
+			ExpectNonEmptyPlan: true,
+		}},
+	})
+}
