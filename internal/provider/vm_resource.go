@@ -412,6 +412,10 @@ type vmCreate struct {
 	name    string
 	overlay *domain.VolumeRef
 	defined *virt.DomainRef
+	// maybeDefined is set when defining failed in a way that leaves its
+	// outcome unknown (the connection was lost mid-call): rollback then looks
+	// the domain up by name, which was checked to be free before.
+	maybeDefined bool
 }
 
 // rollback removes everything this create made, with its own deadline so it
@@ -420,6 +424,13 @@ type vmCreate struct {
 func (vc *vmCreate) rollback(ctx context.Context) (done []string, left []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), vmCleanupTimeout)
 	defer cancel()
+	if vc.defined == nil && vc.maybeDefined {
+		if ref, err := vc.c.LookupDomain(ctx, vc.name); err == nil {
+			vc.defined = &ref
+		} else if !errors.Is(err, virt.ErrDomainNotFound) {
+			left = append(left, fmt.Sprintf("domain %s may have been defined (%v): virsh undefine --nvram %s", vc.name, err, vc.name))
+		}
+	}
 	if vc.defined != nil {
 		if _, err := vc.c.StopDomain(ctx, *vc.defined, 0); err != nil {
 			left = append(left, fmt.Sprintf("domain %s is still running (%v): virsh destroy %s; virsh undefine --nvram %s", vc.name, err, vc.name, vc.name))
@@ -463,12 +474,23 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	spec := in.Spec
 	vc := &vmCreate{c: c, name: spec.Name}
 	summary := fmt.Sprintf("Creating VM %s", spec.Name)
+	// Calls that make something run to completion even when the create
+	// timeout ends meanwhile (each is still bounded by the provider's
+	// call_timeout): a call abandoned halfway would leave an object this
+	// create cannot account for. The timeout is checked between them.
+	steady := context.WithoutCancel(ctx)
+	expired := func() error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("the create timeout (%s) ran out; raise timeouts.create if the host is slow", timeout)
+		}
+		return nil
+	}
 
 	// fail reports a failed step. Before anything was made there is nothing
 	// to undo; afterwards everything is rolled back, and what could not be is
 	// kept in state (tainted) so destroy can finish the job.
 	fail := func(step string, err error) {
-		if vc.overlay == nil && vc.defined == nil {
+		if vc.overlay == nil && vc.defined == nil && !vc.maybeDefined {
 			addError(&resp.Diagnostics, fmt.Sprintf("%s failed at step %q", summary, step), fmt.Errorf("%w\n\nNothing was created.", err))
 			return
 		}
@@ -526,7 +548,17 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	// 2. The overlay volume.
 	if in.DiskMode == "base_volume" {
 		size := disk.SizeGiB.ValueInt64() << 30
-		vol, err := c.CreateOverlay(ctx, spec.Disk.Pool, spec.Disk.Volume, disk.BasePool.ValueString(), disk.BaseVolume.ValueString(), size)
+		if err := expired(); err != nil {
+			fail("create the overlay volume", err)
+			return
+		}
+		vol, err := c.CreateOverlay(steady, spec.Disk.Pool, spec.Disk.Volume, disk.BasePool.ValueString(), disk.BaseVolume.ValueString(), size)
+		var lost *virt.ConnectionError
+		if errors.As(err, &lost) {
+			// The outcome is unknown; the name was free when the call
+			// checked, so deleting it is safe (and a no-op if absent).
+			vc.overlay = &domain.VolumeRef{Pool: spec.Disk.Pool, Volume: spec.Disk.Volume}
+		}
 		if err != nil {
 			fail("create the overlay volume", err)
 			return
@@ -542,8 +574,14 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 		fail("build the domain XML", err)
 		return
 	}
-	ref, err := c.DefineDomain(ctx, spec.Name, xml)
+	if err := expired(); err != nil {
+		fail("define the domain", err)
+		return
+	}
+	ref, err := c.DefineDomain(steady, spec.Name, xml)
 	if err != nil {
+		var lost *virt.ConnectionError
+		vc.maybeDefined = errors.As(err, &lost)
 		fail("define the domain", err)
 		return
 	}
@@ -551,7 +589,11 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 
 	// 4. Autostart.
 	if plan.Autostart.ValueBool() {
-		if err := c.SetAutostart(ctx, ref, true); err != nil {
+		if err := expired(); err != nil {
+			fail("set autostart", err)
+			return
+		}
+		if err := c.SetAutostart(steady, ref, true); err != nil {
 			fail("set autostart", err)
 			return
 		}
@@ -559,7 +601,11 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 
 	// 5. Start.
 	if plan.Running.ValueBool() {
-		if err := c.StartDomain(ctx, ref); err != nil {
+		if err := expired(); err != nil {
+			fail("start the domain", err)
+			return
+		}
+		if err := c.StartDomain(steady, ref); err != nil {
 			fail("start the domain", err)
 			return
 		}
@@ -574,7 +620,7 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	}
 
 	// 7. Read back what libvirt made of it.
-	view, err := readVM(ctx, c, ref, &plan)
+	view, err := readVM(steady, c, ref, &plan)
 	if err != nil {
 		fail("read the new domain back", err)
 		return
@@ -838,6 +884,9 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 		return
 	}
 	grace, _ := time.ParseDuration(plan.ShutdownTimeout.ValueString())
+	// As in Create, a redefine or start is not abandoned halfway; the
+	// graceful shutdown's wait is what the update timeout bounds.
+	steady := context.WithoutCancel(ctx)
 
 	redefine := definitionChanged(ctx, &plan, &state, &resp.Diagnostics)
 	if redefine {
@@ -869,7 +918,7 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 			fail("build the domain XML", err)
 			return
 		}
-		if _, err := c.DefineDomain(ctx, spec.Name, xml); err != nil {
+		if _, err := c.DefineDomain(steady, spec.Name, xml); err != nil {
 			fail("redefine the domain", err)
 			return
 		}
@@ -882,12 +931,12 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 			fail("stop the domain to apply the new definition", err)
 			return
 		}
-		if err := c.StartDomain(ctx, ref); err != nil {
+		if err := c.StartDomain(steady, ref); err != nil {
 			fail("start the domain with the new definition", err)
 			return
 		}
 	case want && !active:
-		if err := c.StartDomain(ctx, ref); err != nil {
+		if err := c.StartDomain(steady, ref); err != nil {
 			fail("start the domain", err)
 			return
 		}
@@ -898,13 +947,13 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 		}
 	}
 	if plan.Autostart.ValueBool() != view.Status.Autostart {
-		if err := c.SetAutostart(ctx, ref, plan.Autostart.ValueBool()); err != nil {
+		if err := c.SetAutostart(steady, ref, plan.Autostart.ValueBool()); err != nil {
 			fail("set autostart", err)
 			return
 		}
 	}
 
-	view, err = readVM(ctx, c, ref, &plan)
+	view, err = readVM(steady, c, ref, &plan)
 	if err != nil {
 		fail("read the domain back", err)
 		return
@@ -968,7 +1017,7 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 			if how == virt.StopForced && grace > 0 {
 				tflog.Info(ctx, "the guest did not power off within the shutdown timeout and was forced off", map[string]any{"name": ref.Name, "shutdown_timeout": grace.String()})
 			}
-			if err := c.UndefineDomain(ctx, ref); err != nil {
+			if err := c.UndefineDomain(context.WithoutCancel(ctx), ref); err != nil {
 				addError(&resp.Diagnostics, summary+" failed at step \"undefine\"", err)
 				return
 			}
@@ -980,7 +1029,7 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 			tflog.Warn(ctx, "not deleting a base image or seed recorded as owned", map[string]any{"volume": v.Pool + "/" + v.Volume})
 			continue
 		}
-		if err := c.RemoveVolume(ctx, v.Pool, v.Volume); err != nil {
+		if err := c.RemoveVolume(context.WithoutCancel(ctx), v.Pool, v.Volume); err != nil {
 			addError(&resp.Diagnostics, summary+" failed at step \"delete the overlay volume\"", fmt.Errorf("%w. The domain is gone; delete the volume by hand (virsh vol-delete --pool %s %s)", err, v.Pool, v.Volume))
 			return
 		}
