@@ -424,6 +424,39 @@ ensure_image_pool() {
 }
 
 # ---------------------------------------------------------------- image
+BUILD_PID=""
+stop_build() { # stop a running image build (its own session) and wait for it
+	[[ -n $BUILD_PID ]] || return 0
+	if kill -0 "$BUILD_PID" 2>/dev/null; then
+		log "stopping image build (session $BUILD_PID)"
+		kill -TERM -- "-$BUILD_PID" 2>/dev/null || true
+		wait "$BUILD_PID" 2>/dev/null || true
+	fi
+	BUILD_PID=""
+}
+
+mounts_under() { awk -v p="$1/" 'index($2, p) == 1 { print $2 }' /proc/mounts | sort -r; }
+
+remove_build_dir() { # $1 = a build work dir; never descends into mounts
+	local d=$1 m i
+	# an interrupted mmdebstrap unmounts /proc, /sys, /dev in its chroot on the way
+	# out, a moment after its main process is gone: give it 10 s, then do it
+	for ((i = 0; i < 100; i++)); do
+		[[ -z $(mounts_under "$d") ]] && break
+		sleep 0.1
+	done
+	mounts_under "$d" | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+	rm -rf --one-file-system "$d" || log "WARNING: could not remove all of $d"
+}
+
+remove_build_leftovers() { # work dirs of interrupted builds (caller holds the cache lock)
+	local d
+	for d in "$CACHE_ROOT"/.build-*; do
+		[[ -d $d ]] && remove_build_dir "$d"
+	done
+	return 0
+}
+
 ensure_image() {
 	local key dir tmp
 	key=$(image_key)
@@ -441,17 +474,24 @@ ensure_image() {
 		return 0
 	fi
 	[[ -e $dir ]] && { log "removing incomplete $dir"; rm -rf --one-file-system "$dir"; }
-	# stale temp dirs of interrupted builds
-	find "$CACHE_ROOT" -maxdepth 1 -name '.build-*' -exec rm -rf --one-file-system {} + 2>/dev/null || true
+	remove_build_leftovers
 	tmp=$(mktemp -d "$CACHE_ROOT/.build-$key-XXXXXX")
-	# shellcheck disable=SC2064
-	trap "rm -rf --one-file-system '$tmp'" EXIT
-	trap 'exit 130' INT TERM
 	log "building image $key with mmdebstrap ($IMAGE_SUITE, $MIRROR); log: $LOG_DIR/image-build.log"
-	# a separate bash so that set -e holds inside the build (it is off inside `if !`)
-	if ! bash "$SELF" _image-build "$tmp" >"$LOG_DIR/image-build.log" 2>&1; then
+	# A separate bash, so that set -e holds inside the build (it is off under `if !`),
+	# in its own session, so that an interrupt stops the whole build (mmdebstrap
+	# unmounts what it mounted) before its work dir is removed.
+	BUILD_PID=""
+	# shellcheck disable=SC2064
+	trap "stop_build; remove_build_dir '$tmp'" EXIT
+	trap 'exit 130' INT TERM
+	setsid bash "$SELF" _image-build "$tmp" >"$LOG_DIR/image-build.log" 2>&1 </dev/null &
+	BUILD_PID=$!
+	local rc=0
+	wait "$BUILD_PID" || rc=$?
+	BUILD_PID=""
+	if ((rc != 0)); then
 		tail -n 30 "$LOG_DIR/image-build.log" >&2
-		die "image build failed (full log: $LOG_DIR/image-build.log)"
+		die "image build failed with status $rc (full log: $LOG_DIR/image-build.log)"
 	fi
 	sed -n 's/^testhost-step: /  /p' "$LOG_DIR/image-build.log" | sed 's/^/testhost: /' >&2
 	{
