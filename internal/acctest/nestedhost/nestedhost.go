@@ -1,0 +1,143 @@
+// Package nestedhost gives acceptance tests the throwaway nested libvirt host
+// (an L1 VM with an emulated IOMMU) that nestedhost.sh boots, and refuses to
+// hand out anything else: tests that bind PCI devices must never reach the
+// machine they run on, whose disk and network are PCI devices too.
+package nestedhost
+
+import (
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// Host is one nested host as nestedhost.sh env describes it.
+type Host struct {
+	// URI is qemu+tcp://127.0.0.1:<port>/system, forwarded to L1's libvirtd.
+	URI      string
+	Hostname string
+	UUID     string
+	// PCI addresses of the stand-ins as L1 sees them (intel-iommu host only).
+	GPU      string // QEMU's VGA, function 0, driver bochs-drm
+	GPUAudio string // ich9-intel-hda, function 1 of the same slot, snd_hda_intel
+	NIC      string // e1000e, alone in its group
+	EDU      string // QEMU's edu device, no host driver
+}
+
+// Require returns the nested host with an intel-iommu: it skips without
+// TF_ACC, fails under TF_ACC when nestedhost.sh env was not loaded, and fails
+// when the URI does not lead to the nested host (see Verify).
+func Require(t testing.TB) *Host {
+	t.Helper()
+	h := &Host{
+		URI:      env(t, "KOHAKU_TEST_NESTED_URI"),
+		Hostname: env(t, "KOHAKU_TEST_NESTED_HOSTNAME"),
+		UUID:     env(t, "KOHAKU_TEST_NESTED_UUID"),
+		GPU:      env(t, "KOHAKU_TEST_NESTED_GPU"),
+		GPUAudio: env(t, "KOHAKU_TEST_NESTED_GPU_AUDIO"),
+		NIC:      env(t, "KOHAKU_TEST_NESTED_NIC"),
+		EDU:      env(t, "KOHAKU_TEST_NESTED_EDU"),
+	}
+	Verify(t, h)
+	return h
+}
+
+// RequireNoIOMMU returns the second nested host, booted with virtio-iommu,
+// which Debian 12's kernel cannot use: a host without a usable IOMMU.
+func RequireNoIOMMU(t testing.TB) *Host {
+	t.Helper()
+	h := &Host{
+		URI:      env(t, "KOHAKU_TEST_NESTED_NOIOMMU_URI"),
+		Hostname: env(t, "KOHAKU_TEST_NESTED_NOIOMMU_HOSTNAME"),
+		UUID:     env(t, "KOHAKU_TEST_NESTED_NOIOMMU_UUID"),
+	}
+	Verify(t, h)
+	return h
+}
+
+var nestedURI = regexp.MustCompile(`^qemu\+tcp://127\.0\.0\.1:[0-9]+/system$`)
+
+// Verify fails the test unless h.URI is a loopback-forwarded qemu+tcp port
+// whose libvirtd reports the nested host's hostname and UUID, and neither is
+// this machine's. It asks virsh, independently of Kohaku's own client.
+func Verify(t testing.TB, h *Host) {
+	t.Helper()
+	if !nestedURI.MatchString(h.URI) {
+		t.Fatalf("refusing %q: the nested host is reached as qemu+tcp://127.0.0.1:<port>/system (nestedhost.sh env); PCI binding tests never run against another host", h.URI)
+	}
+	u, _ := url.Parse(h.URI)
+	if u.Port() == "16509" {
+		t.Fatalf("refusing %q: port 16509 is this machine's own libvirtd (testhost.sh); the nested host has a port of its own", h.URI)
+	}
+	if !strings.HasPrefix(h.Hostname, "kohaku-nested-") {
+		t.Fatalf("refusing hostname %q: nested hosts are named kohaku-nested-*", h.Hostname)
+	}
+	if local, _ := os.Hostname(); local == h.Hostname {
+		t.Fatalf("refusing: this machine itself is named %q", local)
+	}
+	if local, err := os.ReadFile("/sys/class/dmi/id/product_uuid"); err == nil && strings.EqualFold(strings.TrimSpace(string(local)), h.UUID) {
+		t.Fatalf("refusing: this machine's own UUID is %s", h.UUID)
+	}
+	name := virsh(t, h.URI, "hostname")
+	if name != h.Hostname {
+		t.Fatalf("refusing %s: it says its hostname is %q, not the nested host's %q", h.URI, name, h.Hostname)
+	}
+	caps := virsh(t, h.URI, "capabilities")
+	m := regexp.MustCompile(`<uuid>([^<]+)</uuid>`).FindStringSubmatch(caps)
+	if m == nil || !strings.EqualFold(m[1], h.UUID) {
+		t.Fatalf("refusing %s: its host UUID is not the nested host's %s", h.URI, h.UUID)
+	}
+}
+
+// Virsh runs virsh against the nested host (after Verify) and returns its
+// trimmed output; a failure fails the test.
+func Virsh(t testing.TB, h *Host, args ...string) string {
+	t.Helper()
+	return virsh(t, h.URI, args...)
+}
+
+// VirshErr runs virsh against the nested host and returns output and error.
+func VirshErr(h *Host, args ...string) (string, error) {
+	out, err := exec.Command("virsh", append([]string{"-q", "-c", h.URI}, args...)...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+func virsh(t testing.TB, uri string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("virsh", append([]string{"-q", "-c", uri}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("virsh -c %s %s: %v\n%s", uri, strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// NodeDeviceName is libvirt's name for a PCI address: 0000:03:00.1 -> pci_0000_03_00_1.
+func NodeDeviceName(address string) string {
+	return "pci_" + strings.NewReplacer(":", "_", ".", "_").Replace(address)
+}
+
+// Driver reads a PCI function's current host driver from its node-device
+// XML with virsh ("" when none is bound).
+func Driver(t testing.TB, h *Host, address string) string {
+	t.Helper()
+	doc := Virsh(t, h, "nodedev-dumpxml", NodeDeviceName(address))
+	m := regexp.MustCompile(`(?s)<driver>\s*<name>([^<]+)</name>`).FindStringSubmatch(doc)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+func env(t testing.TB, name string) string {
+	t.Helper()
+	if os.Getenv("TF_ACC") == "" {
+		t.Skip("acceptance test: set TF_ACC=1 (make testacc) to run it against the nested libvirt host")
+	}
+	v := os.Getenv(name)
+	if v == "" {
+		t.Fatalf("%s is not set: boot the nested host and load its settings with\n  bash internal/acctest/nestedhost/nestedhost.sh up --both && eval \"$(bash internal/acctest/nestedhost/nestedhost.sh env)\"\n(or run make nested-up)", name)
+	}
+	return v
+}
