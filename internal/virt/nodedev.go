@@ -1,0 +1,243 @@
+package virt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/digitalocean/go-libvirt"
+	"golang.org/x/crypto/ssh"
+	"libvirt.org/go/libvirtxml"
+)
+
+// PCINodeDevices returns libvirt's node-device XML of every PCI device of
+// the host (virsh nodedev-list --cap pci, then nodedev-dumpxml each), in one
+// bounded call on the connection.
+func (c *Client) PCINodeDevices(ctx context.Context) ([]string, error) {
+	var out []string
+	err := c.Call(ctx, "list PCI node devices", func(l *libvirt.Libvirt) error {
+		devs, _, err := l.ConnectListAllNodeDevices(1, uint32(libvirt.ConnectListNodeDevicesCapPciDev))
+		if err != nil {
+			return err
+		}
+		sort.Slice(devs, func(i, j int) bool { return devs[i].Name < devs[j].Name })
+		out = make([]string, 0, len(devs))
+		for _, d := range devs {
+			doc, err := l.NodeDeviceGetXMLDesc(d.Name, 0)
+			if notFound(err) {
+				continue // removed while we listed (hot unplug)
+			}
+			if err != nil {
+				return fmt.Errorf("reading node device %s: %w", d.Name, err)
+			}
+			out = append(out, doc)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// NodeDeviceXML returns one node device's XML; a device that does not exist
+// yields an error wrapping ErrNotFound.
+func (c *Client) NodeDeviceXML(ctx context.Context, name string) (string, error) {
+	var doc string
+	err := c.Call(ctx, "read node device "+name, func(l *libvirt.Libvirt) error {
+		var err error
+		doc, err = l.NodeDeviceGetXMLDesc(name, 0)
+		if notFound(err) {
+			return fmt.Errorf("node device %s %w", name, ErrNotFound)
+		}
+		return err
+	})
+	return doc, err
+}
+
+// DetachNodeDevice unbinds a PCI device from its host driver and binds it to
+// the stub driver libvirt names driver ("vfio" binds vfio-pci), as virsh
+// nodedev-detach --driver does.
+func (c *Client) DetachNodeDevice(ctx context.Context, name, driver string) error {
+	return c.Call(ctx, fmt.Sprintf("detach node device %s to %s", name, driver), func(l *libvirt.Libvirt) error {
+		err := l.NodeDeviceDetachFlags(name, libvirt.OptString{driver}, 0)
+		if notFound(err) {
+			return fmt.Errorf("node device %s %w", name, ErrNotFound)
+		}
+		return err
+	})
+}
+
+// ReattachNodeDevice gives a detached PCI device back to the host: libvirt
+// unbinds the stub driver and lets the kernel probe the device's own driver,
+// as virsh nodedev-reattach does.
+func (c *Client) ReattachNodeDevice(ctx context.Context, name string) error {
+	return c.Call(ctx, "reattach node device "+name, func(l *libvirt.Libvirt) error {
+		err := l.NodeDeviceReAttach(name)
+		if notFound(err) {
+			return fmt.Errorf("node device %s %w", name, ErrNotFound)
+		}
+		return err
+	})
+}
+
+// PCIHostdevUsers maps each host PCI function that a running domain uses as a
+// hostdev ("0000:01:00.0") to the names of those domains.
+func (c *Client) PCIHostdevUsers(ctx context.Context) (map[string][]string, error) {
+	users := map[string][]string{}
+	err := c.Call(ctx, "list the PCI devices of running domains", func(l *libvirt.Libvirt) error {
+		doms, _, err := l.ConnectListAllDomains(1, libvirt.ConnectListDomainsActive)
+		if err != nil {
+			return err
+		}
+		for _, d := range doms {
+			doc, err := l.DomainGetXMLDesc(d, 0)
+			if notFound(err) {
+				continue // stopped and undefined while we listed
+			}
+			if err != nil {
+				return fmt.Errorf("reading domain %s: %w", d.Name, err)
+			}
+			addrs, err := pciHostdevs(doc)
+			if err != nil {
+				return fmt.Errorf("domain %s: %w", d.Name, err)
+			}
+			for _, a := range addrs {
+				users[a] = append(users[a], d.Name)
+			}
+		}
+		return nil
+	})
+	return users, err
+}
+
+// pciHostdevs lists the host PCI addresses of a domain's hostdevs, in the
+// canonical DDDD:BB:SS.F form.
+func pciHostdevs(doc string) ([]string, error) {
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(doc); err != nil {
+		return nil, fmt.Errorf("parsing domain XML: %w", err)
+	}
+	if dom.Devices == nil {
+		return nil, nil
+	}
+	var out []string
+	for _, h := range dom.Devices.Hostdevs {
+		if h.SubsysPCI == nil || h.SubsysPCI.Source == nil || h.SubsysPCI.Source.Address == nil {
+			continue
+		}
+		a := h.SubsysPCI.Source.Address
+		out = append(out, fmt.Sprintf("%04x:%02x:%02x.%x", pciField(a.Domain), pciField(a.Bus), pciField(a.Slot), pciField(a.Function)))
+	}
+	return out, nil
+}
+
+func pciField(p *uint) uint {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// ErrHostFilesUnsupported is returned by ReadHostFile over transports that
+// offer no way to read the host's files (tcp, tls).
+var ErrHostFilesUnsupported = errors.New("host files can be read only over local (unix) and SSH connections")
+
+// safeHostPath is what ReadHostFile passes to a remote shell unquoted.
+var safeHostPath = regexp.MustCompile(`^/[A-Za-z0-9/._-]+$`)
+
+// ReadHostFile reads a small file of the host, such as
+// /sys/module/nvidia/version: directly for a local connection, with `cat`
+// over an SSH session of its own for qemu+ssh hosts. A missing file yields
+// an error wrapping os.ErrNotExist; tcp and tls yield ErrHostFilesUnsupported.
+// At most max bytes are returned; the read is bounded by the call timeout.
+func (c *Client) ReadHostFile(ctx context.Context, path string, max int64) ([]byte, error) {
+	if !safeHostPath.MatchString(path) {
+		return nil, fmt.Errorf("refusing to read host file %q: want an absolute path of letters, digits and /._-", path)
+	}
+	switch c.ep.Transport {
+	case TransportUnix:
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		return io.ReadAll(io.LimitReader(f, max))
+	case TransportSSH:
+		d, ok := c.dialer.inner.(*sshDialer)
+		if !ok {
+			return nil, ErrHostFilesUnsupported
+		}
+		ctx, cancel := context.WithTimeout(ctx, c.settings.CallTimeout)
+		defer cancel()
+		type result struct {
+			out []byte
+			err error
+		}
+		done := make(chan result, 1)
+		var mu sync.Mutex
+		var client *ssh.Client
+		go func() {
+			cl, err := ssh.Dial("tcp", d.addr, &ssh.ClientConfig{User: d.user, Auth: d.auth, HostKeyCallback: d.check, Timeout: d.timeout})
+			if err != nil {
+				done <- result{err: err}
+				return
+			}
+			mu.Lock()
+			client = cl
+			mu.Unlock()
+			defer cl.Close()
+			s, err := cl.NewSession()
+			if err != nil {
+				done <- result{err: err}
+				return
+			}
+			defer s.Close()
+			var stdout, stderr bytes.Buffer
+			s.Stdout, s.Stderr = &limitedBuffer{buf: &stdout, max: max}, &limitedBuffer{buf: &stderr, max: 4096}
+			err = s.Run("cat " + path)
+			if err != nil {
+				msg := strings.TrimSpace(stderr.String())
+				if strings.Contains(msg, "No such file") {
+					err = fmt.Errorf("%s on %s: %w", path, d.addr, os.ErrNotExist)
+				} else {
+					err = fmt.Errorf("reading %s on %s over SSH: %v: %s", path, d.addr, err, msg)
+				}
+			}
+			done <- result{out: stdout.Bytes(), err: err}
+		}()
+		select {
+		case r := <-done:
+			return r.out, r.err
+		case <-ctx.Done():
+			mu.Lock()
+			if client != nil {
+				client.Close()
+			}
+			mu.Unlock()
+			return nil, fmt.Errorf("reading %s on %s over SSH: %w", path, d.addr, ctx.Err())
+		}
+	}
+	return nil, ErrHostFilesUnsupported
+}
+
+// limitedBuffer keeps the first max bytes written and discards the rest.
+type limitedBuffer struct {
+	buf *bytes.Buffer
+	max int64
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - int64(b.buf.Len()); room > 0 {
+		if int64(len(p)) > room {
+			b.buf.Write(p[:room])
+		} else {
+			b.buf.Write(p)
+		}
+	}
+	return len(p), nil
+}
