@@ -248,11 +248,13 @@ func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource
 	return []func() resource.Resource{
 		newSeedResource,
 		newVMResource,
+		newGPUBindingResource,
 	}
 }
 
 func (p *kohakuProvider) DataSources(_ context.Context) []func() datasource.DataSource {
 	return []func() datasource.DataSource{
 		newHostDataSource,
+		newPCIDevicesDataSource,
 	}
 }

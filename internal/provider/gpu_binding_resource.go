@@ -1,0 +1,778 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/setvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/setplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+)
+
+var (
+	_ resource.ResourceWithConfigure   = (*gpuBindingResource)(nil)
+	_ resource.ResourceWithImportState = (*gpuBindingResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*gpuBindingResource)(nil)
+)
+
+// nvidiaVersionFile is where the loaded NVIDIA kernel module reports its version.
+const nvidiaVersionFile = "/sys/module/nvidia/version"
+
+func newGPUBindingResource() resource.Resource { return &gpuBindingResource{} }
+
+type gpuBindingResource struct {
+	data *providerData
+}
+
+type gpuBindingModel struct {
+	ID                  types.String `tfsdk:"id"`
+	Host                types.String `tfsdk:"host"`
+	Address             types.String `tfsdk:"address"`
+	Functions           types.Set    `tfsdk:"functions"`
+	AllowOtherClasses   types.Bool   `tfsdk:"allow_other_classes"`
+	NVIDIADriverVersion types.String `tfsdk:"nvidia_driver_version"`
+	IOMMUGroup          types.Int64  `tfsdk:"iommu_group"`
+	FunctionDetails     types.List   `tfsdk:"function_details"`
+}
+
+// gpuFunctionModel is one element of function_details.
+type gpuFunctionModel struct {
+	Address        types.String `tfsdk:"address"`
+	Class          types.String `tfsdk:"class"`
+	ClassName      types.String `tfsdk:"class_name"`
+	VendorID       types.String `tfsdk:"vendor_id"`
+	ProductID      types.String `tfsdk:"product_id"`
+	OriginalDriver types.String `tfsdk:"original_driver"`
+	CurrentDriver  types.String `tfsdk:"current_driver"`
+}
+
+var gpuFunctionAttrTypes = map[string]attr.Type{
+	"address":         types.StringType,
+	"class":           types.StringType,
+	"class_name":      types.StringType,
+	"vendor_id":       types.StringType,
+	"product_id":      types.StringType,
+	"original_driver": types.StringType,
+	"current_driver":  types.StringType,
+}
+
+var gpuFunctionType = types.ObjectType{AttrTypes: gpuFunctionAttrTypes}
+
+func (r *gpuBindingResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_gpu_binding"
+}
+
+func (r *gpuBindingResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
+}
+
+func (r *gpuBindingResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		Description: "Moves a GPU, and every other function of its IOMMU group (typically the card's HDMI audio), from the host's drivers to `vfio-pci` through libvirt's node-device API, so a `kohaku_vm` can pass it through. " +
+			"Each function's original driver is recorded, and for NVIDIA cards the host's NVIDIA driver version is read before the unbind so the guest can install the same one. " +
+			"Destroying the binding gives every function back to the host, whose kernel probes its own driver again. " +
+			"The host needs a working IOMMU (VT-d or AMD-Vi, enabled in the firmware and on the kernel command line); without one the binding is refused. " +
+			"A function that is found back on a host driver (someone ran `virsh nodedev-reattach`, the host rebooted) shows as a change in the next plan, and apply binds it again.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				Computed:      true,
+				Description:   "The binding's id: the canonical PCI address (`0000:01:00.0`), or `<host>/<address>` when `host` is set. Pass it to `kohaku_vm.gpus`.",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"host": schema.StringAttribute{
+				Optional:      true,
+				Description:   "Key of the provider's `hosts` map whose device to bind; empty means the default connection. A change replaces the binding (the device is given back on the old host and bound on the new one).",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"address": schema.StringAttribute{
+				Required: true,
+				Description: "PCI address of the GPU (or of any function of the group to bind) as `DDDD:BB:SS.F` in lower-case hex, as `lspci -D` prints it, e.g. `0000:01:00.0`. " +
+					"The whole IOMMU group this function belongs to is bound. A change replaces the binding.",
+				Validators:    []validator.String{pciAddressValidator{}},
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"functions": schema.SetAttribute{
+				Optional:    true,
+				Computed:    true,
+				ElementType: types.StringType,
+				Description: "The functions to bind, as PCI addresses. Default: every function of the IOMMU group of `address`, which is also what this attribute reports. " +
+					"An explicit list documents what will move and must still cover the whole group (PCI bridges in the group excepted): a partial group is refused at plan time with the missing functions named, because a VM can use a group only when all of it is on vfio-pci. Changed in place.",
+				Validators:    []validator.Set{setvalidator.ValueStringsAre(pciAddressValidator{})},
+				PlanModifiers: []planmodifier.Set{setplanmodifier.UseStateForUnknown()},
+			},
+			"allow_other_classes": schema.BoolAttribute{
+				Optional: true,
+				Computed: true,
+				Default:  booldefault.StaticBool(false),
+				Description: "Allow binding a group that holds storage controllers (class `01xx`), network controllers (`02xx`) or bridges (`06xx`): devices the host may need for its own disks and network. " +
+					"Default `false`: such a group is refused with the devices named. When `true`, bridges keep their driver (VFIO accepts them in the group that way) and every other function moves to vfio-pci. Changed in place.",
+			},
+			"nvidia_driver_version": schema.StringAttribute{
+				Optional: true,
+				Computed: true,
+				Description: "The host's NVIDIA driver version, e.g. `550.54.14`, for `kohaku_seed.nvidia_driver.version` so the guest installs the same driver. " +
+					"When not set and the device is an NVIDIA card, it is read from `" + nvidiaVersionFile + "` on the host before the unbind: directly for a local (`qemu:///system`) connection, and over SSH for `qemu+ssh://` hosts. " +
+					"Over `tcp` and `tls` Kohaku cannot read host files: set it here. Null when there is no NVIDIA driver to read. Changed in place.",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"iommu_group": schema.Int64Attribute{
+				Computed:      true,
+				Description:   "Number of the IOMMU group that was bound.",
+				PlanModifiers: []planmodifier.Int64{int64planmodifier.UseStateForUnknown()},
+			},
+			"function_details": schema.ListNestedAttribute{
+				Computed:    true,
+				Description: "Every function the binding moved, sorted by address.",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"address":         schema.StringAttribute{Computed: true, Description: "PCI address of the function."},
+					"class":           schema.StringAttribute{Computed: true, Description: "PCI class code as six hex digits, e.g. `030000`."},
+					"class_name":      schema.StringAttribute{Computed: true, Description: "The class as lspci names it, e.g. `VGA compatible controller` or `Audio device`."},
+					"vendor_id":       schema.StringAttribute{Computed: true, Description: "PCI vendor id as four hex digits, e.g. `10de`."},
+					"product_id":      schema.StringAttribute{Computed: true, Description: "PCI product id as four hex digits."},
+					"original_driver": schema.StringAttribute{Computed: true, Description: "The host driver the function had before it was bound, e.g. `nvidia` or `snd_hda_intel`; empty when it had none, or when it was on vfio-pci already (then it is unknown)."},
+					"current_driver":  schema.StringAttribute{Computed: true, Description: "The host driver the function has now: `vfio-pci` while bound. Anything else is drift, which the next apply corrects."},
+				}},
+			},
+		},
+	}
+}
+
+// ModifyPlan fills the id, refuses at plan time what apply would refuse
+// (unknown address, no IOMMU, a partial group, other classes), and turns a
+// function found off vfio-pci into a planned change.
+func (r *gpuBindingResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return // destroy
+	}
+	var plan gpuBindingModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	var state *gpuBindingModel
+	if !req.State.Raw.IsNull() {
+		state = &gpuBindingModel{}
+		resp.Diagnostics.Append(req.State.Get(ctx, state)...)
+	}
+	if !plan.Host.IsUnknown() && !plan.Address.IsUnknown() {
+		if a, err := vfio.ParseAddress(plan.Address.ValueString()); err == nil {
+			plan.ID = types.StringValue(bindingID(plan.Host.ValueString(), a))
+		}
+	}
+	replacing := state != nil && (!state.Address.Equal(plan.Address) || !state.Host.Equal(plan.Host))
+	if state != nil && !replacing {
+		details := gpuFunctionDetails(ctx, state.FunctionDetails, &resp.Diagnostics)
+		var drifted []string
+		for _, d := range details {
+			if d.CurrentDriver.ValueString() != vfio.DriverVFIO {
+				drifted = append(drifted, fmt.Sprintf("%s is on %s", d.Address.ValueString(), driverOrNone(d.CurrentDriver.ValueString())))
+			}
+		}
+		if plan.NVIDIADriverVersion.IsUnknown() {
+			// Not configured: keep what was read (null after an import).
+			plan.NVIDIADriverVersion = state.NVIDIADriverVersion
+		}
+		if len(drifted) > 0 {
+			plan.FunctionDetails = types.ListUnknown(gpuFunctionType)
+			resp.Diagnostics.AddWarning("GPU binding "+plan.ID.ValueString()+" has drifted",
+				fmt.Sprintf("%s, not vfio-pci. Apply binds it to vfio-pci again.", strings.Join(drifted, "; ")))
+		} else {
+			plan.FunctionDetails = state.FunctionDetails
+		}
+	}
+	// Check the plan against the host when something the check depends on
+	// is new or changed, and every input is known.
+	check := state == nil || replacing || !state.Functions.Equal(plan.Functions) || !state.AllowOtherClasses.Equal(plan.AllowOtherClasses)
+	if check && r.data != nil && req.Config.Raw.IsFullyKnown() {
+		var cfg gpuBindingModel
+		resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+		if resp.Diagnostics.HasError() {
+			return
+		}
+		target, opts, ok := bindingInputs(ctx, &cfg, &resp.Diagnostics)
+		if !ok {
+			return
+		}
+		c := r.data.client(cfg.Host.ValueString(), &resp.Diagnostics)
+		if c == nil {
+			return
+		}
+		inv, err := loadPCIInventory(ctx, c)
+		if err != nil {
+			addError(&resp.Diagnostics, "Reading the host's PCI devices", err)
+			return
+		}
+		if _, err := vfio.PlanBinding(inv, target, opts); err != nil {
+			addBindingPlanError(&resp.Diagnostics, target, err)
+			return
+		}
+	}
+	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+}
+
+func (r *gpuBindingResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var plan gpuBindingModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	target, opts, ok := bindingInputs(ctx, &plan, &resp.Diagnostics)
+	if !ok {
+		return
+	}
+	inv, err := loadPCIInventory(ctx, c)
+	if err != nil {
+		addError(&resp.Diagnostics, "Reading the host's PCI devices", err)
+		return
+	}
+	p, err := vfio.PlanBinding(inv, target, opts)
+	if err != nil {
+		addBindingPlanError(&resp.Diagnostics, target, err)
+		return
+	}
+	if !checkNotInUse(ctx, c, p.Addresses(), target, &resp.Diagnostics) {
+		return
+	}
+	// The NVIDIA version is read while the host driver still holds the card.
+	if plan.NVIDIADriverVersion.IsUnknown() {
+		plan.NVIDIADriverVersion = r.nvidiaVersion(ctx, c, inv.Lookup(target), &resp.Diagnostics)
+	}
+	bound, ok := bindFunctions(ctx, c, target, p.Bind, &resp.Diagnostics)
+	if !ok {
+		return
+	}
+	plan.ID = types.StringValue(bindingID(plan.Host.ValueString(), target))
+	plan.IOMMUGroup = types.Int64Value(int64(p.Group))
+	if plan.Functions.IsUnknown() || plan.Functions.IsNull() {
+		plan.Functions = pciAddressSet(p.Addresses())
+	}
+	plan.FunctionDetails = gpuDetailsList(bound)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+func (r *gpuBindingResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state gpuBindingModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	target, err := vfio.ParseAddress(state.Address.ValueString())
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("address"), "Invalid PCI address in state", err.Error())
+		return
+	}
+	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	inv, err := loadPCIInventory(ctx, c)
+	if err != nil {
+		addError(&resp.Diagnostics, "Reading the host's PCI devices", err)
+		return
+	}
+	dev := inv.Lookup(target)
+	if dev == nil {
+		tflog.Info(ctx, "the bound device is gone from the host; removing the binding from state", map[string]any{"address": target.String()})
+		resp.Diagnostics.AddWarning("GPU "+target.String()+" is gone", fmt.Sprintf("The host no longer has a PCI function %s, so the binding was removed from state; the next apply tries to bind it again.", target))
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	state.ID = types.StringValue(bindingID(state.Host.ValueString(), target))
+	if dev.HasIOMMU() {
+		state.IOMMUGroup = types.Int64Value(int64(dev.Group))
+	}
+	if state.AllowOtherClasses.IsNull() {
+		state.AllowOtherClasses = types.BoolValue(false) // imported
+	}
+	details := gpuFunctionDetails(ctx, state.FunctionDetails, &resp.Diagnostics)
+	if len(details) == 0 {
+		// Imported: the binding is the group as the host shows it now.
+		p, err := vfio.PlanBinding(inv, target, vfio.Options{AllowOtherClasses: true})
+		if err != nil {
+			addBindingPlanError(&resp.Diagnostics, target, err)
+			return
+		}
+		bound := make([]boundFunction, 0, len(p.Bind))
+		for _, b := range p.Bind {
+			bound = append(bound, boundFunction{Device: b.Device, Original: b.OriginalDriver})
+		}
+		state.FunctionDetails = gpuDetailsList(bound)
+		if state.Functions.IsNull() || state.Functions.IsUnknown() {
+			state.Functions = pciAddressSet(p.Addresses())
+		}
+	} else {
+		for i := range details {
+			d := &details[i]
+			a, err := vfio.ParseAddress(d.Address.ValueString())
+			if err != nil {
+				continue
+			}
+			if fn := inv.Lookup(a); fn != nil {
+				d.CurrentDriver = types.StringValue(fn.Driver)
+			} else {
+				d.CurrentDriver = types.StringValue("") // the function itself is gone
+			}
+		}
+		state.FunctionDetails = gpuDetailsFromModels(details)
+	}
+	if state.NVIDIADriverVersion.IsUnknown() {
+		state.NVIDIADriverVersion = types.StringNull()
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+// Update rebinds functions found off vfio-pci and re-checks the group
+// against changed functions or allow_other_classes.
+func (r *gpuBindingResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan, state gpuBindingModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	target, opts, ok := bindingInputs(ctx, &plan, &resp.Diagnostics)
+	if !ok {
+		return
+	}
+	inv, err := loadPCIInventory(ctx, c)
+	if err != nil {
+		addError(&resp.Diagnostics, "Reading the host's PCI devices", err)
+		return
+	}
+	p, err := vfio.PlanBinding(inv, target, opts)
+	if err != nil {
+		addBindingPlanError(&resp.Diagnostics, target, err)
+		return
+	}
+	// What each function had before Kohaku bound it: the state's record,
+	// else (a function that fell back to the host) the driver it is on now.
+	known := map[string]string{}
+	for _, d := range gpuFunctionDetails(ctx, state.FunctionDetails, &resp.Diagnostics) {
+		if o := d.OriginalDriver.ValueString(); o != "" {
+			known[d.Address.ValueString()] = o
+		}
+	}
+	var toBind []vfio.Binding
+	for _, b := range p.Bind {
+		if !b.AlreadyBound {
+			toBind = append(toBind, b)
+		}
+	}
+	if len(toBind) > 0 {
+		if !checkNotInUse(ctx, c, p.Addresses(), target, &resp.Diagnostics) {
+			return
+		}
+		if plan.NVIDIADriverVersion.IsUnknown() {
+			plan.NVIDIADriverVersion = r.nvidiaVersion(ctx, c, inv.Lookup(target), &resp.Diagnostics)
+		}
+	}
+	newly, ok := bindFunctions(ctx, c, target, toBind, &resp.Diagnostics)
+	if !ok {
+		return
+	}
+	fresh := map[vfio.Address]boundFunction{}
+	for _, b := range newly {
+		fresh[b.Address] = b
+	}
+	var bound []boundFunction
+	for _, b := range p.Bind {
+		if f, ok := fresh[b.Address]; ok {
+			if o, had := known[b.Address.String()]; had {
+				f.Original = o
+			}
+			bound = append(bound, f)
+			continue
+		}
+		bound = append(bound, boundFunction{Device: b.Device, Original: known[b.Address.String()]})
+	}
+	if plan.NVIDIADriverVersion.IsUnknown() {
+		plan.NVIDIADriverVersion = state.NVIDIADriverVersion
+	}
+	plan.IOMMUGroup = types.Int64Value(int64(p.Group))
+	if plan.Functions.IsUnknown() || plan.Functions.IsNull() {
+		plan.Functions = pciAddressSet(p.Addresses())
+	}
+	plan.FunctionDetails = gpuDetailsList(bound)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// Delete gives every function back to the host. A function already back on
+// a host driver is fine; a failure names the function and keeps the binding
+// in state so destroy can be retried.
+func (r *gpuBindingResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var state gpuBindingModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	target, _ := vfio.ParseAddress(state.Address.ValueString())
+	details := gpuFunctionDetails(ctx, state.FunctionDetails, &resp.Diagnostics)
+	var addrs []vfio.Address
+	original := map[vfio.Address]string{}
+	for _, d := range details {
+		if a, err := vfio.ParseAddress(d.Address.ValueString()); err == nil {
+			addrs = append(addrs, a)
+			original[a] = d.OriginalDriver.ValueString()
+		}
+	}
+	if len(addrs) == 0 {
+		addrs = []vfio.Address{target}
+	}
+	if !checkNotInUse(ctx, c, addrs, target, &resp.Diagnostics) {
+		return
+	}
+	var failed, notes []string
+	for _, a := range slices.Backward(addrs) {
+		name := vfio.NodeDeviceName(a)
+		dev, err := readPCIDevice(ctx, c, name)
+		if errors.Is(err, virt.ErrNotFound) {
+			notes = append(notes, fmt.Sprintf("%s is no longer on the host", a))
+			continue
+		}
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: reading its state: %v", a, err))
+			continue
+		}
+		if dev.Driver != vfio.DriverVFIO {
+			continue // given back already
+		}
+		if err := c.ReattachNodeDevice(ctx, name); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", a, err))
+			continue
+		}
+		tflog.Info(ctx, "gave a PCI function back to the host", map[string]any{"address": a.String()})
+		if after, err := readPCIDevice(ctx, c, name); err == nil && original[a] != "" && after.Driver != original[a] {
+			notes = append(notes, fmt.Sprintf("%s is back on the host with driver %s, not its original %s", a, driverOrNone(after.Driver), original[a]))
+		}
+	}
+	if len(notes) > 0 {
+		resp.Diagnostics.AddWarning("GPU binding "+state.ID.ValueString()+" given back with remarks", strings.Join(notes, "; ")+".")
+	}
+	if len(failed) > 0 {
+		resp.Diagnostics.AddError("Giving "+state.ID.ValueString()+" back to the host failed",
+			fmt.Sprintf("These functions are still on vfio-pci:\n  %s\nThe binding stays in state: fix the cause and run destroy again, or give a function back by hand with `virsh nodedev-reattach pci_DDDD_BB_SS_F`.", strings.Join(failed, "\n  ")))
+	}
+}
+
+// ImportState takes `<address>` or `<host>/<address>`.
+func (r *gpuBindingResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	host, raw := "", req.ID
+	if i := strings.LastIndex(req.ID, "/"); i >= 0 {
+		host, raw = req.ID[:i], req.ID[i+1:]
+	}
+	a, err := vfio.ParseAddress(raw)
+	if err != nil || (host == "" && strings.Contains(req.ID, "/")) {
+		msg := "not a PCI address"
+		if err != nil {
+			msg = err.Error()
+		}
+		resp.Diagnostics.AddError("Invalid import ID",
+			fmt.Sprintf("%q: %s. Import a GPU binding by its PCI address, e.g. 0000:01:00.0, or as <host>/<address> (e.g. gpu2/0000:01:00.0) for a host of the provider's hosts map.", req.ID, msg))
+		return
+	}
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), bindingID(host, a))...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("address"), a.String())...)
+	if host != "" {
+		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
+	}
+}
+
+// ---------------------------------------------------------------- helpers
+
+// bindingID is the canonical address, prefixed by the host key when set:
+// the form kohaku_vm.gpus takes.
+func bindingID(host string, a vfio.Address) string {
+	if host == "" {
+		return a.String()
+	}
+	return host + "/" + a.String()
+}
+
+// bindingInputs reads the target address and planning options from a model.
+func bindingInputs(ctx context.Context, m *gpuBindingModel, diags *diag.Diagnostics) (vfio.Address, vfio.Options, bool) {
+	target, err := vfio.ParseAddress(m.Address.ValueString())
+	if err != nil {
+		diags.AddAttributeError(path.Root("address"), "Invalid PCI address", err.Error())
+		return target, vfio.Options{}, false
+	}
+	opts := vfio.Options{AllowOtherClasses: m.AllowOtherClasses.ValueBool()}
+	if !m.Functions.IsNull() && !m.Functions.IsUnknown() {
+		var fns []string
+		diags.Append(m.Functions.ElementsAs(ctx, &fns, false)...)
+		for _, s := range fns {
+			a, err := vfio.ParseAddress(s)
+			if err != nil {
+				diags.AddAttributeError(path.Root("functions"), "Invalid PCI address", err.Error())
+				continue
+			}
+			opts.Functions = append(opts.Functions, a)
+		}
+	}
+	return target, opts, !diags.HasError()
+}
+
+// loadPCIInventory reads every PCI node device of the host.
+func loadPCIInventory(ctx context.Context, c *virt.Client) (*vfio.Inventory, error) {
+	docs, err := c.PCINodeDevices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return vfio.ParseInventory(docs)
+}
+
+func readPCIDevice(ctx context.Context, c *virt.Client, name string) (*vfio.Device, error) {
+	doc, err := c.NodeDeviceXML(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return vfio.ParseDevice(doc)
+}
+
+// addBindingPlanError turns a refusal of the planner into a diagnostic on the
+// attribute the user can change.
+func addBindingPlanError(diags *diag.Diagnostics, target vfio.Address, err error) {
+	var (
+		unknown *vfio.UnknownDeviceError
+		noIOMMU *vfio.NoIOMMUError
+		partial *vfio.PartialGroupError
+		outside *vfio.NotInGroupError
+		other   *vfio.OtherClassError
+	)
+	switch {
+	case errors.As(err, &unknown):
+		diags.AddAttributeError(path.Root("address"), "Unknown PCI address "+target.String(), err.Error())
+	case errors.As(err, &noIOMMU):
+		diags.AddAttributeError(path.Root("address"), "No usable IOMMU on the host", err.Error())
+	case errors.As(err, &partial):
+		diags.AddAttributeError(path.Root("functions"), fmt.Sprintf("Partial IOMMU group %d", partial.Group), err.Error())
+	case errors.As(err, &outside):
+		diags.AddAttributeError(path.Root("functions"), fmt.Sprintf("Function outside IOMMU group %d", outside.Group), err.Error())
+	case errors.As(err, &other):
+		diags.AddAttributeError(path.Root("allow_other_classes"), fmt.Sprintf("IOMMU group %d holds devices the host may need", other.Group), err.Error())
+	default:
+		diags.AddAttributeError(path.Root("address"), "Cannot bind "+target.String(), err.Error())
+	}
+}
+
+// checkNotInUse refuses when a running domain passes one of the functions through.
+func checkNotInUse(ctx context.Context, c *virt.Client, addrs []vfio.Address, target vfio.Address, diags *diag.Diagnostics) bool {
+	raw, err := c.PCIHostdevUsers(ctx)
+	if err != nil {
+		addError(diags, "Checking which domains use "+target.String(), err)
+		return false
+	}
+	users := map[vfio.Address][]string{}
+	for s, doms := range raw {
+		if a, err := vfio.ParseAddress(s); err == nil {
+			users[a] = doms
+		}
+	}
+	if err := vfio.CheckNotInUse(addrs, users); err != nil {
+		diags.AddError("GPU "+target.String()+" is in use", err.Error())
+		return false
+	}
+	return true
+}
+
+// boundFunction is a function after binding, with its original driver.
+type boundFunction struct {
+	*vfio.Device
+	Original string
+}
+
+// bindFunctions detaches each function to vfio-pci and checks it landed there. On a
+// failure it gives back, in reverse order, what it had bound, and says what
+// happened to each function.
+func bindFunctions(ctx context.Context, c *virt.Client, target vfio.Address, plan []vfio.Binding, diags *diag.Diagnostics) ([]boundFunction, bool) {
+	var done []boundFunction
+	for _, b := range plan {
+		name := vfio.NodeDeviceName(b.Address)
+		if b.AlreadyBound {
+			done = append(done, boundFunction{Device: b.Device, Original: b.OriginalDriver})
+			continue
+		}
+		err := c.DetachNodeDevice(ctx, name, "vfio")
+		var after *vfio.Device
+		if err == nil {
+			after, err = readPCIDevice(ctx, c, name)
+			if err == nil && after.Driver != vfio.DriverVFIO {
+				err = fmt.Errorf("libvirt reported success but the function is on %s, not vfio-pci (is the vfio-pci module available on the host? modprobe vfio-pci)", driverOrNone(after.Driver))
+			}
+		}
+		if err != nil {
+			rollback := giveBackFunctions(ctx, c, done, plan)
+			addError(diags, "Binding "+target.String()+" to vfio-pci failed",
+				fmt.Errorf("%s (%s, was on %s): %w. %s", b.Address, b.ClassName(), driverOrNone(b.OriginalDriver), err, rollback))
+			return nil, false
+		}
+		tflog.Info(ctx, "bound a PCI function to vfio-pci", map[string]any{"address": b.Address.String(), "original_driver": b.OriginalDriver})
+		done = append(done, boundFunction{Device: after, Original: b.OriginalDriver})
+	}
+	return done, true
+}
+
+// giveBackFunctions reattaches the functions this operation bound and reports how it went.
+func giveBackFunctions(ctx context.Context, c *virt.Client, done []boundFunction, plan []vfio.Binding) string {
+	already := map[vfio.Address]bool{}
+	for _, b := range plan {
+		already[b.Address] = b.AlreadyBound
+	}
+	var ok, failed []string
+	for _, f := range slices.Backward(done) {
+		if already[f.Address] {
+			continue // it was on vfio-pci before: leave it there
+		}
+		if err := c.ReattachNodeDevice(ctx, vfio.NodeDeviceName(f.Address)); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v (give it back with virsh nodedev-reattach %s)", f.Address, err, vfio.NodeDeviceName(f.Address)))
+			continue
+		}
+		ok = append(ok, f.Address.String())
+	}
+	switch {
+	case len(failed) > 0:
+		return "Rolling back FAILED, these functions are still on vfio-pci: " + strings.Join(failed, "; ")
+	case len(ok) > 0:
+		return "The functions bound before it were given back to the host (" + strings.Join(ok, ", ") + "); nothing was changed."
+	}
+	return "Nothing was changed."
+}
+
+// nvidiaVersion reads the host's NVIDIA driver version for an NVIDIA card,
+// or returns null when there is none to read (with a warning when it could
+// not be read at all).
+func (r *gpuBindingResource) nvidiaVersion(ctx context.Context, c *virt.Client, dev *vfio.Device, diags *diag.Diagnostics) types.String {
+	if dev == nil || dev.VendorID != 0x10de {
+		return types.StringNull()
+	}
+	b, err := c.ReadHostFile(ctx, nvidiaVersionFile, 256)
+	switch {
+	case err == nil:
+		return types.StringValue(strings.TrimSpace(string(b)))
+	case errors.Is(err, os.ErrNotExist):
+		return types.StringNull() // no NVIDIA module loaded on the host
+	case errors.Is(err, virt.ErrHostFilesUnsupported):
+		diags.AddAttributeWarning(path.Root("nvidia_driver_version"), "Host NVIDIA driver version not read",
+			fmt.Sprintf("Kohaku reads %s from the host only over local and SSH connections, not over %s. Set nvidia_driver_version to the host's version if the guest needs it.", nvidiaVersionFile, c.Endpoint().Transport))
+	default:
+		diags.AddAttributeWarning(path.Root("nvidia_driver_version"), "Host NVIDIA driver version not read", err.Error())
+	}
+	return types.StringNull()
+}
+
+func driverOrNone(d string) string {
+	if d == "" {
+		return "no driver"
+	}
+	return d
+}
+
+func pciAddressSet(addrs []vfio.Address) types.Set {
+	vals := make([]attr.Value, 0, len(addrs))
+	for _, a := range addrs {
+		vals = append(vals, types.StringValue(a.String()))
+	}
+	return types.SetValueMust(types.StringType, vals)
+}
+
+func gpuFunctionDetails(ctx context.Context, l types.List, diags *diag.Diagnostics) []gpuFunctionModel {
+	if l.IsNull() || l.IsUnknown() {
+		return nil
+	}
+	var out []gpuFunctionModel
+	diags.Append(l.ElementsAs(ctx, &out, false)...)
+	return out
+}
+
+func gpuDetailsList(bound []boundFunction) types.List {
+	sort.Slice(bound, func(i, j int) bool { return bound[i].Address.Compare(bound[j].Address) < 0 })
+	models := make([]gpuFunctionModel, 0, len(bound))
+	for _, b := range bound {
+		models = append(models, gpuFunctionModel{
+			Address:        types.StringValue(b.Address.String()),
+			Class:          types.StringValue(b.ClassHex()),
+			ClassName:      types.StringValue(b.ClassName()),
+			VendorID:       types.StringValue(fmt.Sprintf("%04x", b.VendorID)),
+			ProductID:      types.StringValue(fmt.Sprintf("%04x", b.ProductID)),
+			OriginalDriver: types.StringValue(b.Original),
+			CurrentDriver:  types.StringValue(b.Driver),
+		})
+	}
+	return gpuDetailsFromModels(models)
+}
+
+func gpuDetailsFromModels(models []gpuFunctionModel) types.List {
+	vals := make([]attr.Value, 0, len(models))
+	for _, m := range models {
+		vals = append(vals, types.ObjectValueMust(gpuFunctionAttrTypes, map[string]attr.Value{
+			"address":         m.Address,
+			"class":           m.Class,
+			"class_name":      m.ClassName,
+			"vendor_id":       m.VendorID,
+			"product_id":      m.ProductID,
+			"original_driver": m.OriginalDriver,
+			"current_driver":  m.CurrentDriver,
+		}))
+	}
+	return types.ListValueMust(gpuFunctionType, vals)
+}
+
+// pciAddressValidator accepts DDDD:BB:SS.F.
+type pciAddressValidator struct{}
+
+var _ validator.String = pciAddressValidator{}
+
+func (pciAddressValidator) Description(context.Context) string {
+	return "a PCI address DDDD:BB:SS.F in lower-case hex, such as 0000:01:00.0"
+}
+
+func (v pciAddressValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
+
+func (pciAddressValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	s := req.ConfigValue.ValueString()
+	a, err := vfio.ParseAddress(s)
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid PCI address", err.Error()+". lspci -D on the host prints the addresses; the kohaku_pci_devices data source lists them too.")
+		return
+	}
+	if a.String() != s {
+		// One spelling per device, so ids, imports and kohaku_vm agree.
+		resp.Diagnostics.AddAttributeError(req.Path, "PCI address not in canonical form",
+			fmt.Sprintf("Write %q as %q (lower-case hex, as lspci -D prints it).", s, a.String()))
+	}
+}

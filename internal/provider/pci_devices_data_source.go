@@ -1,0 +1,156 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+)
+
+var _ datasource.DataSourceWithConfigure = (*pciDevicesDataSource)(nil)
+
+func newPCIDevicesDataSource() datasource.DataSource { return &pciDevicesDataSource{} }
+
+type pciDevicesDataSource struct {
+	data *providerData
+}
+
+type pciDevicesModel struct {
+	Host         types.String     `tfsdk:"host"`
+	VendorID     types.String     `tfsdk:"vendor_id"`
+	ClassPrefix  types.String     `tfsdk:"class_prefix"`
+	ID           types.String     `tfsdk:"id"`
+	IOMMUEnabled types.Bool       `tfsdk:"iommu_enabled"`
+	Devices      []pciDeviceModel `tfsdk:"devices"`
+}
+
+type pciDeviceModel struct {
+	Address      types.String   `tfsdk:"address"`
+	VendorID     types.String   `tfsdk:"vendor_id"`
+	VendorName   types.String   `tfsdk:"vendor_name"`
+	ProductID    types.String   `tfsdk:"product_id"`
+	ProductName  types.String   `tfsdk:"product_name"`
+	Class        types.String   `tfsdk:"class"`
+	ClassName    types.String   `tfsdk:"class_name"`
+	Driver       types.String   `tfsdk:"driver"`
+	IOMMUGroup   types.Int64    `tfsdk:"iommu_group"`
+	GroupMembers []types.String `tfsdk:"iommu_group_members"`
+	NUMANode     types.Int64    `tfsdk:"numa_node"`
+}
+
+var (
+	vendorIDRE    = regexp.MustCompile(`^(0x)?[0-9a-fA-F]{4}$`)
+	classPrefixRE = regexp.MustCompile(`^(0x)?([0-9a-fA-F]{2}){1,3}$`)
+)
+
+func (d *pciDevicesDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_pci_devices"
+}
+
+func (d *pciDevicesDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		Description: "The PCI devices of a libvirt host as libvirt's node-device API reports them, with their drivers and IOMMU groups: find a GPU's address and see what else `kohaku_gpu_binding` would have to move with it. Filter by vendor and by class.",
+		Attributes: map[string]schema.Attribute{
+			"host": schema.StringAttribute{
+				Optional:    true,
+				Description: "Key of the provider's `hosts` map to read. Empty means the provider's default connection.",
+			},
+			"vendor_id": schema.StringAttribute{
+				Optional:    true,
+				Description: "Only devices of this PCI vendor, as four hex digits (`10de` NVIDIA, `1002` AMD, `8086` Intel; a `0x` prefix is accepted). Default: every vendor.",
+				Validators:  []validator.String{stringvalidator.RegexMatches(vendorIDRE, "must be a PCI vendor id of four hex digits, such as \"10de\"")},
+			},
+			"class_prefix": schema.StringAttribute{
+				Optional:    true,
+				Description: "Only devices whose six hex digit class code starts with this: `03` any display controller, `0300` VGA compatible, `0302` 3D controller (most compute GPUs), `0403` audio. Default: every class.",
+				Validators:  []validator.String{stringvalidator.RegexMatches(classPrefixRE, "must be 2, 4 or 6 hex digits of a PCI class code, such as \"03\" or \"0302\"")},
+			},
+			"id": schema.StringAttribute{
+				Computed:    true,
+				Description: "The host key (`default` for the default connection) and the filters, e.g. `default/10de/03`.",
+			},
+			"iommu_enabled": schema.BoolAttribute{
+				Computed:    true,
+				Description: "Whether the host has a usable IOMMU, i.e. its PCI devices are in IOMMU groups. Without one `kohaku_gpu_binding` is refused.",
+			},
+			"devices": schema.ListNestedAttribute{
+				Computed:    true,
+				Description: "The matching devices, sorted by address.",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"address":      schema.StringAttribute{Computed: true, Description: "PCI address `DDDD:BB:SS.F`, as `kohaku_gpu_binding.address` takes it."},
+					"vendor_id":    schema.StringAttribute{Computed: true, Description: "PCI vendor id, four hex digits."},
+					"vendor_name":  schema.StringAttribute{Computed: true, Description: "Vendor name from the host's PCI id database; empty when the host does not know it."},
+					"product_id":   schema.StringAttribute{Computed: true, Description: "PCI product id, four hex digits."},
+					"product_name": schema.StringAttribute{Computed: true, Description: "Product name from the host's PCI id database; empty when the host does not know it."},
+					"class":        schema.StringAttribute{Computed: true, Description: "PCI class code, six hex digits, e.g. `030000`."},
+					"class_name":   schema.StringAttribute{Computed: true, Description: "The class as lspci names it, e.g. `VGA compatible controller`."},
+					"driver":       schema.StringAttribute{Computed: true, Description: "The host driver bound now (`nvidia`, `amdgpu`, `vfio-pci`, ...); empty when none is."},
+					"iommu_group": schema.Int64Attribute{Computed: true,
+						Description: "IOMMU group number; null on a host without a usable IOMMU."},
+					"iommu_group_members": schema.ListAttribute{Computed: true, ElementType: types.StringType,
+						Description: "Every function of the device's IOMMU group, itself included, sorted: what `kohaku_gpu_binding` moves together."},
+					"numa_node": schema.Int64Attribute{Computed: true, Description: "NUMA node the device is attached to; null when the host reports none."},
+				}},
+			},
+		},
+	}
+}
+
+func (d *pciDevicesDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
+	d.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
+}
+
+func (d *pciDevicesDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
+	var m pciDevicesModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	c := d.data.client(m.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	inv, err := loadPCIInventory(ctx, c)
+	if err != nil {
+		addError(&resp.Diagnostics, "Reading the host's PCI devices", err)
+		return
+	}
+	host := m.Host.ValueString()
+	if host == "" {
+		host = "default"
+	}
+	m.ID = types.StringValue(fmt.Sprintf("%s/%s/%s", host, m.VendorID.ValueString(), m.ClassPrefix.ValueString()))
+	m.IOMMUEnabled = types.BoolValue(inv.HasIOMMU())
+	m.Devices = []pciDeviceModel{}
+	for _, dev := range inv.Filter(m.VendorID.ValueString(), m.ClassPrefix.ValueString()) {
+		out := pciDeviceModel{
+			Address:      types.StringValue(dev.Address.String()),
+			VendorID:     types.StringValue(fmt.Sprintf("%04x", dev.VendorID)),
+			VendorName:   types.StringValue(dev.VendorName),
+			ProductID:    types.StringValue(fmt.Sprintf("%04x", dev.ProductID)),
+			ProductName:  types.StringValue(dev.ProductName),
+			Class:        types.StringValue(dev.ClassHex()),
+			ClassName:    types.StringValue(dev.ClassName()),
+			Driver:       types.StringValue(dev.Driver),
+			IOMMUGroup:   types.Int64Null(),
+			GroupMembers: []types.String{},
+			NUMANode:     types.Int64Null(),
+		}
+		if dev.HasIOMMU() {
+			out.IOMMUGroup = types.Int64Value(int64(dev.Group))
+			for _, a := range dev.GroupMembers {
+				out.GroupMembers = append(out.GroupMembers, types.StringValue(a.String()))
+			}
+		}
+		if dev.NUMANode >= 0 {
+			out.NUMANode = types.Int64Value(int64(dev.NUMANode))
+		}
+		m.Devices = append(m.Devices, out)
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
