@@ -14,9 +14,12 @@ import sys
 import time
 import urllib.request
 
-CONFIG = "/etc/kohaku/report.json"
-PORT = "/dev/virtio-ports/org.kohaku.report.0"
-STATE_DIR = "/var/lib/kohaku"
+# The KOHAKU_REPORT_* variables exist for Kohaku's own tests of this script.
+CONFIG = os.environ.get("KOHAKU_REPORT_CONFIG", "/etc/kohaku/report.json")
+PORT = os.environ.get("KOHAKU_REPORT_PORT", "/dev/virtio-ports/org.kohaku.report.0")
+STATE_DIR = os.environ.get("KOHAKU_REPORT_STATE", "/var/lib/kohaku")
+INSTANCE_FILE = os.environ.get("KOHAKU_REPORT_INSTANCE", "/var/lib/cloud/data/instance-id")
+STATUS_CMD = os.environ.get("KOHAKU_REPORT_STATUS_CMD", "cloud-init status --wait --format json").split()
 
 
 def run(*cmd, timeout=120):
@@ -35,7 +38,7 @@ def read(path):
 
 
 def cloud_init_status():
-    out = run("cloud-init", "status", "--wait", "--format", "json", timeout=3600)
+    out = run(*STATUS_CMD, timeout=3600)
     try:
         return json.loads(out[out.find("{"):])
     except ValueError:
@@ -110,13 +113,34 @@ def post(url, body):
         delay = min(delay * 2, 60)
 
 
+def write_port(body, block):
+    flags = os.O_WRONLY | (0 if block else os.O_NONBLOCK)
+    try:
+        fd = os.open(PORT, flags)
+    except OSError as e:
+        print("kohaku-report: channel open failed: %s" % e, file=sys.stderr)
+        return False
+    try:
+        data = body + b"\n"
+        while data:
+            data = data[os.write(fd, data):]
+        return True
+    except BlockingIOError:
+        return False
+    except OSError as e:
+        print("kohaku-report: channel write failed: %s" % e, file=sys.stderr)
+        return False
+    finally:
+        os.close(fd)
+
+
 def main():
     try:
         cfg = json.loads(read(CONFIG))
     except ValueError:
         print("kohaku-report: no configuration", file=sys.stderr)
         return 1
-    instance = read("/var/lib/cloud/data/instance-id").strip() or "unknown"
+    instance = read(INSTANCE_FILE).strip() or "unknown"
     stamp = os.path.join(STATE_DIR, "reported-" + instance.replace("/", "_"))
     if os.path.exists(stamp):
         return 0
@@ -133,12 +157,10 @@ def main():
     body = json.dumps(report).encode()
     sent = False
     if os.path.exists(PORT):
-        try:
-            with open(PORT, "wb") as f:
-                f.write(body + b"\n")
-            sent = True
-        except OSError as e:
-            print("kohaku-report: channel write failed: %s" % e, file=sys.stderr)
+        # A virtio-serial write blocks while no one on the host holds the
+        # channel open: without a URL, wait for the provider; with one, only
+        # take the channel if the provider is already there.
+        sent = write_port(body, block=not cfg.get("url"))
     if cfg.get("url"):
         sent = post(cfg["url"], body) or sent
     if sent:
