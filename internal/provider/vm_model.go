@@ -41,6 +41,9 @@ type vmModel struct {
 	Running           types.Bool     `tfsdk:"running"`
 	ShutdownTimeout   types.String   `tfsdk:"shutdown_timeout"`
 	OverlayVolume     types.String   `tfsdk:"overlay_volume"`
+	WaitFor           types.String   `tfsdk:"wait_for"`
+	OnReadyFailure    types.String   `tfsdk:"on_ready_failure"`
+	Guest             types.Object   `tfsdk:"guest"`
 	Timeouts          timeouts.Value `tfsdk:"timeouts"`
 }
 
@@ -354,6 +357,17 @@ func (m *vmModel) fromDomain(ctx context.Context, st *domainView, prior *vmModel
 		m.ShutdownTimeout = types.StringValue(vmDefaultShutdownTimeout)
 	}
 	m.Timeouts = prior.Timeouts
+	// Readiness settings and the guest's report live only in Terraform.
+	m.WaitFor, m.OnReadyFailure, m.Guest = prior.WaitFor, prior.OnReadyFailure, prior.Guest
+	if m.WaitFor.IsNull() || m.WaitFor.IsUnknown() {
+		m.WaitFor = types.StringValue(waitAuto)
+	}
+	if m.OnReadyFailure.IsNull() || m.OnReadyFailure.IsUnknown() {
+		m.OnReadyFailure = types.StringValue(keepOnFailure)
+	}
+	if m.Guest.IsUnknown() {
+		m.Guest = nullGuest()
+	}
 
 	// Seed: the CD-ROM's pool/volume is the kohaku_seed id.
 	m.SeedID = types.StringNull()

@@ -28,6 +28,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+	"github.com/kohaku/terraform-provider-kohaku/internal/ready"
+	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
@@ -299,6 +301,9 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			}),
 		},
 	}
+	for name, a := range waitSchema() {
+		resp.Schema.Attributes[name] = a
+	}
 }
 
 func (r *vmResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
@@ -516,20 +521,29 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 		resp.Diagnostics.AddAttributeError(p, summary+" failed at step \"check shared folders\"", err.Error()+"\n\nNothing was created.")
 		return
 	}
+	var seedInfo *seed.Inspection
 	if spec.Seed != nil {
 		if _, err := c.VolumeInfo(ctx, spec.Seed.Pool, spec.Seed.Volume); err != nil {
 			fail("look up the seed", fmt.Errorf("seed_id %s: %w", plan.SeedID.ValueString(), err))
 			return
 		}
-		if needsSeedMACs(&spec) {
-			macs, err := seedNICMACs(ctx, c, spec.Seed.Pool, spec.Seed.Volume)
-			if err != nil {
-				fail("read the seed", err)
+		if needsSeedMACs(&spec) || plan.Running.ValueBool() && plan.WaitFor.ValueString() != string(ready.ModeNone) {
+			var err error
+			if seedInfo, err = inspectSeed(ctx, c, spec.Seed.Pool, spec.Seed.Volume); err != nil {
+				fail("read the seed", fmt.Errorf("%w. Set mac on every network_interface and wait_for = \"none\" or \"guest_agent\" to skip reading the seed", err))
 				return
 			}
-			applySeedMACs(&spec, macs)
+			applySeedMACs(&spec, seedInfo.MACs)
 		}
 	}
+	// The wait is set up before anything is made: a guest can be quick,
+	// and a setup error should leave nothing behind.
+	wait, err := r.prepareWait(&plan, seedInfo, func(w string) { resp.Diagnostics.AddWarning(summary, w) })
+	if err != nil {
+		fail("prepare the readiness wait", err)
+		return
+	}
+	defer wait.close()
 	disk := plan.disk(ctx, &resp.Diagnostics)
 	if in.DiskMode == "volume" {
 		vol, err := c.VolumeInfo(ctx, spec.Disk.Pool, spec.Disk.Volume)
@@ -609,14 +623,41 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 			fail("start the domain", err)
 			return
 		}
-		// 6. Readiness: the wait_for issue adds the wait for the guest to report
-		// in here (report channel, phone-home or guest agent), bounded by ctx,
-		// which carries the create timeout. Until then Create returns as soon as
-		// libvirt says the domain runs.
-		if err := waitReady(ctx, c, ref, &plan); err != nil {
-			fail("wait for the guest to be ready", err)
+		// 6. Readiness, bounded by ctx, which carries the create timeout.
+		out, err := wait.wait(ctx, c, spec.Name, serialLogOf(spec))
+		if err == nil && out != nil {
+			var warnings []string
+			warnings, err = ready.Check(spec.Name, out.Report)
+			for _, w := range warnings {
+				resp.Diagnostics.AddWarning(fmt.Sprintf("VM %s is ready, degraded", spec.Name), w)
+			}
+		}
+		if err != nil {
+			if plan.OnReadyFailure.ValueString() == deleteOnFailure {
+				fail("wait for the guest to be ready", err)
+				return
+			}
+			// Keep the VM for inspection: stored with an error, Terraform
+			// marks it tainted and the next apply replaces it.
+			plan.Guest = nullGuest()
+			if view, rerr := readVM(steady, c, ref, &plan); rerr == nil {
+				var m vmModel
+				m.fromDomain(ctx, view, &plan, &resp.Diagnostics)
+				resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+			} else {
+				plan.fillUnknowns(vc)
+				resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+			}
+			addError(&resp.Diagnostics, fmt.Sprintf("%s failed at step %q", summary, "wait for the guest to be ready"),
+				fmt.Errorf("%w\n\nThe VM was kept for inspection (on_ready_failure = \"keep\") and is tainted: the next apply replaces it. Set on_ready_failure = \"destroy\" to have a failed create remove it.", err))
 			return
 		}
+		if out != nil {
+			plan.Guest = guestValue(wait.mode, out)
+		}
+	}
+	if plan.Guest.IsUnknown() {
+		plan.Guest = nullGuest()
 	}
 
 	// 7. Read back what libvirt made of it.
@@ -633,9 +674,6 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	m.fromDomain(ctx, view, &plan, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
-
-// waitReady is where Create will wait for the guest to report in (wait_for).
-func waitReady(context.Context, *virt.Client, virt.DomainRef, *vmModel) error { return nil }
 
 // fillUnknowns makes a plan storable as the state of a half-made VM.
 func (m *vmModel) fillUnknowns(vc *vmCreate) {
@@ -1080,4 +1118,12 @@ func (r *vmResource) ImportState(ctx context.Context, req resource.ImportStateRe
 	if host != "" {
 		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
 	}
+}
+
+// serialLogOf is where the VM's serial console goes on the host.
+func serialLogOf(spec domain.Spec) string {
+	if spec.SerialLogPath != "" {
+		return spec.SerialLogPath
+	}
+	return domain.DefaultSerialLogPath(spec.Name)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
-	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
@@ -19,13 +18,9 @@ const maxSeedDownload = 8 << 20
 // needs only the seed's id. Network interfaces without a mac of their own take
 // them, so cloud-init's MAC-matched configuration finds its interfaces.
 func seedNICMACs(ctx context.Context, c *virt.Client, pool, volume string) ([]string, error) {
-	iso, err := c.DownloadVolume(ctx, pool, volume, maxSeedDownload)
+	in, err := inspectSeed(ctx, c, pool, volume)
 	if err != nil {
-		return nil, fmt.Errorf("reading seed %s/%s for its MAC addresses: %w. Set mac on every network_interface to skip reading the seed", pool, volume, err)
-	}
-	in, err := seed.Inspect(iso)
-	if err != nil {
-		return nil, fmt.Errorf("seed %s/%s: %w", pool, volume, err)
+		return nil, fmt.Errorf("%w. Set mac on every network_interface to skip reading the seed", err)
 	}
 	return in.MACs, nil
 }

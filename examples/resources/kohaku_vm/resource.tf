@@ -1,10 +1,13 @@
 # A VM booting a cloud image: its own 40 GiB qcow2 overlay on the shared base
 # image, a cloud-init seed on a CD-ROM (the NIC takes the MAC the seed's
 # network configuration matches), a NIC on a host bridge, a 9p shared folder
-# and a GPU passed through with VFIO.
+# and a GPU passed through with VFIO. The seed phones home, so apply returns
+# once cloud-init in the guest has finished (the provider needs a phone_home
+# block whose base_url the guest can reach).
 resource "kohaku_seed" "gpu" {
-  name    = "gpu-worker-1-seed.iso"
-  network = [{ dhcp4 = true }]
+  name       = "gpu-worker-1-seed.iso"
+  network    = [{ dhcp4 = true }]
+  phone_home = true
 }
 
 resource "kohaku_vm" "gpu" {
@@ -34,9 +37,18 @@ resource "kohaku_vm" "gpu" {
 
   autostart = true
 
+  # The default: wait for the seed's phone-home report. A report of cloud-init
+  # errors fails the apply; the VM is kept, tainted, for inspection.
+  wait_for         = "auto"
+  on_ready_failure = "keep"
+
   timeouts {
     create = "15m"
   }
+}
+
+output "gpu_worker_known_hosts" {
+  value = [for k in values(kohaku_vm.gpu.guest.ssh_host_keys) : "gpu-worker-1 ${k}"]
 }
 
 # Direct kernel boot under software emulation (type "qemu") for a host
@@ -57,6 +69,9 @@ resource "kohaku_vm" "tiny" {
   }
 
   network_interface = [{ type = "user" }]
+
+  # No seed phones home here: ask the guest agent whether cloud-init finished.
+  wait_for = "guest_agent"
 
   # Stop without waiting for the guest to power off.
   shutdown_timeout = "0s"

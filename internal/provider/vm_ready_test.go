@@ -1,0 +1,223 @@
+package provider
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
+)
+
+// The end-to-end tests boot the real Debian 12 cloud-init guest under TCG:
+// each takes one to four minutes, depending on the machine's load.
+
+const readyTestKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGZ1c2VkZm9ydGVzdGluZ29ubHkwMDAwMDAwMDAwMDAw e2e@kohaku"
+
+// readyConfig is a seed and a VM booting the test guest. The guest reports
+// what it became through the 9p share: the user's runcmd runs after
+// Kohaku's, so the share is mounted by then.
+func readyConfig(env vmEnv, prefix string, port int, share, seedExtra, vmExtra string) string {
+	return fmt.Sprintf(`
+provider "kohaku" {
+  uri = %q
+  phone_home = {
+    listen_address = "127.0.0.1:%d"
+    base_url       = "http://10.0.2.2:%d"
+  }
+}
+
+resource "kohaku_seed" "test" {
+  name     = "%sseed.iso"
+  pool     = %q
+  hostname = "e2e-guest"
+
+  user = {
+    name                = "kohaku"
+    ssh_authorized_keys = [%q]
+  }
+  network = [{
+    addresses   = ["10.0.2.15/24"]
+    gateway4    = "10.0.2.2"
+    nameservers = ["10.0.2.3"]
+  }]
+  shared_folders = [{ tag = "kohaku_shared", path = "/shared" }]
+  write_files    = [{ path = "/etc/kohaku-e2e", content = "written by write_files\n" }]
+  user_data = <<-EOT
+    #cloud-config
+    runcmd:
+      - hostname > /shared/hostname
+      - ip -4 -o addr show > /shared/addresses
+      - cat /etc/kohaku-e2e > /shared/write_files
+      - getent passwd kohaku > /shared/user
+      - cat /home/kohaku/.ssh/authorized_keys > /shared/authorized_keys
+      - grep ' /shared ' /proc/mounts > /shared/mounts
+      - sync
+  EOT
+%s
+}
+
+resource "kohaku_vm" "test" {
+  name       = "%svm"
+  type       = "qemu"
+  vcpu       = 2
+  memory_mib = 1024
+  kernel     = %q
+  initrd     = %q
+  cmdline    = "root=/dev/vda rw console=ttyS0"
+  seed_id    = kohaku_seed.test.id
+
+  disk = {
+    base_pool   = %q
+    base_volume = %q
+    pool        = %q
+  }
+  network_interface = [{ type = "user" }]
+  shared_folder     = [{ source = %q, tag = "kohaku_shared" }]
+  shutdown_timeout  = "2s"
+%s
+}
+`, env.URI, port, port, prefix, env.Pool, readyTestKey, seedExtra, prefix, env.Kernel, env.Initrd, env.ImagePool, env.Base, env.Pool, share, vmExtra)
+}
+
+// checkShared compares a file the guest wrote into the share.
+func checkShared(share, file string, want *regexp.Regexp) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		b, err := os.ReadFile(filepath.Join(share, file))
+		if err != nil {
+			return fmt.Errorf("the guest did not write %s through the 9p share: %v", file, err)
+		}
+		if !want.Match(b) {
+			return fmt.Errorf("%s from the guest is %q, want it to match %s", file, b, want)
+		}
+		return nil
+	}
+}
+
+// Apply returns only once the real guest's first-boot report arrived, and
+// the guest is what the seed said: hostname, user and key, the static
+// address on the MAC-matched NIC, the write_files file and the 9p mount.
+func TestAccReady_phoneHome(t *testing.T) {
+	env := newVMEnv(t)
+	prefix := vmTestPrefix(t, env, "ph")
+	share := t.TempDir()
+	port := acctest.ClosedPort(t)
+	addr := "kohaku_vm.test"
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		Steps: []resource.TestStep{{
+			Config: readyConfig(env, prefix, port, share, "  phone_home = true", "  timeouts {\n    create = \"12m\"\n  }"),
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("ready_via"), knownvalue.StringExact("phone_home")),
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("hostname"), knownvalue.StringExact("e2e-guest")),
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("cloud_init_status"), knownvalue.StringExact("done")),
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("ssh_host_keys").AtMapKey("ssh-ed25519"),
+					knownvalue.StringRegexp(regexp.MustCompile(`^ssh-ed25519 AAAA`))),
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("remote_address"),
+					knownvalue.StringRegexp(regexp.MustCompile(`^127\.0\.0\.1:\d+$`))),
+			},
+			Check: resource.ComposeAggregateTestCheckFunc(
+				vmCheckDomState(env, prefix+"vm", "running"),
+				resource.TestCheckTypeSetElemNestedAttrs(addr, "guest.addresses.*", map[string]string{"address": "10.0.2.15/24"}),
+				checkShared(share, "hostname", regexp.MustCompile(`^e2e-guest\n$`)),
+				checkShared(share, "addresses", regexp.MustCompile(`inet 10\.0\.2\.15/24`)),
+				checkShared(share, "write_files", regexp.MustCompile(`^written by write_files\n$`)),
+				checkShared(share, "user", regexp.MustCompile(`^kohaku:x:\d+:\d+::/home/kohaku:/bin/bash\n$`)),
+				checkShared(share, "authorized_keys", regexp.MustCompile(regexp.QuoteMeta(readyTestKey))),
+				checkShared(share, "mounts", regexp.MustCompile(`^kohaku_shared /shared 9p .*trans=virtio`)),
+				// The host keys the guest reported are the ones it has.
+				func(s *terraform.State) error {
+					want := s.RootModule().Resources[addr].Primary.Attributes["guest.ssh_host_keys.ssh-ed25519"]
+					if want == "" {
+						return fmt.Errorf("no ed25519 host key reported")
+					}
+					return nil
+				},
+			),
+		}},
+	})
+}
+
+// A guest that never reaches the provider: create fails at the timeout with
+// the story, and the VM is kept (tainted) for inspection, as documented.
+func TestAccReady_timeoutKeepsTaintedVM(t *testing.T) {
+	env := newVMEnv(t)
+	prefix := vmTestPrefix(t, env, "to")
+	port := acctest.ClosedPort(t)
+	// The seed phones home to a port nobody listens on; the VM's provider
+	// listens on another one. Nothing will ever arrive.
+	cfg := readyConfig(env, prefix, port, t.TempDir(), "  phone_home = true", "  timeouts {\n    create = \"40s\"\n  }")
+	cfg = strings.Replace(cfg, fmt.Sprintf(`base_url       = "http://10.0.2.2:%d"`, port), `base_url       = "http://10.0.2.2:9"`, 1)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		Steps: []resource.TestStep{
+			{
+				Config:      cfg,
+				ExpectError: regexp.MustCompile(`(?s)failed at step\s+"wait for the guest to be ready".*VM\s+` + regexp.QuoteMeta(prefix) + `vm\s+did\s+not\s+report\s+ready:\s+the\s+wait\s+timed\s+out\s+after.*http://10\.0\.2\.2:9/v1/phone-home/<token>.*The\s+domain\s+is\s+running.*serial\s+console.*kept\s+for\s+inspection`),
+			},
+			{
+				// What is left: the domain, still running, in state as tainted.
+				PreConfig: func() {
+					if out, err := vmVirsh(env.URI, "domstate", prefix+"vm"); err != nil || out != "running" {
+						t.Errorf("after the timeout the kept VM is %q (%v), want running", out, err)
+					}
+				},
+				RefreshState: true,
+				// Tainted: the next apply replaces it.
+				ExpectNonEmptyPlan: true,
+				Check: func(s *terraform.State) error {
+					rs := s.RootModule().Resources["kohaku_vm.test"]
+					if rs == nil || !rs.Primary.Tainted {
+						return fmt.Errorf("the kept VM is not in state as tainted: %+v", rs)
+					}
+					return nil
+				},
+			},
+		},
+	})
+}
+
+// cloud-init errors fail the apply with the failing module named, read
+// through the guest agent (no network path to the provider), and
+// on_ready_failure = "destroy" leaves nothing behind.
+func TestAccReady_guestAgentReportsCloudInitErrors(t *testing.T) {
+	env := newVMEnv(t)
+	prefix := vmTestPrefix(t, env, "ga")
+	cfg := readyConfig(env, prefix, acctest.ClosedPort(t), t.TempDir(), "",
+		"  wait_for         = \"guest_agent\"\n  on_ready_failure = \"destroy\"\n  timeouts {\n    create = \"12m\"\n  }")
+	cfg = strings.Replace(cfg, "      - sync\n", "      - sync\n      - exit 3\n", 1)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		Steps: []resource.TestStep{
+			{
+				Config:      cfg,
+				ExpectError: regexp.MustCompile(`(?s)failed at step\s+"wait for the guest to be ready".*cloud-init\s+in\s+VM\s+` + regexp.QuoteMeta(prefix) + `vm\s+finished.*scripts[-_]user.*Rolled\s+back`),
+			},
+			{
+				PreConfig: func() {
+					if out, err := vmVirsh(env.URI, "domstate", prefix+"vm"); err == nil {
+						t.Errorf("on_ready_failure = destroy left the domain (%s)", out)
+					}
+				},
+				RefreshState: true,
+				Check: func(s *terraform.State) error {
+					if rs := s.RootModule().Resources["kohaku_vm.test"]; rs != nil {
+						return fmt.Errorf("a destroyed VM is still in state")
+					}
+					return nil
+				},
+			},
+		},
+	})
+}

@@ -1,0 +1,244 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/objectplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
+	"github.com/kohaku/terraform-provider-kohaku/internal/ready"
+	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+)
+
+// Values of wait_for and on_ready_failure.
+const (
+	waitAuto        = "auto"
+	keepOnFailure   = "keep"
+	deleteOnFailure = "destroy"
+)
+
+// agentPollInterval is how often wait_for = "guest_agent" asks the guest.
+const agentPollInterval = 2 * time.Second
+
+var (
+	guestAddressAttrTypes = map[string]attr.Type{"interface": types.StringType, "mac": types.StringType, "address": types.StringType}
+	guestGPUAttrTypes     = map[string]attr.Type{"name": types.StringType, "driver_version": types.StringType, "memory_mib": types.Int64Type}
+	guestAttrTypes        = map[string]attr.Type{
+		"ready_via":         types.StringType,
+		"seconds_to_ready":  types.Float64Type,
+		"hostname":          types.StringType,
+		"fqdn":              types.StringType,
+		"instance_id":       types.StringType,
+		"remote_address":    types.StringType,
+		"ssh_host_keys":     types.MapType{ElemType: types.StringType},
+		"cloud_init_status": types.StringType,
+		"cloud_init_errors": types.ListType{ElemType: types.StringType},
+		"addresses":         types.ListType{ElemType: types.ObjectType{AttrTypes: guestAddressAttrTypes}},
+		"gpus":              types.ListType{ElemType: types.ObjectType{AttrTypes: guestGPUAttrTypes}},
+	}
+)
+
+// waitSchema holds the attributes of the readiness wait.
+func waitSchema() map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"wait_for": schema.StringAttribute{
+			Optional: true, Computed: true,
+			Default: stringdefault.StaticString(waitAuto),
+			Description: "What create waits for after starting the VM, bounded by the create timeout: " +
+				"`phone_home` waits for the guest's call to the provider (the seed's `phone_home`; needs the provider's `phone_home` block and a network path from the guest to it); " +
+				"`guest_agent` asks the QEMU guest agent, through libvirt, until cloud-init has written `/run/cloud-init/result.json` (no network path needed, e.g. from Terraform Cloud; needs qemu-guest-agent in the image and `guest_agent = true`); " +
+				"`none` returns as soon as the domain runs. " +
+				"`auto` (default) means `phone_home` when the seed phones home, else `none`. A report of cloud-init errors fails the create, naming each failing module; a degraded boot is a warning. " +
+				"Only create waits: a change is stored without touching the VM.",
+			Validators: []validator.String{stringvalidator.OneOf(waitAuto, string(ready.ModePhoneHome), string(ready.ModeGuestAgent), string(ready.ModeNone))},
+		},
+		"on_ready_failure": schema.StringAttribute{
+			Optional: true, Computed: true,
+			Default:     stringdefault.StaticString(keepOnFailure),
+			Description: "What happens when the wait fails (timeout, or cloud-init reports errors): `keep` (default) keeps the VM for inspection and records it as tainted, so the next apply replaces it; `destroy` removes the domain and the volumes this create made. Either way the error names the VM, the URL the guest should have reached, how long it waited, whether the domain still runs and the last lines of its serial console.",
+			Validators:  []validator.String{stringvalidator.OneOf(keepOnFailure, deleteOnFailure)},
+		},
+		"guest": schema.SingleNestedAttribute{
+			Computed:      true,
+			PlanModifiers: []planmodifier.Object{objectplanmodifier.UseStateForUnknown()},
+			Description:   "What the guest reported when it became ready (set by create; refresh does not ask the guest). Null when create did not wait.",
+			Attributes: map[string]schema.Attribute{
+				"ready_via":         schema.StringAttribute{Computed: true, Description: "`phone_home` or `guest_agent`."},
+				"seconds_to_ready":  schema.Float64Attribute{Computed: true, Description: "Seconds from starting the domain to the guest's report."},
+				"hostname":          schema.StringAttribute{Computed: true, Description: "The guest's hostname."},
+				"fqdn":              schema.StringAttribute{Computed: true, Description: "The guest's fully qualified name."},
+				"instance_id":       schema.StringAttribute{Computed: true, Description: "The cloud-init instance id the guest booted with."},
+				"remote_address":    schema.StringAttribute{Computed: true, Description: "The address the phone-home call came from (`ip:port`)."},
+				"ssh_host_keys":     schema.MapAttribute{Computed: true, ElementType: types.StringType, Description: "The guest's SSH host public keys by type, each `type base64`, ready for a known_hosts line."},
+				"cloud_init_status": schema.StringAttribute{Computed: true, Description: "cloud-init's status as the guest reported it (`done`, `degraded done`, ...); empty with cloud-init's own phone_home module, which reports none."},
+				"cloud_init_errors": schema.ListAttribute{Computed: true, ElementType: types.StringType, Description: "Recoverable errors cloud-init reported (warnings, deprecations)."},
+				"addresses": schema.ListNestedAttribute{Computed: true, Description: "Addresses on the guest's interfaces, as the first-boot reporter saw them.",
+					NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+						"interface": schema.StringAttribute{Computed: true, Description: "Interface name in the guest."},
+						"mac":       schema.StringAttribute{Computed: true, Description: "Its MAC address."},
+						"address":   schema.StringAttribute{Computed: true, Description: "Address with prefix length, e.g. `10.0.2.15/24`."},
+					}}},
+				"gpus": schema.ListNestedAttribute{Computed: true, Description: "GPUs the guest sees through nvidia-smi (empty without the NVIDIA driver).",
+					NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+						"name":           schema.StringAttribute{Computed: true, Description: "GPU name."},
+						"driver_version": schema.StringAttribute{Computed: true, Description: "Driver version in the guest."},
+						"memory_mib":     schema.Int64Attribute{Computed: true, Description: "GPU memory in MiB."},
+					}}},
+			},
+		},
+	}
+}
+
+// inspectSeed reads a seed volume back: its MACs and phone-home URL.
+func inspectSeed(ctx context.Context, c *virt.Client, pool, volume string) (*seed.Inspection, error) {
+	iso, err := c.DownloadVolume(ctx, pool, volume, maxSeedDownload)
+	if err != nil {
+		return nil, fmt.Errorf("reading seed %s/%s: %w", pool, volume, err)
+	}
+	in, err := seed.Inspect(iso)
+	if err != nil {
+		return nil, fmt.Errorf("seed %s/%s: %w", pool, volume, err)
+	}
+	return in, nil
+}
+
+// vmWait is a readiness wait set up before the domain starts, so that a
+// guest that is quick cannot report before anyone listens.
+type vmWait struct {
+	mode   ready.Mode
+	url    string
+	waiter *phonehome.Waiter
+}
+
+func (w *vmWait) close() {
+	if w != nil && w.waiter != nil {
+		w.waiter.Close()
+	}
+}
+
+// prepareWait resolves wait_for against the seed and registers the
+// phone-home waiter. warn receives notes for the user.
+func (r *vmResource) prepareWait(plan *vmModel, in *seed.Inspection, warn func(string)) (*vmWait, error) {
+	mode := plan.WaitFor.ValueString()
+	if mode == "" || mode == waitAuto {
+		mode = string(ready.ModeNone)
+		if in != nil && in.PhoneHomeURL != "" {
+			mode = string(ready.ModePhoneHome)
+		}
+	}
+	w := &vmWait{mode: ready.Mode(mode)}
+	if w.mode != ready.ModePhoneHome {
+		return w, nil
+	}
+	if in == nil || in.PhoneHomeURL == "" {
+		return nil, fmt.Errorf("wait_for = \"phone_home\", but seed %s does not phone home: set phone_home = true on the kohaku_seed, or use wait_for = \"guest_agent\"", plan.SeedID.ValueString())
+	}
+	ph := r.data.phoneHome
+	if ph == nil {
+		return nil, errors.New("the seed phones home, but the provider has no phone_home block to listen with: add phone_home = { listen_address = \"127.0.0.1:8787\", base_url = \"http://10.0.2.2:8787\" } (the base_url the seed was made with), or set wait_for = \"guest_agent\" or \"none\"")
+	}
+	w.url = in.PhoneHomeURL
+	if !strings.HasPrefix(w.url, trimSlash(ph.baseURL)+phonehome.PathPrefix) {
+		warn(fmt.Sprintf("The seed phones home to %s, but this provider's phone_home.base_url is %s: the call may not reach this provider.", redactURL(w.url), ph.baseURL))
+	}
+	token := w.url[strings.LastIndex(w.url, "/")+1:]
+	waiter, err := ph.server().Register(token)
+	if err != nil {
+		return nil, fmt.Errorf("listening for the guest on %s: %w", ph.listen, err)
+	}
+	w.waiter = waiter
+	return w, nil
+}
+
+// wait blocks until the guest is ready or ctx ends; a failed wait comes back
+// as a *ready.WaitError filled with what the host can tell.
+func (w *vmWait) wait(ctx context.Context, c *virt.Client, name, serialLog string) (*ready.Outcome, error) {
+	var out *ready.Outcome
+	var err error
+	switch w.mode {
+	case ready.ModePhoneHome:
+		out, err = ready.WaitPhoneHome(ctx, w.waiter)
+	case ready.ModeGuestAgent:
+		out, err = ready.PollGuestAgent(ctx, c, name, agentPollInterval)
+	default:
+		return nil, nil
+	}
+	var we *ready.WaitError
+	if errors.As(err, &we) {
+		steady, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		we.VM, we.URL, we.SerialLog = name, w.url, serialLog
+		if st, serr := c.DomainState(steady, name); serr == nil {
+			we.DomainState = st
+		}
+		if c.Endpoint().Transport == virt.TransportUnix {
+			we.SerialTail = ready.Tail(serialLog, 15)
+		}
+	}
+	return out, err
+}
+
+// guestValue turns the guest's report into the guest attribute.
+func guestValue(mode ready.Mode, out *ready.Outcome) types.Object {
+	rep := out.Report
+	keys := map[string]attr.Value{}
+	for k, v := range rep.HostKeys {
+		keys[k] = types.StringValue(v)
+	}
+	var addrs, gpus []attr.Value
+	for _, a := range rep.Addresses {
+		addrs = append(addrs, types.ObjectValueMust(guestAddressAttrTypes, map[string]attr.Value{
+			"interface": types.StringValue(a.Interface), "mac": types.StringValue(a.MAC), "address": types.StringValue(a.Address),
+		}))
+	}
+	for _, g := range rep.GPUs {
+		gpus = append(gpus, types.ObjectValueMust(guestGPUAttrTypes, map[string]attr.Value{
+			"name": types.StringValue(g.Name), "driver_version": types.StringValue(g.DriverVersion), "memory_mib": types.Int64Value(int64(g.MemoryMiB)),
+		}))
+	}
+	status, recoverable := "", []string{}
+	if st := rep.CloudInit; st != nil {
+		status = st.ExtendedStatus
+		if status == "" {
+			status = st.Status
+		}
+		recoverable = append(recoverable, st.RecoverableErrors...)
+	}
+	sort.Strings(recoverable)
+	return types.ObjectValueMust(guestAttrTypes, map[string]attr.Value{
+		"ready_via":         types.StringValue(string(mode)),
+		"seconds_to_ready":  types.Float64Value(out.Waited.Seconds()),
+		"hostname":          types.StringValue(rep.Hostname),
+		"fqdn":              types.StringValue(rep.FQDN),
+		"instance_id":       types.StringValue(rep.InstanceID),
+		"remote_address":    types.StringValue(rep.RemoteAddr),
+		"ssh_host_keys":     types.MapValueMust(types.StringType, keys),
+		"cloud_init_status": types.StringValue(status),
+		"cloud_init_errors": stringList(recoverable),
+		"addresses":         types.ListValueMust(types.ObjectType{AttrTypes: guestAddressAttrTypes}, addrs),
+		"gpus":              types.ListValueMust(types.ObjectType{AttrTypes: guestGPUAttrTypes}, gpus),
+	})
+}
+
+func nullGuest() types.Object { return types.ObjectNull(guestAttrTypes) }
+
+// redactURL keeps a phone-home token out of messages.
+func redactURL(u string) string {
+	if i := strings.Index(u, phonehome.PathPrefix); i >= 0 {
+		return u[:i+len(phonehome.PathPrefix)] + "<token>"
+	}
+	return u
+}
