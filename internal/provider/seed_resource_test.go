@@ -223,7 +223,7 @@ func TestAccSeed_refusesForeignVolumeAndMissingPool(t *testing.T) {
 			},
 			{
 				Config:      seedConfig("kohaku-acc-no-such-pool", "kohaku-acc-seed-nopool.iso", ""),
-				ExpectError: regexp.MustCompile(`(?s)storage\s+pool\s+"kohaku-acc-no-such-pool"\s+not\s+found.*kohaku-acc`),
+				ExpectError: regexp.MustCompile(`(?s)storage\s+pool\s+not\s+found:\s+the\s+host\s+has\s+no\s+pool\s+"kohaku-acc-no-such-pool".*kohaku-acc`),
 			},
 		},
 	})

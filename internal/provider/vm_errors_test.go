@@ -65,7 +65,7 @@ func TestAccVM_badInput(t *testing.T) {
 			vm:     prefix + "pool",
 			config: vmSmallConfig(env, prefix+"pool", overlay(prefix+"nopool", env.Base), user, ""),
 			want: []string{`Creating VM ` + prefix + `pool failed at step "create the overlay volume"`,
-				`storage pool "` + prefix + `nopool" does not exist (the host's pools are`, env.Pool, "Nothing was created."},
+				`the host has no pool "` + prefix + `nopool" (its pools are`, env.Pool, "Nothing was created."},
 		},
 		{
 			name:   "unknown base volume",

@@ -17,8 +17,8 @@ import (
 // wrap them also say which object and what to do.
 var (
 	ErrDomainNotFound = errors.New("domain not found")
-	ErrPoolNotFound   = errors.New("storage pool not found")
-	ErrVolumeNotFound = errors.New("volume not found")
+	ErrPoolNotFound   = fmt.Errorf("storage pool %w", ErrNotFound)
+	ErrVolumeNotFound = fmt.Errorf("volume %w", ErrNotFound)
 )
 
 // DomainRef names a domain by UUID; Name is used in messages only. libvirt
@@ -322,27 +322,6 @@ type VolumeDetail struct {
 	BackingPath string
 }
 
-// lookupPool finds a storage pool; when it is missing the error lists the pools
-// the host has.
-func lookupPool(l *libvirt.Libvirt, name string) (libvirt.StoragePool, error) {
-	p, err := l.StoragePoolLookupByName(name)
-	if err == nil || !libvirtCode(err, libvirt.ErrNoStoragePool) {
-		return p, err
-	}
-	var names []string
-	if all, _, lerr := l.ConnectListAllStoragePools(1, 0); lerr == nil {
-		for _, q := range all {
-			names = append(names, q.Name)
-		}
-	}
-	sort.Strings(names)
-	have := "the host has no storage pools"
-	if len(names) > 0 {
-		have = "the host's pools are " + strings.Join(names, ", ")
-	}
-	return p, fmt.Errorf("storage pool %q does not exist (%s): %w", name, have, ErrPoolNotFound)
-}
-
 // lookupVolume finds a volume in a pool, saying which volumes the pool has
 // when it is missing.
 func lookupVolume(l *libvirt.Libvirt, pool libvirt.StoragePool, name string) (libvirt.StorageVol, error) {
@@ -390,21 +369,13 @@ func volumeDetail(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*Volum
 	return d, nil
 }
 
-func sizeInBytes(s *libvirtxml.StorageVolumeSize) uint64 {
-	mult := map[string]uint64{"": 1, "b": 1, "bytes": 1, "KiB": 1 << 10, "K": 1 << 10, "k": 1 << 10, "KB": 1e3,
-		"MiB": 1 << 20, "M": 1 << 20, "m": 1 << 20, "MB": 1e6, "GiB": 1 << 30, "G": 1 << 30, "g": 1 << 30, "GB": 1e9,
-		"TiB": 1 << 40, "T": 1 << 40, "t": 1 << 40, "TB": 1e12}[s.Unit]
-	if mult == 0 {
-		mult = 1
-	}
-	return s.Value * mult
-}
+func sizeInBytes(s *libvirtxml.StorageVolumeSize) uint64 { return s.Value * unitBytes(s.Unit) }
 
 // VolumeInfo describes a volume: path, format, capacity and backing file.
 func (c *Client) VolumeInfo(ctx context.Context, pool, name string) (*VolumeDetail, error) {
 	var out *VolumeDetail
 	err := c.Call(ctx, fmt.Sprintf("look up volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
-		p, err := lookupPool(l, pool)
+		p, err := poolByName(l, pool)
 		if err != nil {
 			return err
 		}
@@ -452,7 +423,7 @@ func (e *OverlayExistsError) Error() string {
 func (c *Client) CreateOverlay(ctx context.Context, pool, name, basePool, baseName string, capacity int64) (*VolumeDetail, error) {
 	var out *VolumeDetail
 	err := c.Call(ctx, fmt.Sprintf("create overlay volume %s/%s on %s/%s", pool, name, basePool, baseName), func(l *libvirt.Libvirt) error {
-		bp, err := lookupPool(l, basePool)
+		bp, err := poolByName(l, basePool)
 		if err != nil {
 			return err
 		}
@@ -464,7 +435,7 @@ func (c *Client) CreateOverlay(ctx context.Context, pool, name, basePool, baseNa
 		if err != nil {
 			return err
 		}
-		p, err := lookupPool(l, pool)
+		p, err := poolByName(l, pool)
 		if err != nil {
 			return err
 		}
@@ -555,7 +526,7 @@ func (c *Client) VolumeExists(ctx context.Context, pool, name string) (bool, err
 func (c *Client) ListVolumeNames(ctx context.Context, pool string) ([]string, error) {
 	var names []string
 	err := c.Call(ctx, "list volumes of pool "+pool, func(l *libvirt.Libvirt) error {
-		p, err := lookupPool(l, pool)
+		p, err := poolByName(l, pool)
 		if err != nil {
 			return err
 		}

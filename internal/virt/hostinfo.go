@@ -233,10 +233,5 @@ func sizeBytes(s *libvirtxml.StoragePoolSize) int64 {
 	if s == nil {
 		return 0
 	}
-	mult := map[string]uint64{"": 1, "b": 1, "bytes": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
-	m, ok := mult[strings.ToLower(s.Unit)]
-	if !ok {
-		m = 1
-	}
-	return int64(s.Value * m)
+	return int64(s.Value * unitBytes(s.Unit))
 }

@@ -48,11 +48,11 @@ func poolByName(l *libvirt.Libvirt, name string) (libvirt.StoragePool, error) {
 		}
 	}
 	sort.Strings(names)
-	have := "the host has no storage pools"
+	have := "it has none"
 	if len(names) > 0 {
-		have = "the host's pools are " + strings.Join(names, ", ")
+		have = "its pools are " + strings.Join(names, ", ")
 	}
-	return p, fmt.Errorf("storage pool %q %w: %s. Create it (virsh pool-define-as %s dir --target /var/lib/libvirt/images/%s; virsh pool-build/pool-start/pool-autostart) or set pool to one of these", name, ErrNotFound, have, name, name)
+	return p, fmt.Errorf("%w: the host has no pool %q (%s). Create it (virsh pool-define-as %s dir --target /var/lib/libvirt/images/%s; virsh pool-build/pool-start/pool-autostart) or use one of these", ErrPoolNotFound, name, have, name, name)
 }
 
 func volumeInfo(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*Volume, error) {
@@ -107,27 +107,6 @@ func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byt
 	return out, err
 }
 
-// LookupVolume returns a volume, or an error wrapping ErrNotFound.
-func (c *Client) LookupVolume(ctx context.Context, pool, name string) (*Volume, error) {
-	var out *Volume
-	err := c.Call(ctx, fmt.Sprintf("look up volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
-		p, err := poolByName(l, pool)
-		if err != nil {
-			return err
-		}
-		v, err := l.StorageVolLookupByName(p, name)
-		if notFound(err) {
-			return fmt.Errorf("volume %s/%s %w", pool, name, ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		out, err = volumeInfo(l, pool, v)
-		return err
-	})
-	return out, err
-}
-
 // DownloadVolume reads a whole volume through libvirt's stream API. Volumes
 // larger than max bytes are refused rather than read.
 func (c *Client) DownloadVolume(ctx context.Context, pool, name string, max int64) ([]byte, error) {
@@ -145,10 +124,7 @@ func (c *Client) ReadVolume(ctx context.Context, pool, name string, max int64) (
 		if err != nil {
 			return err
 		}
-		v, err := l.StorageVolLookupByName(p, name)
-		if notFound(err) {
-			return fmt.Errorf("volume %s/%s %w", pool, name, ErrNotFound)
-		}
+		v, err := lookupVolume(l, p, name)
 		if err != nil {
 			return err
 		}
@@ -195,13 +171,33 @@ func (c *Client) DeleteVolume(ctx context.Context, pool, name string) error {
 // network, pool, volume or node device (go-libvirt's IsNotFound knows only
 // domains).
 func notFound(err error) bool {
-	var e libvirt.Error
-	if !errors.As(err, &e) {
-		return false
-	}
-	switch libvirt.ErrorNumber(e.Code) {
-	case libvirt.ErrNoDomain, libvirt.ErrNoNetwork, libvirt.ErrNoStoragePool, libvirt.ErrNoStorageVol, libvirt.ErrNoNodeDevice:
-		return true
+	for _, code := range []libvirt.ErrorNumber{libvirt.ErrNoDomain, libvirt.ErrNoNetwork, libvirt.ErrNoStoragePool, libvirt.ErrNoStorageVol, libvirt.ErrNoNodeDevice} {
+		if libvirtCode(err, code) {
+			return true
+		}
 	}
 	return false
+}
+
+// unitBytes is the multiplier of a libvirt size unit ("KiB", "G", "bytes"...).
+func unitBytes(unit string) uint64 {
+	switch strings.ToLower(unit) {
+	case "k", "kib":
+		return 1 << 10
+	case "kb":
+		return 1e3
+	case "m", "mib":
+		return 1 << 20
+	case "mb":
+		return 1e6
+	case "g", "gib":
+		return 1 << 30
+	case "gb":
+		return 1e9
+	case "t", "tib":
+		return 1 << 40
+	case "tb":
+		return 1e12
+	}
+	return 1 // "", "b", "bytes"
 }
