@@ -1,0 +1,83 @@
+# A fleet of GPU hosts behind one provider block: a seed and a VM per host,
+# spread with for_each. Each host's connection opens on first use; a host that
+# is down fails only the resources placed on it.
+terraform {
+  required_version = ">= 1.11"
+  required_providers {
+    kohaku = {
+      source = "kohaku/kohaku"
+    }
+  }
+}
+
+variable "hosts" {
+  description = "Host name => libvirt URI."
+  type        = map(string)
+  default = {
+    gpu1 = "qemu+ssh://root@gpu1.example.com/system"
+    gpu2 = "qemu+ssh://root@gpu2.example.com/system"
+  }
+}
+
+variable "ssh_public_key" {
+  type    = string
+  default = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleKeyOnlyForTheDocs0000000000000000 you@laptop"
+}
+
+provider "kohaku" {
+  # The default connection is not used by this configuration; every resource
+  # names its host.
+  hosts = { for name, uri in var.hosts : name => { uri = uri } }
+
+  ssh = {
+    known_hosts_verify = "normal"
+  }
+}
+
+# What each host offers, e.g. to pick hosts with enough memory.
+data "kohaku_host" "each" {
+  for_each = var.hosts
+  host     = each.key
+}
+
+locals {
+  # Hosts with at least 64 GiB of memory get a worker.
+  worker_hosts = { for name, h in data.kohaku_host.each : name => h if h.memory_mib >= 65536 }
+}
+
+resource "kohaku_seed" "worker" {
+  for_each = local.worker_hosts
+  host     = each.key
+  name     = "worker-${each.key}-seed.iso"
+  hostname = "worker-${each.key}"
+
+  user = {
+    name                = "kohaku"
+    ssh_authorized_keys = [var.ssh_public_key]
+  }
+  network = [{ dhcp4 = true }]
+}
+
+resource "kohaku_vm" "worker" {
+  for_each   = local.worker_hosts
+  host       = each.key
+  name       = "worker-${each.key}"
+  type       = each.value.kvm_available ? "kvm" : "qemu"
+  vcpu       = 8
+  memory_mib = 16384
+
+  disk = {
+    base_pool   = "images"
+    base_volume = "debian-12-genericcloud-amd64.qcow2"
+    pool        = "default"
+    size_gib    = 40
+  }
+
+  seed_id           = kohaku_seed.worker[each.key].id
+  network_interface = [{ type = "network", source = "default" }]
+  wait_for          = "guest_agent"
+}
+
+output "workers" {
+  value = { for name, vm in kohaku_vm.worker : name => vm.uuid }
+}

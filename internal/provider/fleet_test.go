@@ -1,0 +1,110 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
+)
+
+// One provider block, several hosts: a seed and a VM on each, the host
+// chosen per instance (count here: terraform-plugin-testing cannot hold
+// for_each instances in state; examples/fleet uses for_each). Here the "hosts" are the local daemon reached over the unix
+// socket and over qemu+tcp, plus a host that is down.
+func TestAccFleet_hostPerInstance(t *testing.T) {
+	env := newVMEnv(t)
+	tcp := acctest.Env(t, "KOHAKU_TEST_TCP_URI")
+	prefix := vmTestPrefix(t, env, "fleet")
+	down := fmt.Sprintf("qemu+tcp://127.0.0.1:%d/system", acctest.ClosedPort(t))
+	config := func(hosts string) string {
+		return fmt.Sprintf(`
+provider "kohaku" {
+  uri = "qemu:///system?socket=/nonexistent/default-is-not-used.sock"
+  hosts = {
+    unix = { uri = %q }
+    tcp  = { uri = %q }
+    down = { uri = %q }
+  }
+}
+
+locals {
+  hosts = [%s]
+}
+
+resource "kohaku_seed" "each" {
+  count   = length(local.hosts)
+  host    = local.hosts[count.index]
+  name    = "%s${local.hosts[count.index]}-seed.iso"
+  pool    = %q
+  network = [{ dhcp4 = true }]
+}
+
+resource "kohaku_vm" "each" {
+  count      = length(local.hosts)
+  host       = local.hosts[count.index]
+  name       = "%s${local.hosts[count.index]}"
+  type       = "qemu"
+  memory_mib = 128
+  running    = false
+  kernel     = %q
+  initrd     = %q
+  seed_id    = kohaku_seed.each[count.index].id
+  network_interface = [{ type = "user" }]
+}
+`, env.URI, tcp, down, hosts, prefix, env.Pool, prefix, env.Kernel, env.Initrd)
+	}
+	onHost := func(names ...string) statecheck.StateCheck {
+		return stateCheckFunc(func() error {
+			out, err := vmVirsh(env.URI, "list", "--all", "--name")
+			if err != nil {
+				return err
+			}
+			for _, n := range names {
+				if !strings.Contains(out, prefix+n+"\n") && !strings.HasSuffix(out, prefix+n) {
+					return fmt.Errorf("domain %s%s is not on the host:\n%s", prefix, n, out)
+				}
+			}
+			return nil
+		})
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		Steps: []resource.TestStep{
+			{
+				Config: config(`"unix", "tcp"`),
+				ConfigStateChecks: []statecheck.StateCheck{
+					onHost("unix", "tcp"),
+					statecheck.ExpectKnownValue("kohaku_vm.each[1]", tfjsonpath.New("host"), knownvalue.StringExact("tcp")),
+					statecheck.CompareValuePairs("kohaku_vm.each[0]", tfjsonpath.New("seed_id"),
+						"kohaku_seed.each[0]", tfjsonpath.New("id"), compareSame{}),
+				},
+			},
+			{Config: config(`"unix", "tcp"`), PlanOnly: true},
+			{
+				// A host that is down fails only what is placed on it.
+				Config:      config(`"unix", "tcp", "down"`),
+				ExpectError: regexp.MustCompile(`(?s)Cannot use libvirt host\s+qemu\+tcp://127\.0\.0\.1:\d+/system.*connection\s+refused`),
+			},
+			{
+				Config:            config(`"unix", "tcp"`),
+				ConfigStateChecks: []statecheck.StateCheck{onHost("unix", "tcp")},
+			},
+		},
+	})
+}
+
+// stateCheckFunc adapts a function that looks at the host to a StateCheck.
+type stateCheckFunc func() error
+
+func (f stateCheckFunc) CheckState(_ context.Context, _ statecheck.CheckStateRequest, resp *statecheck.CheckStateResponse) {
+	resp.Error = f()
+}
