@@ -143,33 +143,16 @@ func (m *seedResourceModel) setRendered(res *seed.Result, writeOnly bool) {
 	}
 }
 
-func metaDataFile(f seed.Format) string {
-	if f == seed.FormatConfigDrive {
-		return seed.FileCDMetaData
-	}
-	return seed.FileMetaData
+// seedFiles names each document inside a seed of either format.
+var seedFiles = map[seed.Format]struct{ meta, user, network, vendor string }{
+	seed.FormatNoCloud:     {seed.FileMetaData, seed.FileUserData, seed.FileNetworkConfig, seed.FileVendorData},
+	seed.FormatConfigDrive: {seed.FileCDMetaData, seed.FileCDUserData, seed.FileCDNetworkData, seed.FileCDVendorData},
 }
 
-func userDataFile(f seed.Format) string {
-	if f == seed.FormatConfigDrive {
-		return seed.FileCDUserData
-	}
-	return seed.FileUserData
-}
-
-func networkFile(f seed.Format) string {
-	if f == seed.FormatConfigDrive {
-		return seed.FileCDNetworkData
-	}
-	return seed.FileNetworkConfig
-}
-
-func vendorDataFile(f seed.Format) string {
-	if f == seed.FormatConfigDrive {
-		return seed.FileCDVendorData
-	}
-	return seed.FileVendorData
-}
+func metaDataFile(f seed.Format) string   { return seedFiles[f].meta }
+func userDataFile(f seed.Format) string   { return seedFiles[f].user }
+func networkFile(f seed.Format) string    { return seedFiles[f].network }
+func vendorDataFile(f seed.Format) string { return seedFiles[f].vendor }
 
 // seedPathNames maps the seed package's input names to this schema's.
 var seedPathNames = map[string][]string{
