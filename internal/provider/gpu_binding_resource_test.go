@@ -257,8 +257,10 @@ resource "kohaku_gpu_binding" "gpu" {
 	})
 }
 
-// Pass the bound pair to a small VM inside the nested host and see it run;
-// a second binding of the same group is refused while the VM uses it.
+// Pass the bound pair to a small VM inside the nested host with gpus alone
+// and see it run with both functions as hostdevs; the plan after it is empty.
+// After an import both are hostdevs, and moving them back to gpus changes
+// nothing. A second binding of the same group is refused while the VM uses it.
 func TestAccGPUBinding_vm(t *testing.T) {
 	h := nestedhost.Require(t)
 	name := "kohaku-acc-gpu-vm"
@@ -270,9 +272,8 @@ func TestAccGPUBinding_vm(t *testing.T) {
 		}
 	})
 	// The L2 guest boots L1's own kernel and initrd with no disk: it only has
-	// to run. type qemu: L1 offers no KVM. kohaku_vm's gpus passes through the
-	// function a binding is named after; the group's other functions are
-	// passed with hostdevs.
+	// to run. type qemu: L1 offers no KVM. kohaku_vm's gpus passes through
+	// every function the binding moved to vfio-pci: the VGA and its audio.
 	vm := fmt.Sprintf(`
 resource "kohaku_vm" "vm" {
   name             = %q
@@ -283,8 +284,6 @@ resource "kohaku_vm" "vm" {
   initrd           = "/initrd.img"
   cmdline          = "console=ttyS0 panic=-1"
   gpus             = [kohaku_gpu_binding.gpu.id]
-  # gpus passes the binding's own function; the rest of its group goes in hostdevs
-  hostdevs         = setsubtract(kohaku_gpu_binding.gpu.functions, [kohaku_gpu_binding.gpu.address])
   shutdown_timeout = "1s"
 }
 `, name)
@@ -293,17 +292,31 @@ resource "kohaku_vm" "vm" {
 		if err != nil || out != "running" {
 			return fmt.Errorf("domain %s on the nested host: %q %v", name, out, err)
 		}
-		doc, _ := nestedhost.VirshErr(h, "dumpxml", name)
+		doc, err := nestedhost.VirshErr(h, "dumpxml", name)
+		if err != nil {
+			return fmt.Errorf("virsh dumpxml %s: %v: %s", name, err, doc)
+		}
+		// Exactly the pair, each as an unmanaged VFIO hostdev with the host
+		// function as its source.
+		hostdevs := regexp.MustCompile(`(?s)<hostdev mode='subsystem' type='pci' managed='no'>.*?</hostdev>`).FindAllString(doc, -1)
+		if len(hostdevs) != 2 {
+			return fmt.Errorf("domain %s has %d unmanaged PCI hostdevs, want 2 (%s and %s):\n%s", name, len(hostdevs), h.GPU, h.GPUAudio, doc)
+		}
 		for _, a := range []string{h.GPU, h.GPUAudio} {
 			var d, b, s, f uint
 			fmt.Sscanf(a, "%x:%x:%x.%x", &d, &b, &s, &f)
-			src := fmt.Sprintf("<address domain='0x%04x' bus='0x%02x' slot='0x%02x' function='0x%x'/>", d, b, s, f)
-			if !strings.Contains(doc, src) {
-				return fmt.Errorf("domain %s has no hostdev %s:\n%s", name, a, doc)
+			src := fmt.Sprintf(`<source>\s*<address domain='0x%04x' bus='0x%02x' slot='0x%02x' function='0x%x'/>`, d, b, s, f)
+			found := false
+			for _, hd := range hostdevs {
+				found = found || regexp.MustCompile(src).MatchString(hd) && strings.Contains(hd, "<driver name='vfio'/>")
+			}
+			if !found {
+				return fmt.Errorf("domain %s has no VFIO hostdev for %s:\n%s", name, a, doc)
 			}
 		}
 		return nil
 	}
+	var domid string
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy: resource.ComposeAggregateTestCheckFunc(
@@ -319,6 +332,66 @@ resource "kohaku_vm" "vm" {
 			{
 				Config: gpuBindingConfig(h, vm),
 				Check:  resource.ComposeAggregateTestCheckFunc(expectDrivers(h, onVFIO(h)), running),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("kohaku_vm.vm", tfjsonpath.New("gpus"), knownvalue.SetExact([]knownvalue.Check{knownvalue.StringExact(h.GPU)})),
+					statecheck.ExpectKnownValue("kohaku_vm.vm", tfjsonpath.New("hostdevs"), knownvalue.Null()),
+				},
+			},
+			{
+				// Refresh attributes the audio function to the gpus entry.
+				Config:   gpuBindingConfig(h, vm),
+				PlanOnly: true,
+			},
+			{
+				// Terraform forgets the VM, which runs on ...
+				Config: gpuBindingConfig(h, `
+removed {
+  from = kohaku_vm.vm
+  lifecycle {
+    destroy = false
+  }
+}
+`),
+				Check: running,
+			},
+			{
+				// ... and imports it: every passed-through function shows in
+				// hostdevs.
+				Config:             gpuBindingConfig(h, vm),
+				ResourceName:       "kohaku_vm.vm",
+				ImportState:        true,
+				ImportStateId:      name,
+				ImportStatePersist: true,
+				ImportStateCheck: func(is []*terraform.InstanceState) error {
+					for _, st := range is { // the binding is in the state too
+						if a := st.Attributes; a["name"] == name {
+							if a["hostdevs.#"] != "2" || (a["gpus.#"] != "" && a["gpus.#"] != "0") {
+								return fmt.Errorf("imported hostdevs.# = %q, gpus.# = %q; want the two functions in hostdevs", a["hostdevs.#"], a["gpus.#"])
+							}
+							return nil
+						}
+					}
+					return fmt.Errorf("no imported VM %s among %d resources", name, len(is))
+				},
+			},
+			{
+				// Moving them to gpus changes nothing on the host: the same
+				// QEMU process runs on, and the plan after it is empty.
+				PreConfig: func() { domid = nestedhost.Virsh(t, h, "domid", name) },
+				Config:    gpuBindingConfig(h, vm),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("kohaku_vm.vm", plancheck.ResourceActionUpdate),
+				}},
+				Check: resource.ComposeAggregateTestCheckFunc(running, func(*terraform.State) error {
+					if now := nestedhost.Virsh(t, h, "domid", name); now != domid {
+						return fmt.Errorf("domain %s was restarted (id %s, then %s)", name, domid, now)
+					}
+					return nil
+				}),
+			},
+			{
+				Config:   gpuBindingConfig(h, vm),
+				PlanOnly: true,
 			},
 			{
 				Config: gpuBindingConfig(h, vm+fmt.Sprintf(`

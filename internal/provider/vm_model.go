@@ -415,28 +415,17 @@ func (m *vmModel) fromDomain(ctx context.Context, st *domainView, prior *vmModel
 	}
 	m.SharedFolders = listOrPrior(shares, vmShareAttrTypes, prior.SharedFolders, diags)
 
-	// PCI devices: those the prior gpus name stay there, the rest are hostdevs.
-	gpuByAddr := map[string]string{}
+	// PCI devices: the functions of a prior gpus entry's IOMMU group (as
+	// create or update recorded it) are that entry, the rest are hostdevs.
 	priorGPUs, _ := stringSet(prior.GPUs)
-	for _, g := range priorGPUs {
-		_, addr := parseGPUID(g)
-		gpuByAddr[canonicalPCI(addr)] = g
-	}
-	rawByAddr := map[string]string{}
 	priorRaw, _ := stringSet(prior.Hostdevs)
-	for _, h := range priorRaw {
-		rawByAddr[canonicalPCI(h)] = h
-	}
+	gpuVals, rawVals := attributeHostdevs(o.Hostdevs, priorGPUs, priorRaw, st.GPUGroups)
 	var gpus, raw []attr.Value
-	for _, h := range o.Hostdevs {
-		switch {
-		case gpuByAddr[h] != "":
-			gpus = append(gpus, types.StringValue(gpuByAddr[h]))
-		case rawByAddr[h] != "":
-			raw = append(raw, types.StringValue(rawByAddr[h]))
-		default:
-			raw = append(raw, types.StringValue(h))
-		}
+	for _, g := range gpuVals {
+		gpus = append(gpus, types.StringValue(g))
+	}
+	for _, h := range rawVals {
+		raw = append(raw, types.StringValue(h))
 	}
 	m.GPUs = setOrPrior(gpus, prior.GPUs, diags)
 	m.Hostdevs = setOrPrior(raw, prior.Hostdevs, diags)

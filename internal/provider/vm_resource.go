@@ -249,12 +249,13 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			"gpus": schema.SetAttribute{
 				Optional:    true,
 				ElementType: types.StringType,
-				Description: "`id`s of `kohaku_gpu_binding` resources (`<pci address>` or `<host>/<pci address>`): each device is passed through with VFIO as `<hostdev managed='no'>`, since the binding, not libvirt, moves it to vfio-pci. Changed in place: the domain is redefined and, if it runs, restarted.",
+				Description: "`id`s of `kohaku_gpu_binding` resources (`<pci address>` or `<host>/<pci address>`). Each binding is passed through whole: create and update read the device's IOMMU group from the host and add one `<hostdev managed='no'>` (the binding, not libvirt, moves devices to vfio-pci) for every function of the group that is on vfio-pci, such as a GPU and its HDMI audio, so the other functions need no `hostdevs` entry. PCI bridges in the group stay out, as the binding leaves them on their own driver. " +
+					"A device that is not on vfio-pci is refused: bind it with `kohaku_gpu_binding` first. Refresh reports the group's functions under their `gpus` entry, not in `hostdevs`. Changed in place: the domain is redefined and, if it runs, restarted.",
 			},
 			"hostdevs": schema.SetAttribute{
 				Optional:    true,
 				ElementType: types.StringType,
-				Description: "Further host PCI functions to pass through, as `DDDD:BB:SS.F` (for example `0000:01:00.1`), attached like `gpus`: something else must bind them to vfio-pci first. After an import every passed-through device shows here. Changed in place like `gpus`.",
+				Description: "Further host PCI functions to pass through, as `DDDD:BB:SS.F` (for example `0000:01:00.1`), attached like `gpus` but one function each and unchecked: something else must bind them to vfio-pci first. The functions a `gpus` entry brings need no entry here (one listed in both is passed through once). After an import every passed-through device shows here; moving the devices of a binding to `gpus` then changes nothing on the host. Changed in place like `gpus`.",
 			},
 			"guest_agent": schema.BoolAttribute{
 				Optional:    true,
@@ -521,6 +522,14 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 		resp.Diagnostics.AddAttributeError(p, summary+" failed at step \"check shared folders\"", err.Error()+"\n\nNothing was created.")
 		return
 	}
+	// Each gpus entry brings the functions of its IOMMU group that its
+	// binding moved to vfio-pci (a GPU and its HDMI audio).
+	groups, ok := expandPlanGPUs(ctx, c, &plan, summary, "Nothing was created.", &resp.Diagnostics)
+	if !ok {
+		return
+	}
+	spec.Hostdevs = groups.hostdevs(spec.Hostdevs)
+	resp.Diagnostics.Append(resp.Private.SetKey(ctx, privateGPUGroups, groups.privateBytes())...)
 	var seedInfo *seed.Inspection
 	if spec.Seed != nil {
 		if _, err := c.VolumeInfo(ctx, spec.Seed.Pool, spec.Seed.Volume); err != nil {
@@ -641,6 +650,7 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 			// marks it tainted and the next apply replaces it.
 			plan.Guest = nullGuest()
 			if view, rerr := readVM(steady, c, ref, &plan); rerr == nil {
+				view.GPUGroups = groups
 				var m vmModel
 				m.fromDomain(ctx, view, &plan, &resp.Diagnostics)
 				resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
@@ -666,6 +676,7 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 		fail("read the new domain back", err)
 		return
 	}
+	view.GPUGroups = groups
 	if plan.Running.ValueBool() && !view.Status.Active {
 		fail("start the domain", fmt.Errorf("the domain stopped right after it started (libvirt state %d); the guest's serial console is logged to %s", view.Status.State, view.Observed.Spec.SerialLogPath))
 		return
@@ -762,6 +773,9 @@ func (r *vmResource) Read(ctx context.Context, req resource.ReadRequest, resp *r
 		addError(&resp.Diagnostics, "Reading VM "+ref.String(), err)
 		return
 	}
+	recorded, d := req.Private.GetKey(ctx, privateGPUGroups)
+	resp.Diagnostics.Append(d...)
+	view.GPUGroups = gpuGroupsFromPrivate(recorded)
 	var m vmModel
 	m.fromDomain(ctx, view, &state, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
@@ -804,6 +818,10 @@ type domainView struct {
 	// looked up on import, when the state cannot tell.
 	Base    *domain.VolumeRef
 	SizeGiB int64
+	// GPUGroups is what create or update recorded in private state: the
+	// functions passed through for each gpus entry. Read attributes them to
+	// the entry with it, without asking libvirt.
+	GPUGroups gpuGroups
 }
 
 // readVM is Read's whole conversation with libvirt: ReadDomain's three calls
@@ -876,8 +894,14 @@ func containsVolume(list []domain.VolumeRef, v domain.VolumeRef) bool {
 // compares the specs the plan and the refreshed state describe, so moving a
 // device between gpus and hostdevs, or spelling an address differently, is no
 // change.
-func definitionChanged(ctx context.Context, plan, state *vmModel, diags *diag.Diagnostics) bool {
+//
+// The plan's gpus entries count with their whole groups (groups), and the
+// state's PCI devices are the ones the domain has (observed): after an import
+// all of them are hostdevs, and moving them to gpus redefines nothing.
+func definitionChanged(ctx context.Context, plan, state *vmModel, groups gpuGroups, observed []string, diags *diag.Diagnostics) bool {
 	p, s := plan.specFrom(ctx, diags), state.specFrom(ctx, diags)
+	p.Spec.Hostdevs = groups.hostdevs(p.Spec.Hostdevs)
+	s.Spec.Hostdevs = observed
 	return domain.Hash(p.Spec) != domain.Hash(s.Spec)
 }
 
@@ -901,11 +925,15 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 	}
 	ref := virt.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()}
 	summary := "Updating VM " + ref.Name
+	recorded, d := req.Private.GetKey(ctx, privateGPUGroups)
+	resp.Diagnostics.Append(d...)
+	groups := gpuGroupsFromPrivate(recorded)
 	// fail reports a failed step and stores what the domain now is, so the
 	// next plan starts from the truth.
 	fail := func(step string, err error) {
 		addError(&resp.Diagnostics, fmt.Sprintf("%s failed at step %q", summary, step), err)
 		if view, rerr := readVM(context.WithoutCancel(ctx), c, ref, &state); rerr == nil {
+			view.GPUGroups = groups
 			var m vmModel
 			m.fromDomain(ctx, view, &state, &resp.Diagnostics)
 			m.ShutdownTimeout, m.Timeouts = plan.ShutdownTimeout, plan.Timeouts
@@ -926,13 +954,24 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 	// graceful shutdown's wait is what the update timeout bounds.
 	steady := context.WithoutCancel(ctx)
 
-	redefine := definitionChanged(ctx, &plan, &state, &resp.Diagnostics)
+	// Each gpus entry brings the functions of its IOMMU group that its
+	// binding moved to vfio-pci, read anew: the group is the host's to tell.
+	planned, ok := expandPlanGPUs(ctx, c, &plan, summary, "Nothing was changed.", &resp.Diagnostics)
+	if !ok {
+		return
+	}
+	// Recorded before anything changes, so a refresh after a failed step
+	// attributes whichever devices the domain then has.
+	groups = groups.merged(planned)
+	resp.Diagnostics.Append(resp.Private.SetKey(ctx, privateGPUGroups, groups.privateBytes())...)
+	redefine := definitionChanged(ctx, &plan, &state, planned, view.Observed.Spec.Hostdevs, &resp.Diagnostics)
 	if redefine {
 		in := plan.specFrom(ctx, &resp.Diagnostics)
 		if resp.Diagnostics.HasError() {
 			return
 		}
 		spec := in.Spec
+		spec.Hostdevs = planned.hostdevs(spec.Hostdevs)
 		spec.UUID = ref.UUID
 		spec.Disk = view.Observed.Spec.Disk // disk changes replace the VM
 		spec.Owner.Volumes = nil
@@ -996,6 +1035,8 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 		fail("read the domain back", err)
 		return
 	}
+	view.GPUGroups = planned
+	resp.Diagnostics.Append(resp.Private.SetKey(ctx, privateGPUGroups, planned.privateBytes())...)
 	if want && !view.Status.Active {
 		fail("start the domain", fmt.Errorf("the domain stopped right after it started (libvirt state %d); the guest's serial console is logged to %s", view.Status.State, view.Observed.Spec.SerialLogPath))
 		return

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"fmt"
+	"regexp"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/compare"
@@ -27,7 +28,8 @@ resource "kohaku_vm" "test" {
 }
 
 // NICs, shared folders and PCI devices change in place: same UUID, and an
-// interface keeps its MAC when another is added in front of it.
+// interface keeps its MAC when another is added in front of it. A gpus entry
+// must be a device on vfio-pci; anything else is refused before any change.
 func TestAccVM_devicesInPlace(t *testing.T) {
 	env := newVMEnv(t)
 	prefix := vmTestPrefix(t, env, "dev")
@@ -39,8 +41,7 @@ func TestAccVM_devicesInPlace(t *testing.T) {
 	second := vmDevicesConfig(env, name, fmt.Sprintf(`
   network_interface = [{ type = "user", model = "e1000e" }, { type = "user" }]
   shared_folder     = [{ source = %q, tag = "kohaku_local", access_mode = "mapped", read_only = true }]
-  gpus              = ["0000:FF:1F.7"]
-  hostdevs          = ["0000:ff:1f.6"]
+  hostdevs          = ["0000:FF:1F.7", "0000:ff:1f.6"]
 `, share))
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
@@ -70,13 +71,25 @@ func TestAccVM_devicesInPlace(t *testing.T) {
 				ConfigStateChecks: []statecheck.StateCheck{
 					sameUUID.AddStateValue(addr, tfjsonpath.New("uuid")),
 					sameMAC.AddStateValue(addr, tfjsonpath.New("network_interface").AtSliceIndex(1).AtMapKey("mac")),
-					statecheck.ExpectKnownValue(addr, tfjsonpath.New("gpus"), knownvalue.SetExact([]knownvalue.Check{knownvalue.StringExact("0000:FF:1F.7")})),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("hostdevs"), knownvalue.SetExact([]knownvalue.Check{
+						knownvalue.StringExact("0000:FF:1F.7"), knownvalue.StringExact("0000:ff:1f.6"),
+					})),
 				},
 				Check: vmCheckXML(env, name,
 					"<address domain='0x0000' bus='0xff' slot='0x1f' function='0x6'/>",
 					"<address domain='0x0000' bus='0xff' slot='0x1f' function='0x7'/>",
 					"<filesystem type='mount' accessmode='mapped'>", "<source dir='"+share+"'/>", "<target dir='kohaku_local'/>",
 					"<model type='e1000e'/>"),
+			},
+			{Config: second, PlanOnly: true},
+			{
+				// A gpus entry is read from the host and must be on vfio-pci
+				// (there is no such device here): refused, nothing changed.
+				Config: vmDevicesConfig(env, name, `
+  network_interface = [{ type = "user" }]
+  gpus              = ["0000:ff:1f.7"]
+`),
+				ExpectError: regexp.MustCompile(`(?s)gpus\s+entry\s+"0000:ff:1f.7".*no\s+PCI\s+function\s+0000:ff:1f.7.*kohaku_gpu_binding.*Nothing\s+was\s+changed`),
 			},
 			{Config: second, PlanOnly: true},
 		},

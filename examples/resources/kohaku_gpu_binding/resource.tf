@@ -28,10 +28,9 @@ resource "kohaku_vm" "worker" {
   }
   seed_id = kohaku_seed.worker.id
 
-  # gpus takes the binding's id; the other functions of its group (the HDMI
-  # audio) are passed through as hostdevs.
-  gpus     = [kohaku_gpu_binding.gpu.id]
-  hostdevs = setsubtract(kohaku_gpu_binding.gpu.functions, [kohaku_gpu_binding.gpu.address])
+  # gpus takes the binding's id and passes every function it bound through
+  # (the GPU and its HDMI audio).
+  gpus = [kohaku_gpu_binding.gpu.id]
 }
 
 # An explicit list documents what moves; it must cover the whole IOMMU group.

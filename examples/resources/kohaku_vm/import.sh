@@ -2,7 +2,9 @@
 # hosts map for another host. Every attribute is read back from the domain
 # (an overlay's base image from the overlay's backing file), except
 # shutdown_timeout, which starts at its default, and gpus: every passed-through
-# device shows in hostdevs until the configuration moves it to gpus.
+# device shows in hostdevs until the configuration moves it to gpus. The apply
+# that moves a binding's functions to gpus changes nothing on the host (no
+# redefine, no restart); the plan after it is empty.
 terraform import kohaku_vm.gpu gpu-worker-1
 terraform import kohaku_vm.gpu 6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b
 terraform import kohaku_vm.gpu gpu2/gpu-worker-1

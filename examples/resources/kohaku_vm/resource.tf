@@ -4,6 +4,12 @@
 # and a GPU passed through with VFIO. The seed phones home, so apply returns
 # once cloud-init in the guest has finished (the provider needs a phone_home
 # block whose base_url the guest can reach).
+
+# The GPU and the rest of its IOMMU group (its HDMI audio) move to vfio-pci.
+resource "kohaku_gpu_binding" "gpu" {
+  address = "0000:01:00.0"
+}
+
 resource "kohaku_seed" "gpu" {
   name       = "gpu-worker-1-seed.iso"
   network    = [{ dhcp4 = true }]
@@ -31,9 +37,10 @@ resource "kohaku_vm" "gpu" {
     tag    = "kohaku_shared"
   }]
 
-  # Ids of kohaku_gpu_binding resources, or the PCI addresses of functions
-  # already bound to vfio-pci.
-  hostdevs = ["0000:01:00.0", "0000:01:00.1"]
+  # Each binding is passed through whole: the GPU and its HDMI audio become
+  # two hostdevs. hostdevs takes further functions bound to vfio-pci by
+  # something else, as PCI addresses.
+  gpus = [kohaku_gpu_binding.gpu.id]
 
   autostart = true
 
