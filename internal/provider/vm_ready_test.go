@@ -60,6 +60,7 @@ resource "kohaku_seed" "test" {
       - getent passwd kohaku > /shared/user
       - cat /home/kohaku/.ssh/authorized_keys > /shared/authorized_keys
       - grep ' /shared ' /proc/mounts > /shared/mounts
+      - cut -d' ' -f1,2 /etc/ssh/ssh_host_ed25519_key.pub > /shared/hostkey
       - sync
   EOT
 %s
@@ -134,11 +135,15 @@ func TestAccReady_phoneHome(t *testing.T) {
 				checkShared(share, "user", regexp.MustCompile(`^kohaku:x:\d+:\d+::/home/kohaku:/bin/bash\n$`)),
 				checkShared(share, "authorized_keys", regexp.MustCompile(regexp.QuoteMeta(readyTestKey))),
 				checkShared(share, "mounts", regexp.MustCompile(`^kohaku_shared /shared 9p .*trans=virtio`)),
-				// The host keys the guest reported are the ones it has.
+				// The host key the guest reported is the one it has.
 				func(s *terraform.State) error {
-					want := s.RootModule().Resources[addr].Primary.Attributes["guest.ssh_host_keys.ssh-ed25519"]
-					if want == "" {
-						return fmt.Errorf("no ed25519 host key reported")
+					reported := s.RootModule().Resources[addr].Primary.Attributes["guest.ssh_host_keys.ssh-ed25519"]
+					has, err := os.ReadFile(filepath.Join(share, "hostkey"))
+					if err != nil {
+						return fmt.Errorf("the guest did not write its host key to the share: %v", err)
+					}
+					if reported == "" || strings.TrimSpace(string(has)) != reported {
+						return fmt.Errorf("reported host key %q, the guest has %q", reported, strings.TrimSpace(string(has)))
 					}
 					return nil
 				},
@@ -211,6 +216,8 @@ func TestAccReady_guestAgentReportsCloudInitErrors(t *testing.T) {
 					}
 				},
 				RefreshState: true,
+				// Nothing of the VM is left, so the next apply creates it.
+				ExpectNonEmptyPlan: true,
 				Check: func(s *terraform.State) error {
 					if rs := s.RootModule().Resources["kohaku_vm.test"]; rs != nil {
 						return fmt.Errorf("a destroyed VM is still in state")
