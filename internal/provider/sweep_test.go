@@ -97,7 +97,8 @@ func sweepVMs(uri, prefix string, pools ...string) error {
 			continue
 		}
 		for _, n := range names {
-			if strings.HasPrefix(n, prefix) && strings.HasSuffix(n, "-root.qcow2") {
+			// Every volume under the prefix is a test's: overlays and seeds.
+			if strings.HasPrefix(n, prefix) {
 				if err := c.RemoveVolume(ctx, p, n); err != nil {
 					errs = append(errs, err)
 				}
