@@ -32,7 +32,7 @@ func TestProviderRejectsBadSettings(t *testing.T) {
 }`,
 			want: `(?s)Invalid libvirt connection settings.*transport "ftp".*unix, tcp, tls or ssh`,
 		},
-		"unknown host key": {
+		"host not in the hosts map": {
 			config: `provider "kohaku" {
   uri   = "qemu:///system?socket=/nonexistent.sock"
   hosts = { gpu1 = { uri = "qemu+ssh://root@gpu1/system" } }
