@@ -216,13 +216,7 @@ func (r *gpuBindingResource) ModifyPlan(ctx context.Context, req resource.Modify
 		if c == nil {
 			return
 		}
-		inv, err := loadPCIInventory(ctx, c)
-		if err != nil {
-			addError(&resp.Diagnostics, "Reading the host's PCI devices", err)
-			return
-		}
-		if _, err := vfio.PlanBinding(inv, target, opts); err != nil {
-			addBindingPlanError(&resp.Diagnostics, target, err)
+		if _, _, ok := planOnHost(ctx, c, target, opts, &resp.Diagnostics); !ok {
 			return
 		}
 	}
@@ -243,14 +237,8 @@ func (r *gpuBindingResource) Create(ctx context.Context, req resource.CreateRequ
 	if !ok {
 		return
 	}
-	inv, err := loadPCIInventory(ctx, c)
-	if err != nil {
-		addError(&resp.Diagnostics, "Reading the host's PCI devices", err)
-		return
-	}
-	p, err := vfio.PlanBinding(inv, target, opts)
-	if err != nil {
-		addBindingPlanError(&resp.Diagnostics, target, err)
+	inv, p, ok := planOnHost(ctx, c, target, opts, &resp.Diagnostics)
+	if !ok {
 		return
 	}
 	if !checkNotInUse(ctx, c, p.Addresses(), target, &resp.Diagnostics) {
@@ -361,14 +349,8 @@ func (r *gpuBindingResource) Update(ctx context.Context, req resource.UpdateRequ
 	if !ok {
 		return
 	}
-	inv, err := loadPCIInventory(ctx, c)
-	if err != nil {
-		addError(&resp.Diagnostics, "Reading the host's PCI devices", err)
-		return
-	}
-	p, err := vfio.PlanBinding(inv, target, opts)
-	if err != nil {
-		addBindingPlanError(&resp.Diagnostics, target, err)
+	inv, p, ok := planOnHost(ctx, c, target, opts, &resp.Diagnostics)
+	if !ok {
 		return
 	}
 	// What each function had before Kohaku bound it: the state's record,
@@ -775,4 +757,20 @@ func (pciAddressValidator) ValidateString(_ context.Context, req validator.Strin
 		resp.Diagnostics.AddAttributeError(req.Path, "PCI address not in canonical form",
 			fmt.Sprintf("Write %q as %q (lower-case hex, as lspci -D prints it).", s, a.String()))
 	}
+}
+
+// planOnHost reads the host's PCI devices and plans the binding of target:
+// what plan time, create and update each check against the host.
+func planOnHost(ctx context.Context, c *virt.Client, target vfio.Address, opts vfio.Options, diags *diag.Diagnostics) (*vfio.Inventory, *vfio.Plan, bool) {
+	inv, err := loadPCIInventory(ctx, c)
+	if err != nil {
+		addError(diags, "Reading the host's PCI devices", err)
+		return nil, nil, false
+	}
+	p, err := vfio.PlanBinding(inv, target, opts)
+	if err != nil {
+		addBindingPlanError(diags, target, err)
+		return nil, nil, false
+	}
+	return inv, p, true
 }
