@@ -148,6 +148,11 @@ func goldenSpecs() []namedSpec {
 			s.UserData = []byte("#cloud-config\nruncmd:\n  - echo user-after-kohaku\n")
 			return s
 		}},
+		{"reporter-channel", func(testing.TB) *Spec {
+			s := typicalSpec()
+			s.ReportChannel = true
+			return s
+		}},
 		{"vendor-data-nocloud", func(testing.TB) *Spec {
 			return &Spec{Name: "vm1", VendorData: []byte("#cloud-config\nntp:\n  enabled: true\n")}
 		}},

@@ -187,8 +187,8 @@ func renderCloudConfig(pl *plan) ([]byte, error) {
 		}
 		files.Content = append(files.Content, fm.node())
 	}
-	if ph := s.PhoneHome; ph != nil && ph.Reporter {
-		for _, f := range reporterFiles(ph) {
+	if rep := s.reporter(); rep != nil {
+		for _, f := range reporterFiles(rep) {
 			files.Content = append(files.Content, newMap().
 				set("path", ystr(f.Path)).
 				set("content", ystr(string(f.Content))).
@@ -220,7 +220,7 @@ func renderCloudConfig(pl *plan) ([]byte, error) {
 	if s.NVIDIA != nil {
 		run = append(run, nvidiaCommands(s.NVIDIA)...)
 	}
-	if ph := s.PhoneHome; ph != nil && ph.Reporter {
+	if s.reporter() != nil {
 		run = append(run, ReporterCommands...)
 	}
 	if len(run) > 0 {

@@ -28,6 +28,10 @@ type Inspection struct {
 	MACs []string
 	// PhoneHomeURL is the phone_home module's URL in the user data, if any.
 	PhoneHomeURL string
+	// ReportToken is the token in the first-boot reporter's configuration;
+	// empty when the seed installs no reporter. A seed with a reporter
+	// writes its report to the VM's report channel.
+	ReportToken string
 	// Files holds every file of the ISO by the path cloud-init sees.
 	Files map[string][]byte
 }
@@ -133,7 +137,8 @@ func Inspect(img []byte) (*Inspection, error) {
 	if in.Format == FormatConfigDrive {
 		ud = files[FileCDUserData]
 	}
-	in.PhoneHomeURL = phoneHomeURL(ud)
+	in.PhoneHomeURL = findInUserData(ud, findPhoneHome)
+	in.ReportToken = findInUserData(ud, findReportToken)
 	return in, nil
 }
 
@@ -155,11 +160,24 @@ func findPhoneHome(b []byte) string {
 	return ""
 }
 
-// phoneHomeURL returns the phone-home URL of user data (the phone_home
-// module's or the first-boot reporter's): a cloud-config, or a MIME
+// reporterTokenRE finds the token in the reporter's configuration.
+var reporterTokenRE = regexp.MustCompile(`\\?"token\\?":\s*\\?"([A-Za-z0-9_-]{16,128})\\?"`)
+
+// findReportToken looks for the first-boot reporter's token.
+func findReportToken(b []byte) string {
+	if !bytes.Contains(b, []byte(ReporterConfigPath)) {
+		return ""
+	}
+	if m := reporterTokenRE.FindSubmatch(b); m != nil {
+		return string(m[1])
+	}
+	return ""
+}
+
+// findInUserData applies find to user data: a cloud-config, or a MIME
 // multipart document whose cloud-config parts may be base64-encoded.
-func phoneHomeURL(ud []byte) string {
-	if u := findPhoneHome(ud); u != "" {
+func findInUserData(ud []byte, find func([]byte) string) string {
+	if u := find(ud); u != "" {
 		return u
 	}
 	msg, err := mail.ReadMessage(bytes.NewReader(ud))
@@ -184,7 +202,7 @@ func phoneHomeURL(ud []byte) string {
 		if err != nil {
 			continue
 		}
-		if u := findPhoneHome(b); u != "" {
+		if u := find(b); u != "" {
 			return u
 		}
 	}

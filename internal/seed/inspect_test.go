@@ -134,3 +134,58 @@ func TestReporterReplacesPhoneHomeModule(t *testing.T) {
 		})
 	}
 }
+
+// A seed that reports over the channel only carries a token derived from its
+// inputs, which Inspect finds again; with phone home the reporter carries the
+// phone-home token instead; without either there is no reporter.
+func TestReportChannelToken(t *testing.T) {
+	t.Parallel()
+	render := func(s *Spec) (*Inspection, string) {
+		t.Helper()
+		res, err := Render(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := Inspect(res.ISO)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in, string(res.Files[FileUserData])
+	}
+	ch := &Spec{Name: "chan", ReportChannel: true, UserData: []byte("#!/bin/sh\necho hi\n")}
+	in, ud := render(ch)
+	want := DerivedReportToken(ch)
+	if in.ReportToken != want || len(want) != 32 {
+		t.Errorf("ReportToken = %q, want the derived %q (32 chars)\n%s", in.ReportToken, want, ud)
+	}
+	if in.PhoneHomeURL != "" {
+		t.Errorf("a channel-only seed has phone-home URL %q", in.PhoneHomeURL)
+	}
+	for _, s := range []string{ReporterScriptPath, "systemctl start --no-block kohaku-report.service", `"url":""`} {
+		if !strings.Contains(ud, s) {
+			t.Errorf("user-data lacks %q", s)
+		}
+	}
+	// Same inputs, same token; any change, another token.
+	if again := DerivedReportToken(&Spec{Name: "chan", ReportChannel: true, UserData: []byte("#!/bin/sh\necho hi\n")}); again != want {
+		t.Errorf("token not reproducible: %q then %q", want, again)
+	}
+	if other := DerivedReportToken(&Spec{Name: "chan", ReportChannel: true, UserData: []byte("#!/bin/sh\necho ho\n")}); other == want {
+		t.Error("different user data, same token")
+	}
+
+	tok := "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd"
+	url := "http://10.0.2.2:8787/v1/phone-home/" + tok
+	in, _ = render(&Spec{Name: "both", ReportChannel: true, PhoneHome: &PhoneHome{URL: url, Reporter: true, Token: tok}})
+	if in.ReportToken != tok || in.PhoneHomeURL != url {
+		t.Errorf("phone home + channel: token %q url %q", in.ReportToken, in.PhoneHomeURL)
+	}
+	// cloud-init's phone_home module posts; the reporter still uses the channel.
+	in, ud = render(&Spec{Name: "module", ReportChannel: true, PhoneHome: &PhoneHome{URL: url, Token: tok}})
+	if in.ReportToken != tok || !strings.Contains(ud, "phone_home:") {
+		t.Errorf("module + channel: token %q\n%s", in.ReportToken, ud)
+	}
+	if in, _ = render(&Spec{Name: "none", UserData: []byte("#cloud-config\nwrite_files:\n- path: /x\n  content: '\"token\": \"AbCdEfGhIjKlMnOpQrStUvWxYz0123\"'\n")}); in.ReportToken != "" {
+		t.Errorf("a seed without reporter has report token %q", in.ReportToken)
+	}
+}

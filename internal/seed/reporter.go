@@ -1,8 +1,11 @@
 package seed
 
 import (
+	"crypto/sha256"
 	_ "embed"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 )
 
 // Where the first-boot reporter lives in the guest.
@@ -24,7 +27,7 @@ Wants=network-online.target
 ConditionPathExists=` + ReporterConfigPath + `
 
 [Service]
-Type=oneshot
+Type=exec
 ExecStart=/usr/bin/python3 ` + ReporterScriptPath + `
 TimeoutStartSec=0
 
@@ -40,10 +43,55 @@ var ReporterCommands = []string{
 	"systemctl start --no-block kohaku-report.service",
 }
 
-// reporterFiles are the script, its configuration (holding the secret
-// token, so readable by root only) and the systemd unit.
-func reporterFiles(ph *PhoneHome) []File {
-	cfg, _ := json.Marshal(map[string]string{"url": ph.URL, "token": ph.Token, "channel": ReporterChannel})
+// reporter is what the first-boot reporter is configured with: where to
+// post (empty: the channel only) and the token its report carries.
+type reporter struct {
+	URL, Token string
+}
+
+// reporter says whether the seed installs the first-boot reporter and how.
+func (s *Spec) reporter() *reporter {
+	ph := s.PhoneHome
+	switch {
+	case ph != nil && ph.Reporter:
+		return &reporter{URL: ph.URL, Token: ph.Token}
+	case s.ReportChannel:
+		r := &reporter{}
+		if ph != nil {
+			r.Token = ph.Token
+		}
+		if r.Token == "" {
+			r.Token = DerivedReportToken(s)
+		}
+		return r
+	}
+	return nil
+}
+
+// DerivedReportToken is the token of a seed that reports over the channel
+// only: a digest of everything the seed is made from, so it is known at
+// plan time, is the same for the same inputs, and differs between seeds.
+// It is not a secret (the channel is not reachable from the network); it
+// tells the VM that a report comes from a guest booted with this seed.
+func DerivedReportToken(s *Spec) string {
+	c := *s
+	if c.PhoneHome != nil {
+		ph := *c.PhoneHome
+		ph.Token = ""
+		c.PhoneHome = &ph
+	}
+	b, err := json.Marshal(&c)
+	if err != nil {
+		b = []byte(fmt.Sprintf("%#v", c))
+	}
+	sum := sha256.Sum256(append([]byte("kohaku-report-token\x00"), b...))
+	return base64.RawURLEncoding.EncodeToString(sum[:24])
+}
+
+// reporterFiles are the script, its configuration (holding the token, so
+// readable by root only) and the systemd unit.
+func reporterFiles(r *reporter) []File {
+	cfg, _ := json.Marshal(map[string]string{"url": r.URL, "token": r.Token, "channel": ReporterChannel})
 	return []File{
 		{Path: ReporterScriptPath, Content: reporterScript, Permissions: "0755"},
 		{Path: ReporterConfigPath, Content: append(cfg, '\n'), Permissions: "0600"},

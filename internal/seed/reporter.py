@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 # Kohaku first-boot reporter. Runs once per instance, after cloud-init's last
 # stage, and tells the provider how the boot went: cloud-init's own status
-# and errors, the hostname, SSH host keys, addresses and GPUs. It posts the
-# report to the phone-home URL (retrying with backoff) and writes it to the
-# Kohaku virtio-serial port when the VM has one. Only python3's standard
+# and errors, the hostname, SSH host keys, addresses and GPUs. It writes the
+# report as one JSON line to the Kohaku virtio-serial port, which the provider
+# reads through libvirt, and/or posts it to the phone-home URL, retrying both
+# until one gets through. Only python3's standard
 # library is used: every cloud-init image has it.
 import glob
 import json
@@ -96,42 +97,56 @@ def gpus():
 
 
 def post(url, body):
-    delay = 2
-    deadline = time.time() + 6 * 3600
-    while True:
-        try:
-            req = urllib.request.Request(url, data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=15) as resp:
-                if 200 <= resp.status < 300:
-                    return True
-        except OSError as e:
-            print("kohaku-report: post failed: %s" % type(e).__name__, file=sys.stderr)
-        if time.time() > deadline:
-            return False
-        time.sleep(delay)
-        delay = min(delay * 2, 60)
-
-
-def write_port(body, block):
-    flags = os.O_WRONLY | (0 if block else os.O_NONBLOCK)
     try:
-        fd = os.open(PORT, flags)
+        req = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=15) as resp:
+            return 200 <= resp.status < 300
     except OSError as e:
-        print("kohaku-report: channel open failed: %s" % e, file=sys.stderr)
+        print("kohaku-report: post failed: %s" % type(e).__name__, file=sys.stderr)
+        return False
+
+
+def write_port(body):
+    # A virtio-serial write blocks while no one on the host holds the channel
+    # open, so never block: the provider opens the channel while it waits,
+    # and the next try gets through. The leading newline ends any partial
+    # line an interrupted earlier try left.
+    try:
+        fd = os.open(PORT, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
         return False
     try:
-        data = body + b"\n"
+        data = b"\n" + body + b"\n"
         while data:
             data = data[os.write(fd, data):]
         return True
-    except BlockingIOError:
-        return False
-    except OSError as e:
-        print("kohaku-report: channel write failed: %s" % e, file=sys.stderr)
+    except OSError:
         return False
     finally:
         os.close(fd)
+
+
+def deliver(cfg, body):
+    # Try the channel every second (cheap: one open that fails at once while
+    # the host is not reading) and post with backoff, until one gets through.
+    url = cfg.get("url")
+    if not url and not os.path.exists(PORT):
+        print("kohaku-report: no URL and no channel: nowhere to report", file=sys.stderr)
+        return False
+    deadline = time.time() + float(os.environ.get("KOHAKU_REPORT_DEADLINE", 6 * 3600))
+    next_post, delay = 0.0, 2
+    while True:
+        if os.path.exists(PORT) and write_port(body):
+            return True
+        now = time.time()
+        if url and now >= next_post:
+            if post(url, body):
+                return True
+            next_post, delay = now + delay, min(delay * 2, 60)
+        if now > deadline:
+            return False
+        time.sleep(1)
 
 
 def main():
@@ -154,19 +169,11 @@ def main():
         "cloud_init": cloud_init_status(),
         "gpus": gpus(),
     }
-    body = json.dumps(report).encode()
-    sent = False
-    if os.path.exists(PORT):
-        # A virtio-serial write blocks while no one on the host holds the
-        # channel open: without a URL, wait for the provider; with one, only
-        # take the channel if the provider is already there.
-        sent = write_port(body, block=not cfg.get("url"))
-    if cfg.get("url"):
-        sent = post(cfg["url"], body) or sent
-    if sent:
-        os.makedirs(STATE_DIR, exist_ok=True)
-        open(stamp, "w").close()
-    return 0 if sent else 1
+    if not deliver(cfg, json.dumps(report).encode()):
+        return 1
+    os.makedirs(STATE_DIR, exist_ok=True)
+    open(stamp, "w").close()
+    return 0
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import (
 
 // runReporter runs the embedded first-boot reporter with python3 against
 // files in dir, as the guest would run it.
-func runReporter(t *testing.T, dir, url, statusJSON string) ([]byte, error) {
+func runReporter(t *testing.T, dir, url, statusJSON string, env ...string) ([]byte, error) {
 	t.Helper()
 	py := requireTool(t, "python3")
 	script := filepath.Join(dir, "report.py")
@@ -40,6 +40,7 @@ func runReporter(t *testing.T, dir, url, statusJSON string) ([]byte, error) {
 		"KOHAKU_REPORT_INSTANCE="+filepath.Join(dir, "instance-id"),
 		"KOHAKU_REPORT_STATUS_CMD=cat "+filepath.Join(dir, "status.json"),
 	)
+	cmd.Env = append(cmd.Env, env...)
 	return cmd.CombinedOutput()
 }
 
@@ -96,5 +97,74 @@ func TestReporterScriptPostsAParsableReport(t *testing.T) {
 	case <-bodies:
 		t.Error("the reporter posted twice for one instance")
 	default:
+	}
+}
+
+// With no URL the reporter waits for the host to open the channel and then
+// writes one parsable JSON line; nobody on the host holds it open at first.
+func TestReporterScriptWritesTheChannel(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	port := filepath.Join(dir, "port")
+	if err := syscall.Mkfifo(port, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan []byte, 1)
+	go func() {
+		// The host opens the channel only after the guest started trying.
+		time.Sleep(2500 * time.Millisecond)
+		f, err := os.Open(port)
+		if err != nil {
+			lines <- nil
+			return
+		}
+		defer f.Close()
+		b, _ := io.ReadAll(f)
+		lines <- b
+	}()
+	status := `{"status": "done", "errors": [], "recoverable_errors": {}, "datasource": "nocloud", "_schema_version": "1", "schemas": {"1": {}}}`
+	out, err := runReporter(t, dir, "", status)
+	if err != nil {
+		t.Fatalf("reporter failed: %v\n%s", err, out)
+	}
+	var got []byte
+	select {
+	case got = <-lines:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reporter returned, but nothing reached the channel")
+	}
+	var reports int
+	for _, line := range strings.Split(string(got), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		reports++
+		rep, err := phonehome.ParseReport("application/json", []byte(line))
+		if err != nil {
+			t.Fatalf("the provider would reject the line: %v\n%q", err, line)
+		}
+		if rep.Token != "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd" || rep.InstanceID != "iid-reporter-test" || rep.CloudInit == nil || !rep.CloudInit.Finished() {
+			t.Errorf("report = %s", rep)
+		}
+	}
+	if reports != 1 {
+		t.Errorf("%d reports on the channel, want 1: %q", reports, got)
+	}
+}
+
+// A reporter with nowhere to report gives up at its deadline instead of
+// blocking on a channel nobody reads.
+func TestReporterScriptGivesUpAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, "port"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runReporter(t, dir, "", `{"status": "done", "errors": []}`, "KOHAKU_REPORT_DEADLINE=2")
+	if err == nil {
+		t.Fatalf("the reporter says it reported, with nobody reading:\n%s", out)
+	}
+	if _, serr := os.Stat(filepath.Join(dir, "state")); serr == nil {
+		t.Error("the reporter stamped the instance as reported")
 	}
 }

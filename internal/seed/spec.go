@@ -105,6 +105,12 @@ type Spec struct {
 	QEMUGuestAgent bool
 	// PhoneHome configures cloud-init's phone_home module.
 	PhoneHome *PhoneHome
+	// ReportChannel installs the first-boot reporter even without a
+	// phone-home URL: after cloud-init's last stage it writes its report
+	// to the org.kohaku.report.0 virtio-serial port, which kohaku_vm reads
+	// through libvirt. The report carries PhoneHome.Token when there is one,
+	// else DerivedReportToken.
+	ReportChannel bool
 
 	// Network is the structured network configuration (one entry per NIC).
 	Network []NIC
