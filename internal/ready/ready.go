@@ -6,6 +6,7 @@ package ready
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,10 @@ import (
 type Mode string
 
 const (
+	// ModeChannel reads the guest's report from its virtio-serial channel
+	// through the libvirt connection: no network path to the provider and
+	// no guest agent needed.
+	ModeChannel Mode = "channel"
 	// ModePhoneHome waits for the guest's HTTP call to the provider.
 	ModePhoneHome Mode = "phone_home"
 	// ModeGuestAgent asks the QEMU guest agent, through libvirt, until
@@ -40,6 +45,60 @@ type Reporter interface {
 // Agent reads files in the guest through the QEMU guest agent.
 type Agent interface {
 	AgentReadFile(ctx context.Context, domain, path string, max int) ([]byte, error)
+}
+
+// ChannelReader reads a domain's channel through libvirt (virt.Client).
+type ChannelReader interface {
+	ReadChannel(ctx context.Context, domain, channel string, line func([]byte) bool) error
+	DomainState(ctx context.Context, domain string) (string, error)
+}
+
+// channelRetry is the pause before reopening a channel whose stream ended
+// while the domain still runs (libvirtd restarted, connection lost).
+var channelRetry = 2 * time.Second
+
+// WaitChannel reads the guest's report from the domain's report channel
+// until a report carrying token arrives or ctx ends. Reports with another
+// token (a guest booted from another seed) and lines that are not reports
+// are ignored and kept for the error. A stream that breaks is reopened
+// while the domain runs; a domain that stopped ends the wait at once.
+func WaitChannel(ctx context.Context, r ChannelReader, domain, channel, token string) (*Outcome, error) {
+	start := time.Now()
+	var rep *phonehome.Report
+	var last error
+	for {
+		err := r.ReadChannel(ctx, domain, channel, func(line []byte) bool {
+			got, perr := phonehome.ParseReport("application/json", line)
+			switch {
+			case perr != nil:
+				last = fmt.Errorf("the guest wrote a line that is not a report (%v)", perr)
+			case subtle.ConstantTimeCompare([]byte(got.Token), []byte(token)) != 1:
+				last = errors.New("the guest reported with another seed's token (was the disk booted from another seed?)")
+			default:
+				got.ReceivedAt = time.Now()
+				rep = got
+				return true
+			}
+			return false
+		})
+		if rep != nil {
+			return &Outcome{Report: rep, Waited: time.Since(start)}, nil
+		}
+		if ctx.Err() != nil {
+			return nil, &WaitError{Mode: ModeChannel, Waited: time.Since(start), Err: ctx.Err(), Last: last}
+		}
+		if err != nil {
+			last = err
+		}
+		if st, serr := r.DomainState(ctx, domain); serr == nil && st != "running" && st != "paused" && st != "blocked" {
+			return nil, &WaitError{Mode: ModeChannel, Waited: time.Since(start), Err: fmt.Errorf("the domain is %s: the guest can no longer report", st), Last: last}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, &WaitError{Mode: ModeChannel, Waited: time.Since(start), Err: ctx.Err(), Last: last}
+		case <-time.After(channelRetry):
+		}
+	}
 }
 
 // Outcome is a wait that ended with a report from the guest.
@@ -127,13 +186,19 @@ func (e *WaitError) Error() string {
 		fmt.Fprintf(&b, " (waiting for the guest to phone home to %s)", redactToken(e.URL))
 	case ModeGuestAgent:
 		fmt.Fprintf(&b, " (asking the QEMU guest agent for %s)", ResultFile)
+	case ModeChannel:
+		b.WriteString(" (reading the guest's report from its org.kohaku.report.0 channel through libvirt)")
 	}
 	b.WriteString(".")
 	if e.DomainState != "" {
 		fmt.Fprintf(&b, "\nThe domain is %s.", e.DomainState)
 	}
 	if e.Last != nil {
-		fmt.Fprintf(&b, "\nLast answer from the guest agent: %v.", e.Last)
+		if e.Mode == ModeChannel {
+			fmt.Fprintf(&b, "\nLast thing seen on the channel: %v.", e.Last)
+		} else {
+			fmt.Fprintf(&b, "\nLast answer from the guest agent: %v.", e.Last)
+		}
 	}
 	if !e.TimedOut() && !errors.Is(e.Err, context.Canceled) && e.Err != nil {
 		fmt.Fprintf(&b, "\nCause: %v.", e.Err)
@@ -143,6 +208,8 @@ func (e *WaitError) Error() string {
 		b.WriteString("\nCheck that the guest can reach that URL (phone_home.base_url and listen_address of the provider, the VM's network) and that cloud-init ran; with no network path to the provider use wait_for = \"guest_agent\".")
 	case ModeGuestAgent:
 		b.WriteString("\nCheck that the image runs qemu-guest-agent (the seed's guest_agent) and that the VM has the guest agent channel.")
+	case ModeChannel:
+		b.WriteString("\nCheck that cloud-init ran with the seed (the serial console shows it) and that the image has python3 and systemd for the seed's first-boot reporter (kohaku-report.service); `journalctl -u kohaku-report` in the guest says what it tried.")
 	}
 	if len(e.SerialTail) > 0 {
 		fmt.Fprintf(&b, "\nLast lines of the serial console (%s):\n  %s", e.SerialLog, strings.Join(e.SerialTail, "\n  "))

@@ -1,0 +1,131 @@
+package ready
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeChannel plays a domain channel: each ReadChannel call delivers the next
+// batch of lines, then ends with the batch's error (or blocks until ctx ends
+// when the batch says so).
+type fakeChannel struct {
+	mu      sync.Mutex
+	batches []batch
+	opens   int
+	state   string
+}
+
+type batch struct {
+	lines [][]byte
+	err   error
+	block bool
+}
+
+func (f *fakeChannel) ReadChannel(ctx context.Context, domain, channel string, line func([]byte) bool) error {
+	f.mu.Lock()
+	f.opens++
+	if len(f.batches) == 0 {
+		f.mu.Unlock()
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	b := f.batches[0]
+	f.batches = f.batches[1:]
+	f.mu.Unlock()
+	for _, l := range b.lines {
+		if line(l) {
+			return nil
+		}
+	}
+	if b.block {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return b.err
+}
+
+func (f *fakeChannel) DomainState(ctx context.Context, domain string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == "" {
+		return "running", nil
+	}
+	return f.state, nil
+}
+
+const testToken = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd"
+
+func report(token string) []byte {
+	return []byte(`{"token":"` + token + `","instance_id":"i-1","hostname":"web-1","cloud_init":{"status":"done","errors":[]}}`)
+}
+
+// Noise and another seed's report are skipped; the stream breaking once is
+// survived by reopening; the right report ends the wait.
+func TestWaitChannelSkipsNoiseAndSurvivesABrokenStream(t *testing.T) {
+	defer func(d time.Duration) { channelRetry = d }(channelRetry)
+	channelRetry = 10 * time.Millisecond
+	f := &fakeChannel{batches: []batch{
+		{lines: [][]byte{[]byte("garbage"), report("ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ")}, err: errors.New("connection lost")},
+		{lines: [][]byte{report(testToken)}},
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := WaitChannel(ctx, f, "web-1", "org.kohaku.report.0", testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Report.Hostname != "web-1" || out.Report.CloudInit == nil || !out.Report.CloudInit.Finished() || out.Report.ReceivedAt.IsZero() {
+		t.Errorf("report = %+v", out.Report)
+	}
+	if f.opens != 2 {
+		t.Errorf("channel opened %d times, want 2 (once more after the broken stream)", f.opens)
+	}
+}
+
+// A guest that never writes: the wait ends at the deadline and says what it
+// saw last.
+func TestWaitChannelTimeoutExplainsItself(t *testing.T) {
+	f := &fakeChannel{batches: []batch{{lines: [][]byte{report("ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ")}, block: true}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := WaitChannel(ctx, f, "web-1", "org.kohaku.report.0", testToken)
+	var we *WaitError
+	if !errors.As(err, &we) || !we.TimedOut() || we.Mode != ModeChannel {
+		t.Fatalf("err = %v, want a timed-out channel WaitError", err)
+	}
+	if time.Since(start) > 2*time.Second {
+		t.Errorf("wait overran its deadline: %s", time.Since(start))
+	}
+	we.VM = "web-1"
+	msg := we.Error()
+	for _, want := range []string{"VM web-1 did not report ready: the wait timed out", "org.kohaku.report.0", "another seed's token", "kohaku-report"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, testToken) {
+		t.Errorf("message leaks the token:\n%s", msg)
+	}
+}
+
+// A domain that stopped cannot report: the wait ends at once, not at the
+// deadline.
+func TestWaitChannelEndsWhenTheDomainStops(t *testing.T) {
+	f := &fakeChannel{batches: []batch{{err: errors.New("domain is not running")}}, state: "shut off"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := WaitChannel(ctx, f, "web-1", "org.kohaku.report.0", testToken)
+	var we *WaitError
+	if !errors.As(err, &we) || we.TimedOut() || !strings.Contains(we.Error(), "shut off") {
+		t.Fatalf("err = %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("took %s to notice the stopped domain", time.Since(start))
+	}
+}
