@@ -1,0 +1,188 @@
+package main
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// countingProxy is a unix socket that forwards to libvirtd's socket and
+// counts the RPC calls clients send, by procedure. The provider is pointed
+// at it with qemu:///system?socket=<path> for one untimed refresh, so the
+// count is exactly what the provider sent, with no hook in the provider.
+type countingProxy struct {
+	ln       net.Listener
+	upstream string
+
+	mu     sync.Mutex
+	counts map[uint32]int64
+	conns  int
+	wg     sync.WaitGroup
+}
+
+// libvirt wire format: a 4-byte big-endian length (including itself), then
+// program, version, procedure, type, serial, status. Type 0 is a call,
+// 4 a call with file descriptors.
+const (
+	wireHeader   = 28
+	wireMaxBytes = 32<<20 + wireHeader
+)
+
+func startProxy(path, upstream string) (*countingProxy, error) {
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	p := &countingProxy{ln: ln, upstream: upstream, counts: map[uint32]int64{}}
+	go p.accept()
+	return p, nil
+}
+
+func (p *countingProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("unix", p.upstream)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns++
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go func() {
+			defer p.wg.Done()
+			io.Copy(c, up) //nolint:errcheck // ends with either side
+			c.Close()
+		}()
+		go func() {
+			defer p.wg.Done()
+			p.forward(up, c) //nolint:errcheck // ends with either side
+			up.Close()
+		}()
+	}
+}
+
+// forward copies client packets upstream whole, counting the calls.
+func (p *countingProxy) forward(dst io.Writer, src io.Reader) error {
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := io.ReadFull(src, buf[:4]); err != nil {
+			return err
+		}
+		n := int(binary.BigEndian.Uint32(buf[:4]))
+		if n < wireHeader || n > wireMaxBytes {
+			return fmt.Errorf("bad libvirt packet length %d", n)
+		}
+		if n > len(buf) {
+			nb := make([]byte, n)
+			copy(nb, buf[:4])
+			buf = nb
+		}
+		if _, err := io.ReadFull(src, buf[4:n]); err != nil {
+			return err
+		}
+		if typ := binary.BigEndian.Uint32(buf[16:20]); typ == 0 || typ == 4 {
+			proc := binary.BigEndian.Uint32(buf[12:16])
+			p.mu.Lock()
+			p.counts[proc]++
+			p.mu.Unlock()
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return err
+		}
+	}
+}
+
+// reset zeroes the counts.
+func (p *countingProxy) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.counts = map[uint32]int64{}
+	p.conns = 0
+}
+
+// rpcCount is a snapshot of the counts.
+type rpcCount struct {
+	ByProc map[string]int64
+	Total  int64
+	Conns  int
+}
+
+func (p *countingProxy) snapshot() rpcCount {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := rpcCount{ByProc: map[string]int64{}, Conns: p.conns}
+	for proc, n := range p.counts {
+		out.ByProc[procName(proc)] += n
+		out.Total += n
+	}
+	return out
+}
+
+func (p *countingProxy) close() {
+	p.ln.Close()
+}
+
+// kind splits procedures into domain calls, storage calls and the rest
+// (connection setup).
+func kind(name string) string {
+	switch {
+	case strings.HasPrefix(name, "Domain"):
+		return "domain"
+	case strings.HasPrefix(name, "StorageVol"), strings.HasPrefix(name, "StoragePool"):
+		return "storage"
+	}
+	return "connection"
+}
+
+// breakdown formats counts per unit, biggest first: "DomainGetXMLDesc 1.00, ...".
+func (r rpcCount) breakdown(per int) string {
+	type kv struct {
+		k string
+		v int64
+	}
+	var all []kv
+	for k, v := range r.ByProc {
+		all = append(all, kv{k, v})
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].v != all[j].v {
+			return all[i].v > all[j].v
+		}
+		return all[i].k < all[j].k
+	})
+	var parts []string
+	for _, x := range all {
+		parts = append(parts, fmt.Sprintf("%s %.2f", x.k, float64(x.v)/float64(per)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// procNames are the remote procedures Kohaku uses (remote_protocol.x).
+var procNames = map[uint32]string{
+	1: "ConnectOpen", 2: "ConnectClose", 3: "ConnectGetType", 9: "DomainCreate", 12: "DomainDestroy",
+	14: "DomainGetXMLDesc", 15: "DomainGetAutostart", 22: "DomainLookupByID", 23: "DomainLookupByName",
+	24: "DomainLookupByUUID", 59: "ConnectGetHostname", 60: "ConnectSupportsFeature", 66: "AuthList",
+	84: "StoragePoolLookupByName", 86: "StoragePoolLookupByVolume", 93: "StorageVolCreateXML",
+	94: "StorageVolDelete", 95: "StorageVolLookupByName", 97: "StorageVolLookupByPath",
+	98: "StorageVolGetInfo", 99: "StorageVolGetXMLDesc", 100: "StorageVolGetPath", 110: "ConnectGetURI",
+	157: "ConnectGetLibVersion", 208: "StorageVolUpload", 209: "StorageVolDownload", 212: "DomainGetState",
+	231: "DomainUndefineFlags", 273: "ConnectListAllDomains", 281: "ConnectListAllStoragePools",
+	282: "StoragePoolListAllVolumes", 316: "ConnectDomainEventCallbackRegisterAny", 350: "DomainDefineXMLFlags",
+	360: "ConnectRegisterCloseCallback",
+}
+
+func procName(p uint32) string {
+	if n, ok := procNames[p]; ok {
+		return n
+	}
+	return fmt.Sprintf("proc%d", p)
+}
