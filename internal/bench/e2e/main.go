@@ -52,6 +52,8 @@ type options struct {
 	terraform   string
 	out         string
 	keep        bool
+	profile     string
+	rev         string
 	host        hostEnv
 }
 
@@ -86,10 +88,12 @@ func main() {
 	flag.IntVar(&o.repeats, "repeats", 3, "repeats of every figure (min and median are reported)")
 	flag.IntVar(&o.parallelism, "parallelism", 10, "terraform -parallelism, and the libvirt floor's concurrency")
 	flag.BoolVar(&o.rpc, "rpc", true, "count libvirt calls of one extra, untimed refresh per N through a counting proxy")
-	flag.StringVar(&o.repo, "repo", ".", "repository root (the provider is built from it)")
+	flag.StringVar(&o.repo, "repo", ".", "repository root (the provider is built from its working tree)")
+	flag.StringVar(&o.rev, "rev", "", "build from this git revision of -repo (git archive into the work directory) instead of the working tree")
 	flag.StringVar(&o.terraform, "terraform", "terraform", "terraform CLI")
 	flag.StringVar(&o.out, "out", "", "also write the report (markdown) to this file")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, states, logs)")
+	flag.StringVar(&o.profile, "profile", "", "build internal/bench/profprovider instead and write each provider process's CPU and allocation profiles to this directory (timings then include profiling)")
 	flag.StringVar(&o.host.URI, "uri", envOr("KOHAKU_URI", "qemu:///system"), "libvirt URI of the acceptance host (unix transport)")
 	flag.StringVar(&o.host.Pool, "pool", envOr("KOHAKU_TEST_POOL", "kohaku-acc"), "pool for seeds and overlays")
 	flag.StringVar(&o.host.ImagePool, "image-pool", envOr("KOHAKU_TEST_IMAGE_POOL", "kohaku-images"), "pool of the base image")
@@ -184,11 +188,34 @@ func (h *harness) setup() error {
 	h.floorExe = filepath.Join(h.work, "floor")
 	logp := filepath.Join(h.work, "build.log")
 	fmt.Fprintf(os.Stderr, "e2e: building the provider and the libvirt floor into %s\n", h.work)
+	src := h.o.repo
+	if h.o.rev != "" {
+		src = filepath.Join(h.work, "src")
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return err
+		}
+		archive := fmt.Sprintf("git -C %q archive --format=tar %q | tar -x -C %q", h.o.repo, h.o.rev, src)
+		if _, _, err := h.r.run(h.o.repo, logp, nil, "", []string{"bash", "-o", "pipefail", "-c", archive}); err != nil {
+			return err
+		}
+	}
+	provider := "."
+	if h.o.profile != "" {
+		provider = "./internal/bench/profprovider"
+		abs, err := filepath.Abs(h.o.profile)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return err
+		}
+		h.o.profile = abs
+	}
 	for _, b := range [][]string{
-		{"go", "build", "-o", h.providerExe, "."},
+		{"go", "build", "-o", h.providerExe, provider},
 		{"go", "build", "-o", h.floorExe, "./internal/bench/floor"},
 	} {
-		if _, _, err := h.r.run(h.o.repo, logp, nil, "", b); err != nil {
+		if _, _, err := h.r.run(src, logp, nil, "", b); err != nil {
 			return err
 		}
 	}
@@ -197,6 +224,9 @@ func (h *harness) setup() error {
 		return err
 	}
 	h.env = []string{"TF_CLI_CONFIG_FILE=" + rc, "TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1", "TF_INPUT=0", "TF_LOG=", "TF_LOG_PROVIDER="}
+	if h.o.profile != "" {
+		h.env = append(h.env, "KOHAKU_BENCH_PROFILE_DIR="+h.o.profile)
+	}
 	if h.o.rpc {
 		ep, err := virt.ParseURI(h.o.host.URI)
 		if err != nil {
