@@ -3,7 +3,9 @@
 // profile per provider process there (cpu-<pid>.pprof, heap-<pid>.pprof)
 // when Terraform shuts it down. The end-to-end harness builds it in place
 // of the provider with -profile; merge the profiles with
-// go tool pprof -top <binary> <dir>/cpu-*.pprof.
+// go tool pprof -top <binary> <dir>/cpu-*.pprof. KOHAKU_BENCH_GOGC sets the
+// provider's GC percentage (to try GC settings without touching GOGC of
+// terraform itself).
 package main
 
 import (
@@ -12,7 +14,9 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"runtime/pprof"
+	"strconv"
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 
@@ -20,6 +24,9 @@ import (
 )
 
 func main() {
+	if v, err := strconv.Atoi(os.Getenv("KOHAKU_BENCH_GOGC")); err == nil {
+		debug.SetGCPercent(v)
+	}
 	dir := os.Getenv("KOHAKU_BENCH_PROFILE_DIR")
 	if dir != "" {
 		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("cpu-%d.pprof", os.Getpid())))
