@@ -166,6 +166,19 @@ func TestReportChannelToken(t *testing.T) {
 			t.Errorf("user-data lacks %q", s)
 		}
 	}
+	// Plan renders with the instance id derived, apply with it given (the
+	// plan's value): the same ISO, or Terraform sees an inconsistent apply.
+	first, err := Render(&Spec{Name: "chan", ReportChannel: true, UserData: []byte("#!/bin/sh\necho hi\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := Render(&Spec{Name: "chan", ReportChannel: true, UserData: []byte("#!/bin/sh\necho hi\n"), InstanceID: first.InstanceID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.ISOSHA256 != second.ISOSHA256 {
+		t.Errorf("instance id derived vs given: ISO %s vs %s", first.ISOSHA256, second.ISOSHA256)
+	}
 	// Same inputs, same token; any change, another token.
 	if again := DerivedReportToken(&Spec{Name: "chan", ReportChannel: true, UserData: []byte("#!/bin/sh\necho hi\n")}); again != want {
 		t.Errorf("token not reproducible: %q then %q", want, again)

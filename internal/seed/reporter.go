@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"sort"
 )
 
 // Where the first-boot reporter lives in the guest.
@@ -56,8 +57,8 @@ func (s *Spec) reporter() *reporter {
 	case ph != nil && ph.Reporter:
 		return &reporter{URL: ph.URL, Token: ph.Token}
 	case s.ReportChannel:
-		r := &reporter{}
-		if ph != nil {
+		r := &reporter{Token: s.reportToken}
+		if r.Token == "" && ph != nil {
 			r.Token = ph.Token
 		}
 		if r.Token == "" {
@@ -68,24 +69,46 @@ func (s *Spec) reporter() *reporter {
 	return nil
 }
 
+// placeholderReportToken stands in for the token while deriving it.
+const placeholderReportToken = "kohaku-report-token-placeholder0"
+
 // DerivedReportToken is the token of a seed that reports over the channel
-// only: a digest of everything the seed is made from, so it is known at
-// plan time, is the same for the same inputs, and differs between seeds.
+// only: a digest of the documents the seed renders to (with a placeholder
+// token and instance id, since the instance id is itself derived from the
+// documents), so it is known at plan time, is the same for the same inputs
+// whether the instance id was given or derived, and differs between seeds.
 // It is not a secret (the channel is not reachable from the network); it
 // tells the VM that a report comes from a guest booted with this seed.
 func DerivedReportToken(s *Spec) string {
 	c := *s
-	if c.PhoneHome != nil {
+	c.ReportChannel, c.InstanceID, c.reportToken = true, "kohaku-report-token", placeholderReportToken
+	if c.PhoneHome != nil && !c.PhoneHome.Reporter {
 		ph := *c.PhoneHome
 		ph.Token = ""
 		c.PhoneHome = &ph
 	}
-	b, err := json.Marshal(&c)
-	if err != nil {
-		b = []byte(fmt.Sprintf("%#v", c))
+	h := sha256.New()
+	h.Write([]byte("kohaku-report-token\x00"))
+	pl, err := prepare(&c)
+	var docs *documents
+	if err == nil {
+		docs, err = renderDocuments(pl)
 	}
-	sum := sha256.Sum256(append([]byte("kohaku-report-token\x00"), b...))
-	return base64.RawURLEncoding.EncodeToString(sum[:24])
+	if err != nil {
+		// Invalid specs never upload; any stable digest will do.
+		fmt.Fprintf(h, "%#v", c)
+	} else {
+		names := make([]string, 0, len(docs.files))
+		for n := range docs.files {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Fprintf(h, "%s\x00%d\x00", n, len(docs.files[n]))
+			h.Write(docs.files[n])
+		}
+	}
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:24])
 }
 
 // reporterFiles are the script, its configuration (holding the token, so

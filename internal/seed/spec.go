@@ -111,6 +111,8 @@ type Spec struct {
 	// through libvirt. The report carries PhoneHome.Token when there is one,
 	// else DerivedReportToken.
 	ReportChannel bool
+	// reportToken overrides the reporter's token (while deriving it).
+	reportToken string
 
 	// Network is the structured network configuration (one entry per NIC).
 	Network []NIC
