@@ -21,6 +21,9 @@ usage: testhost.sh COMMAND
           cloud-init ran (runcmd marker, MAC-matched static netplan v2 address,
           virtio-9p mount, phone_home, final message); cleans up after itself
   down    stop the libvirtd that `up` started (by its pid file); caches stay
+  restart SIGKILL the libvirtd that `up` started (by its pid file) and start it
+          again the way `up` does: the fault tests' "libvirtd killed mid-apply".
+          Running QEMU domains survive it.
 
 Environment (all optional):
   KOHAKU_TESTHOST_MIRROR      Debian mirror for the guest image (default http://deb.debian.org/debian)
@@ -364,6 +367,27 @@ ensure_libvirtd() {
 	wait_uris 30 || libvirtd_fail "libvirtd did not answer on both $URI_UNIX and $URI_TCP within 30 s"
 	pid=$(our_libvirtd_pid) || libvirtd_fail "libvirtd answers but $PID_FILE does not name it"
 	phase_done "started libvirtd pid $pid; answers on $URI_UNIX and $URI_TCP"
+}
+
+# restart: a crash and a restart of our libvirtd, not a clean stop. Refuses
+# to touch a libvirtd this script did not start.
+cmd_restart() {
+	local pid i
+	pid=$(our_libvirtd_pid) || die "no libvirtd started by this script is running (see $PID_FILE): run 'bash $SELF up'"
+	log "restart: SIGKILL libvirtd pid $pid"
+	kill -KILL "$pid"
+	for ((i = 0; i < 100; i++)); do
+		[[ -d /proc/$pid ]] || break
+		sleep 0.05
+	done
+	[[ -d /proc/$pid ]] && die "libvirtd pid $pid survived SIGKILL for 5 s"
+	rm -f "$PID_FILE"
+	: >"$LIBVIRTD_STDERR"
+	libvirtd -d --listen --pid-file "$PID_FILE" 2>>"$LIBVIRTD_STDERR" ||
+		libvirtd_fail "libvirtd -d --listen exited with status $?"
+	wait_uris 30 || libvirtd_fail "libvirtd did not answer on both $URI_UNIX and $URI_TCP within 30 s"
+	pid=$(our_libvirtd_pid) || libvirtd_fail "libvirtd answers but $PID_FILE does not name it"
+	log "restart: libvirtd pid $pid answers on $URI_UNIX and $URI_TCP"
 }
 
 # ---------------------------------------------------------------- pools
@@ -820,6 +844,7 @@ main() {
 	image) cmd_image ;;
 	smoke) cmd_smoke ;;
 	down) cmd_down ;;
+	restart) cmd_restart ;;
 	_image-build) image_build_into "$1" ;; # internal: used by ensure_image
 	-h | --help | help) usage ;;
 	*) usage >&2; exit 2 ;;
