@@ -45,6 +45,14 @@ func main() {
 			}
 		}()
 	}
+	// As main.quietLogs: Terraform shows no provider logs without these.
+	if os.Getenv("TF_LOG") == "" && os.Getenv("TF_LOG_PROVIDER") == "" {
+		for _, k := range []string{"TF_LOG_SDK", "TF_LOG_PROVIDER_KOHAKU"} {
+			if _, set := os.LookupEnv(k); !set {
+				os.Setenv(k, "OFF") //nolint:errcheck // cannot fail
+			}
+		}
+	}
 	err := providerserver.Serve(context.Background(), provider.New("bench"), providerserver.ServeOpts{
 		Address: "registry.terraform.io/kohaku/kohaku",
 	})
