@@ -59,23 +59,19 @@ variable "ssh_public_key" {
   default     = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleKeyOnlyForTheDocs0000000000000000 you@laptop"
 }
 
+# No phone_home block: the guest reports ready over its libvirt channel
+# (the seed's report_channel, on by default), so no network path from the
+# guest to this machine is needed, over any libvirt transport.
 provider "kohaku" {
   uri = var.uri
-
-  # Guests on QEMU user-mode networking reach the host's loopback as 10.0.2.2.
-  phone_home = {
-    listen_address = "127.0.0.1:8787"
-    base_url       = "http://10.0.2.2:8787"
-  }
 }
 
 data "kohaku_host" "this" {}
 
 resource "kohaku_seed" "quickstart" {
-  name       = "quickstart-seed.iso"
-  pool       = var.pool
-  hostname   = "quickstart"
-  phone_home = true
+  name     = "quickstart-seed.iso"
+  pool     = var.pool
+  hostname = "quickstart"
 
   user = {
     name                = "kohaku"
@@ -115,6 +111,10 @@ resource "kohaku_vm" "quickstart" {
 
 output "host" {
   value = "${data.kohaku_host.this.hostname}: libvirt ${data.kohaku_host.this.libvirt_version}, ${data.kohaku_host.this.hypervisor_type} ${data.kohaku_host.this.hypervisor_version}"
+}
+
+output "ready_via" {
+  value = kohaku_vm.quickstart.guest.ready_via
 }
 
 output "seconds_to_ready" {

@@ -45,6 +45,7 @@ func (m *seedResourceModel) spec(wo types.String, phURL string) (*seed.Spec, dia
 		UserData:       []byte(m.UserData.ValueString()),
 		UserDataBase64: m.UserDataBase64.ValueString(),
 		VendorData:     []byte(m.VendorData.ValueString()),
+		ReportChannel:  m.ReportChannel.IsNull() || m.ReportChannel.ValueBool(),
 	}
 	if !wo.IsNull() {
 		s.UserData = []byte(wo.ValueString())

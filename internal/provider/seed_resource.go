@@ -68,6 +68,7 @@ type seedResourceModel struct {
 	PhoneHome      types.Bool         `tfsdk:"phone_home"`
 	PhoneHomeAgent types.Bool         `tfsdk:"phone_home_reporter"`
 	PhoneHomeURL   types.String       `tfsdk:"phone_home_url"`
+	ReportChannel  types.Bool         `tfsdk:"report_channel"`
 
 	VolumeKey             types.String `tfsdk:"volume_key"`
 	VolumePath            types.String `tfsdk:"volume_path"`
@@ -281,13 +282,19 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"phone_home": schema.BoolAttribute{
 				Optional: true, Computed: true,
 				Default: booldefault.StaticBool(false),
-				Description: "Make the guest phone home when cloud-init has finished: cloud-init's `phone_home` module posts instance id, hostname, fqdn and SSH host keys to `<provider phone_home.base_url>/v1/phone-home/<token>`, where the token is an unguessable secret of this seed. `kohaku_vm` finds the URL in the seed and waits for that call during create. phone_home runs among the last cloud-init modules, after packages, runcmd and driver installation. Needs the provider's `phone_home` block. Default `false`." +
+				Description: "Make the guest phone home over HTTP when cloud-init has finished: the first-boot reporter (see `phone_home_reporter`) posts its report to `<provider phone_home.base_url>/v1/phone-home/<token>`, where the token is an unguessable secret of this seed, and `kohaku_vm` with `wait_for = \"phone_home\"` waits for that call during create. Needs the provider's `phone_home` block and a network path from the guest to it; `report_channel` needs neither and is what `wait_for = \"auto\"` prefers. Default `false`." +
 					" Because the token is made at create, the checksum and documents of a new phone-home seed are known only after apply." + contentChange,
 			},
 			"phone_home_reporter": schema.BoolAttribute{
 				Optional: true, Computed: true,
 				Default:     booldefault.StaticBool(true),
-				Description: "How the guest phones home. `true` (default): Kohaku's first-boot reporter, a small python3 script run by a systemd unit after cloud-init's last stage, posts a JSON report with cloud-init's own status and errors, SSH host keys, addresses and GPUs (and writes it to the VM's Kohaku virtio-serial channel when there is one), so `kohaku_vm` can fail on cloud-init errors. `false`: cloud-init's `phone_home` module posts instance id, hostname and host keys; it fires even when earlier modules failed, so errors go unnoticed." + contentChange,
+				Description: "How the guest phones home. `true` (default): Kohaku's first-boot reporter, a small python3 script run by a systemd unit after cloud-init's last stage, posts a JSON report with cloud-init's own status and errors, SSH host keys, addresses and GPUs (and writes it to the VM's report channel as well), so `kohaku_vm` can fail on cloud-init errors. `false`: cloud-init's `phone_home` module posts instance id, hostname and host keys; it fires even when earlier modules failed, so errors go unnoticed." + contentChange,
+			},
+			"report_channel": schema.BoolAttribute{
+				Optional: true, Computed: true,
+				Default: booldefault.StaticBool(true),
+				Description: "Install Kohaku's first-boot reporter (a small python3 script run by a systemd unit after cloud-init's last stage; every cloud-init image has python3) and have it write its report, with cloud-init's own status and errors, SSH host keys, addresses and GPUs, to the VM's `org.kohaku.report.0` virtio-serial channel. `kohaku_vm` reads that channel over the libvirt connection during create (`wait_for = \"channel\"`, the `auto` choice), so a VM is ready when apply returns without any network path from the guest to Terraform. " +
+					"The report carries a token derived from this seed's inputs (not a secret: only the guest's root writes the channel), so a report from a guest booted with another seed is ignored; with `phone_home` it carries the phone-home token. Default `true`; `false` for images without python3 or systemd." + contentChange,
 			},
 			"phone_home_url": schema.StringAttribute{
 				Computed: true, Sensitive: true,
@@ -506,6 +513,7 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 			state.PhoneHomeURL = types.StringValue(in.PhoneHomeURL)
 			// Without phone home the setting is moot: report its default.
 			state.PhoneHomeAgent = types.BoolValue(in.PhoneHomeURL == "" || strings.Contains(string(in.Files[userDataFile(in.Format)]), seed.ReporterScriptPath))
+			state.ReportChannel = types.BoolValue(in.ReportToken != "")
 		} else {
 			resp.Diagnostics.AddWarning("Volume is not a seed Kohaku can read", fmt.Sprintf("%s/%s: %v", pool, name, err))
 		}

@@ -22,9 +22,8 @@ import (
 
 const readyTestKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGZ1c2VkZm9ydGVzdGluZ29ubHkwMDAwMDAwMDAwMDAw e2e@kohaku"
 
-// readyConfig is a seed and a VM booting the test guest. The guest reports
-// what it became through the 9p share: the user's runcmd runs after
-// Kohaku's, so the share is mounted by then.
+// readyConfig is a provider listening for phone-home calls, and a seed and
+// a VM booting the test guest (readyResources).
 func readyConfig(env vmEnv, prefix string, port int, share, seedExtra, vmExtra string) string {
 	return fmt.Sprintf(`
 provider "kohaku" {
@@ -34,15 +33,26 @@ provider "kohaku" {
     base_url       = "http://10.0.2.2:%d"
   }
 }
+`, env.URI, port, port) + readyResources(env, prefix, share, "test", "", seedExtra, vmExtra)
+}
 
-resource "kohaku_seed" "test" {
-  name     = "%sseed.iso"
-  pool     = %q
+// readyResources is a seed and a VM booting the test guest, named res, on
+// the given provider (empty: the default one). The guest reports what it
+// became through the 9p share: the user's runcmd runs after Kohaku's, so
+// the share is mounted by then.
+func readyResources(env vmEnv, prefix, share, res, provider, seedExtra, vmExtra string) string {
+	if provider != "" {
+		provider = "  provider = " + provider + "\n"
+	}
+	return fmt.Sprintf(`
+resource "kohaku_seed" %[1]q {
+%[2]s  name     = "%[3]sseed.iso"
+  pool     = %[4]q
   hostname = "e2e-guest"
 
   user = {
     name                = "kohaku"
-    ssh_authorized_keys = [%q]
+    ssh_authorized_keys = [%[5]q]
   }
   network = [{
     addresses   = ["10.0.2.15/24"]
@@ -63,30 +73,30 @@ resource "kohaku_seed" "test" {
       - cut -d' ' -f1,2 /etc/ssh/ssh_host_ed25519_key.pub > /shared/hostkey
       - sync
   EOT
-%s
+%[6]s
 }
 
-resource "kohaku_vm" "test" {
-  name       = "%svm"
+resource "kohaku_vm" %[1]q {
+%[2]s  name       = "%[3]svm"
   type       = "qemu"
   vcpu       = 2
   memory_mib = 1024
-  kernel     = %q
-  initrd     = %q
+  kernel     = %[7]q
+  initrd     = %[8]q
   cmdline    = "root=/dev/vda rw console=ttyS0"
-  seed_id    = kohaku_seed.test.id
+  seed_id    = kohaku_seed.%[1]s.id
 
   disk = {
-    base_pool   = %q
-    base_volume = %q
-    pool        = %q
+    base_pool   = %[9]q
+    base_volume = %[10]q
+    pool        = %[4]q
   }
   network_interface = [{ type = "user" }]
-  shared_folder     = [{ source = %q, tag = "kohaku_shared" }]
+  shared_folder     = [{ source = %[11]q, tag = "kohaku_shared" }]
   shutdown_timeout  = "2s"
-%s
+%[12]s
 }
-`, env.URI, port, port, prefix, env.Pool, readyTestKey, seedExtra, prefix, env.Kernel, env.Initrd, env.ImagePool, env.Base, env.Pool, share, vmExtra)
+`, res, provider, prefix, env.Pool, readyTestKey, seedExtra, env.Kernel, env.Initrd, env.ImagePool, env.Base, share, vmExtra)
 }
 
 // checkShared compares a file the guest wrote into the share.
@@ -116,7 +126,7 @@ func TestAccReady_phoneHome(t *testing.T) {
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy:             vmCheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{{
-			Config: readyConfig(env, prefix, port, share, "  phone_home = true", "  timeouts {\n    create = \"12m\"\n  }"),
+			Config: readyConfig(env, prefix, port, share, "  phone_home = true", "  wait_for = \"phone_home\"\n  timeouts {\n    create = \"12m\"\n  }"),
 			ConfigStateChecks: []statecheck.StateCheck{
 				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("ready_via"), knownvalue.StringExact("phone_home")),
 				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("hostname"), knownvalue.StringExact("e2e-guest")),
@@ -126,29 +136,120 @@ func TestAccReady_phoneHome(t *testing.T) {
 				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("remote_address"),
 					knownvalue.StringRegexp(regexp.MustCompile(`^127\.0\.0\.1:\d+$`))),
 			},
+			Check: guestChecks(env, addr, prefix+"vm", share),
+		}},
+	})
+}
+
+// guestChecks: the domain runs and is what its seed said (hostname, user
+// and key, the static address on the MAC-matched NIC, the write_files file,
+// the 9p mount), and the host key it reported is the one it has.
+func guestChecks(env vmEnv, addr, vm, share string) resource.TestCheckFunc {
+	return resource.ComposeAggregateTestCheckFunc(
+		vmCheckDomState(env, vm, "running"),
+		resource.TestCheckTypeSetElemNestedAttrs(addr, "guest.addresses.*", map[string]string{"address": "10.0.2.15/24"}),
+		checkShared(share, "hostname", regexp.MustCompile(`^e2e-guest\n$`)),
+		checkShared(share, "addresses", regexp.MustCompile(`inet 10\.0\.2\.15/24`)),
+		checkShared(share, "write_files", regexp.MustCompile(`^written by write_files\n$`)),
+		checkShared(share, "user", regexp.MustCompile(`^kohaku:x:\d+:\d+::/home/kohaku:/bin/bash\n$`)),
+		checkShared(share, "authorized_keys", regexp.MustCompile(regexp.QuoteMeta(readyTestKey))),
+		checkShared(share, "mounts", regexp.MustCompile(`^kohaku_shared /shared 9p .*trans=virtio`)),
+		func(s *terraform.State) error {
+			reported := s.RootModule().Resources[addr].Primary.Attributes["guest.ssh_host_keys.ssh-ed25519"]
+			has, err := os.ReadFile(filepath.Join(share, "hostkey"))
+			if err != nil {
+				return fmt.Errorf("the guest did not write its host key to the share: %v", err)
+			}
+			if reported == "" || strings.TrimSpace(string(has)) != reported {
+				return fmt.Errorf("%s: reported host key %q, the guest has %q", addr, reported, strings.TrimSpace(string(has)))
+			}
+			return nil
+		},
+	)
+}
+
+// The default way to ready: with no phone_home block anywhere (no HTTP
+// listener, no network path from the guest to Terraform) two real guests,
+// one driven through the unix socket and one through qemu+tcp, report over
+// their libvirt channel, and apply returns only then.
+func TestAccReady_channel(t *testing.T) {
+	env := newVMEnv(t)
+	tcpURI := acctest.Env(t, "KOHAKU_TEST_TCP_URI")
+	prefix := vmTestPrefix(t, env, "ch")
+	shareUnix, shareTCP := t.TempDir(), t.TempDir()
+	wait := "  timeouts {\n    create = \"15m\"\n  }"
+	cfg := fmt.Sprintf(`
+provider "kohaku" {
+  uri = %q
+}
+
+provider "kohaku" {
+  alias = "tcp"
+  uri   = %q
+}
+`, env.URI, tcpURI) +
+		readyResources(env, prefix+"u-", shareUnix, "unix", "", "", wait) +
+		readyResources(env, prefix+"t-", shareTCP, "tcp", "kohaku.tcp", "", wait)
+	var checks []statecheck.StateCheck
+	for _, addr := range []string{"kohaku_vm.unix", "kohaku_vm.tcp"} {
+		checks = append(checks,
+			statecheck.ExpectKnownValue(addr, tfjsonpath.New("wait_for"), knownvalue.StringExact("auto")),
+			statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("ready_via"), knownvalue.StringExact("channel")),
+			statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("hostname"), knownvalue.StringExact("e2e-guest")),
+			statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("cloud_init_status"), knownvalue.StringExact("done")),
+			statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("remote_address"), knownvalue.StringExact("")),
+		)
+	}
+	for _, seed := range []string{"kohaku_seed.unix", "kohaku_seed.tcp"} {
+		checks = append(checks,
+			statecheck.ExpectKnownValue(seed, tfjsonpath.New("report_channel"), knownvalue.Bool(true)),
+			statecheck.ExpectKnownValue(seed, tfjsonpath.New("phone_home_url"), knownvalue.StringExact("")))
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		Steps: []resource.TestStep{{
+			Config:            cfg,
+			ConfigStateChecks: checks,
 			Check: resource.ComposeAggregateTestCheckFunc(
-				vmCheckDomState(env, prefix+"vm", "running"),
-				resource.TestCheckTypeSetElemNestedAttrs(addr, "guest.addresses.*", map[string]string{"address": "10.0.2.15/24"}),
-				checkShared(share, "hostname", regexp.MustCompile(`^e2e-guest\n$`)),
-				checkShared(share, "addresses", regexp.MustCompile(`inet 10\.0\.2\.15/24`)),
-				checkShared(share, "write_files", regexp.MustCompile(`^written by write_files\n$`)),
-				checkShared(share, "user", regexp.MustCompile(`^kohaku:x:\d+:\d+::/home/kohaku:/bin/bash\n$`)),
-				checkShared(share, "authorized_keys", regexp.MustCompile(regexp.QuoteMeta(readyTestKey))),
-				checkShared(share, "mounts", regexp.MustCompile(`^kohaku_shared /shared 9p .*trans=virtio`)),
-				// The host key the guest reported is the one it has.
-				func(s *terraform.State) error {
-					reported := s.RootModule().Resources[addr].Primary.Attributes["guest.ssh_host_keys.ssh-ed25519"]
-					has, err := os.ReadFile(filepath.Join(share, "hostkey"))
-					if err != nil {
-						return fmt.Errorf("the guest did not write its host key to the share: %v", err)
+				guestChecks(env, "kohaku_vm.unix", prefix+"u-vm", shareUnix),
+				guestChecks(env, "kohaku_vm.tcp", prefix+"t-vm", shareTCP),
+			),
+		}},
+	})
+}
+
+// A guest whose report never comes over the channel (the create timeout is
+// shorter than the boot): the same story as the other modes, the domain
+// kept and tainted.
+func TestAccReady_channelTimeout(t *testing.T) {
+	env := newVMEnv(t)
+	prefix := vmTestPrefix(t, env, "ct")
+	cfg := fmt.Sprintf("provider \"kohaku\" {\n  uri = %q\n}\n", env.URI) +
+		readyResources(env, prefix, t.TempDir(), "test", "", "", "  timeouts {\n    create = \"40s\"\n  }")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		Steps: []resource.TestStep{
+			{
+				Config:      cfg,
+				ExpectError: regexp.MustCompile(`(?s)failed at step\s+"wait for the guest to be ready".*VM\s+` + regexp.QuoteMeta(prefix) + `vm\s+did\s+not\s+report\s+ready:\s+the\s+wait\s+timed\s+out\s+after.*org\.kohaku\.report\.0\s+channel\s+through\s+libvirt.*The\s+domain\s+is\s+running.*kohaku-report.*serial\s+console.*kept\s+for\s+inspection`),
+			},
+			{
+				RefreshState:       true,
+				ExpectNonEmptyPlan: true,
+				Check: func(s *terraform.State) error {
+					if out, err := vmVirsh(env.URI, "domstate", prefix+"vm"); err != nil || out != "running" {
+						return fmt.Errorf("after the timeout the kept VM is %q (%v), want running", out, err)
 					}
-					if reported == "" || strings.TrimSpace(string(has)) != reported {
-						return fmt.Errorf("reported host key %q, the guest has %q", reported, strings.TrimSpace(string(has)))
+					rs := s.RootModule().Resources["kohaku_vm.test"]
+					if rs == nil || !rs.Primary.Tainted {
+						return fmt.Errorf("the kept VM is not in state as tainted: %+v", rs)
 					}
 					return nil
 				},
-			),
-		}},
+			},
+		},
 	})
 }
 
@@ -160,7 +261,7 @@ func TestAccReady_timeoutKeepsTaintedVM(t *testing.T) {
 	port := acctest.ClosedPort(t)
 	// The seed phones home to a port nobody listens on; the VM's provider
 	// listens on another one. Nothing will ever arrive.
-	cfg := readyConfig(env, prefix, port, t.TempDir(), "  phone_home = true", "  timeouts {\n    create = \"40s\"\n  }")
+	cfg := readyConfig(env, prefix, port, t.TempDir(), "  phone_home = true", "  wait_for = \"phone_home\"\n  timeouts {\n    create = \"40s\"\n  }")
 	cfg = strings.Replace(cfg, fmt.Sprintf(`base_url       = "http://10.0.2.2:%d"`, port), `base_url       = "http://10.0.2.2:9"`, 1)
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
 	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 	"github.com/kohaku/terraform-provider-kohaku/internal/ready"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
@@ -57,13 +58,14 @@ func waitSchema() map[string]schema.Attribute {
 		"wait_for": schema.StringAttribute{
 			Optional: true, Computed: true,
 			Default: stringdefault.StaticString(waitAuto),
-			Description: "What create waits for after starting the VM, bounded by the create timeout: " +
-				"`phone_home` waits for the guest's call to the provider (the seed's `phone_home`; needs the provider's `phone_home` block and a network path from the guest to it); " +
-				"`guest_agent` asks the QEMU guest agent, through libvirt, until cloud-init has written `/run/cloud-init/result.json` (no network path needed, e.g. from Terraform Cloud; needs qemu-guest-agent in the image and `guest_agent = true`); " +
+			Description: "What create waits for after starting the VM, bounded by the create timeout. " +
+				"`channel` reads the guest's first-boot report from the VM's `org.kohaku.report.0` virtio-serial channel over the libvirt connection itself: it needs no network path from the guest to Terraform and no guest agent, so it works wherever libvirt reaches (`qemu+ssh` from a laptop, CI behind NAT, Terraform Cloud); the seed needs `report_channel` (on by default) and the image python3 and systemd. " +
+				"`phone_home` waits for the guest's HTTP call to the provider (the seed's `phone_home`; needs the provider's `phone_home` block and a network path from the guest to it). " +
+				"`guest_agent` asks the QEMU guest agent, through libvirt, until cloud-init has written `/run/cloud-init/result.json` (needs qemu-guest-agent in the image and `guest_agent = true`; polls every 2 s). " +
 				"`none` returns as soon as the domain runs. " +
-				"`auto` (default) means `phone_home` when the seed phones home, else `none`. A report of cloud-init errors fails the create, naming each failing module; a degraded boot is a warning. " +
+				"`auto` (default) picks, in this order of preference, `channel` when the seed has the first-boot reporter, `phone_home` when the seed phones home and the provider listens, else `none`. A report of cloud-init errors fails the create, naming each failing module; a degraded boot is a warning. " +
 				"Only create waits: a change is stored without touching the VM.",
-			Validators: []validator.String{stringvalidator.OneOf(waitAuto, string(ready.ModePhoneHome), string(ready.ModeGuestAgent), string(ready.ModeNone))},
+			Validators: []validator.String{stringvalidator.OneOf(waitAuto, string(ready.ModeChannel), string(ready.ModePhoneHome), string(ready.ModeGuestAgent), string(ready.ModeNone))},
 		},
 		"on_ready_failure": schema.StringAttribute{
 			Optional: true, Computed: true,
@@ -76,12 +78,12 @@ func waitSchema() map[string]schema.Attribute {
 			PlanModifiers: []planmodifier.Object{objectplanmodifier.UseStateForUnknown()},
 			Description:   "What the guest reported when it became ready (set by create; refresh does not ask the guest). Null when create did not wait.",
 			Attributes: map[string]schema.Attribute{
-				"ready_via":         schema.StringAttribute{Computed: true, Description: "`phone_home` or `guest_agent`."},
+				"ready_via":         schema.StringAttribute{Computed: true, Description: "`channel`, `phone_home` or `guest_agent`."},
 				"seconds_to_ready":  schema.Float64Attribute{Computed: true, Description: "Seconds from starting the domain to the guest's report."},
 				"hostname":          schema.StringAttribute{Computed: true, Description: "The guest's hostname."},
 				"fqdn":              schema.StringAttribute{Computed: true, Description: "The guest's fully qualified name."},
 				"instance_id":       schema.StringAttribute{Computed: true, Description: "The cloud-init instance id the guest booted with."},
-				"remote_address":    schema.StringAttribute{Computed: true, Description: "The address the phone-home call came from (`ip:port`)."},
+				"remote_address":    schema.StringAttribute{Computed: true, Description: "The address the phone-home call came from (`ip:port`); empty for the other ways."},
 				"ssh_host_keys":     schema.MapAttribute{Computed: true, ElementType: types.StringType, Description: "The guest's SSH host public keys by type, each `type base64`, ready for a known_hosts line."},
 				"cloud_init_status": schema.StringAttribute{Computed: true, Description: "cloud-init's status as the guest reported it (`done`, `degraded done`, ...); empty with cloud-init's own phone_home module, which reports none."},
 				"cloud_init_errors": schema.ListAttribute{Computed: true, ElementType: types.StringType, Description: "Recoverable errors cloud-init reported (warnings, deprecations)."},
@@ -120,6 +122,7 @@ func inspectSeed(ctx context.Context, c *virt.Client, pool, volume string) (*see
 type vmWait struct {
 	mode   ready.Mode
 	url    string
+	token  string // the report token of wait_for = "channel"
 	waiter *phonehome.Waiter
 }
 
@@ -134,21 +137,26 @@ func (w *vmWait) close() {
 func (r *vmResource) prepareWait(plan *vmModel, in *seed.Inspection, warn func(string)) (*vmWait, error) {
 	mode := plan.WaitFor.ValueString()
 	if mode == "" || mode == waitAuto {
-		mode = string(ready.ModeNone)
-		if in != nil && in.PhoneHomeURL != "" {
-			mode = string(ready.ModePhoneHome)
-		}
+		mode = string(autoWait(in))
 	}
 	w := &vmWait{mode: ready.Mode(mode)}
-	if w.mode != ready.ModePhoneHome {
+	switch w.mode {
+	case ready.ModeChannel:
+		if in == nil || in.ReportToken == "" {
+			return nil, fmt.Errorf("wait_for = \"channel\", but seed %s has no first-boot reporter to write to the channel: set report_channel = true (the default) or phone_home = true on the kohaku_seed, or use wait_for = \"guest_agent\"", plan.SeedID.ValueString())
+		}
+		w.token = in.ReportToken
+		return w, nil
+	case ready.ModePhoneHome:
+	default:
 		return w, nil
 	}
 	if in == nil || in.PhoneHomeURL == "" {
-		return nil, fmt.Errorf("wait_for = \"phone_home\", but seed %s does not phone home: set phone_home = true on the kohaku_seed, or use wait_for = \"guest_agent\"", plan.SeedID.ValueString())
+		return nil, fmt.Errorf("wait_for = \"phone_home\", but seed %s does not phone home: set phone_home = true on the kohaku_seed, or use wait_for = \"channel\"", plan.SeedID.ValueString())
 	}
 	ph := r.data.phoneHome
 	if ph == nil {
-		return nil, errors.New("the seed phones home, but the provider has no phone_home block to listen with: add phone_home = { listen_address = \"127.0.0.1:8787\", base_url = \"http://10.0.2.2:8787\" } (the base_url the seed was made with), or set wait_for = \"guest_agent\" or \"none\"")
+		return nil, errors.New("the seed phones home, but the provider has no phone_home block to listen with: add phone_home = { listen_address = \"127.0.0.1:8787\", base_url = \"http://10.0.2.2:8787\" } (the base_url the seed was made with), or set wait_for = \"channel\", \"guest_agent\" or \"none\"")
 	}
 	w.url = in.PhoneHomeURL
 	if !strings.HasPrefix(w.url, trimSlash(ph.baseURL)+phonehome.PathPrefix) {
@@ -163,6 +171,22 @@ func (r *vmResource) prepareWait(plan *vmModel, in *seed.Inspection, warn func(s
 	return w, nil
 }
 
+// autoWait is what wait_for = "auto" means for a seed: the channel when the
+// seed has the first-boot reporter (it works wherever libvirt reaches),
+// else phone home when the seed phones home (cloud-init's own phone_home
+// module), else no wait.
+func autoWait(in *seed.Inspection) ready.Mode {
+	switch {
+	case in == nil:
+		return ready.ModeNone
+	case in.ReportToken != "":
+		return ready.ModeChannel
+	case in.PhoneHomeURL != "":
+		return ready.ModePhoneHome
+	}
+	return ready.ModeNone
+}
+
 // wait blocks until the guest is ready or ctx ends; a failed wait comes back
 // as a *ready.WaitError filled with what the host can tell.
 func (w *vmWait) wait(ctx context.Context, c *virt.Client, name, serialLog string) (*ready.Outcome, error) {
@@ -173,6 +197,8 @@ func (w *vmWait) wait(ctx context.Context, c *virt.Client, name, serialLog strin
 		out, err = ready.WaitPhoneHome(ctx, w.waiter)
 	case ready.ModeGuestAgent:
 		out, err = ready.PollGuestAgent(ctx, c, name, agentPollInterval)
+	case ready.ModeChannel:
+		out, err = ready.WaitChannel(ctx, c, name, domain.ReportChannel, w.token)
 	default:
 		return nil, nil
 	}

@@ -1,9 +1,10 @@
 # A VM booting a cloud image: its own 40 GiB qcow2 overlay on the shared base
 # image, a cloud-init seed on a CD-ROM (the NIC takes the MAC the seed's
 # network configuration matches), a NIC on a host bridge, a 9p shared folder
-# and a GPU passed through with VFIO. The seed phones home, so apply returns
-# once cloud-init in the guest has finished (the provider needs a phone_home
-# block whose base_url the guest can reach).
+# and a GPU passed through with VFIO. Apply returns once cloud-init in the
+# guest has finished: the seed's first-boot reporter writes its report to the
+# VM's libvirt channel, which the provider reads over the libvirt connection
+# (no network path from the guest to Terraform needed).
 
 # The GPU and the rest of its IOMMU group (its HDMI audio) move to vfio-pci.
 resource "kohaku_gpu_binding" "gpu" {
@@ -11,9 +12,8 @@ resource "kohaku_gpu_binding" "gpu" {
 }
 
 resource "kohaku_seed" "gpu" {
-  name       = "gpu-worker-1-seed.iso"
-  network    = [{ dhcp4 = true }]
-  phone_home = true
+  name    = "gpu-worker-1-seed.iso"
+  network = [{ dhcp4 = true }]
 }
 
 resource "kohaku_vm" "gpu" {
@@ -44,8 +44,10 @@ resource "kohaku_vm" "gpu" {
 
   autostart = true
 
-  # The default: wait for the seed's phone-home report. A report of cloud-init
-  # errors fails the apply; the VM is kept, tainted, for inspection.
+  # The default: wait for the guest's report, over the channel when the seed
+  # has the reporter (report_channel, the default), else over HTTP when it
+  # phones home. A report of cloud-init errors fails the apply; the VM is
+  # kept, tainted, for inspection.
   wait_for         = "auto"
   on_ready_failure = "keep"
 
@@ -77,7 +79,7 @@ resource "kohaku_vm" "tiny" {
 
   network_interface = [{ type = "user" }]
 
-  # No seed phones home here: ask the guest agent whether cloud-init finished.
+  # No seed here: ask the guest agent whether cloud-init finished.
   wait_for = "guest_agent"
 
   # Stop without waiting for the guest to power off.
