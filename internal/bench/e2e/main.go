@@ -462,7 +462,11 @@ func sweep(hst hostEnv, prefix string) string {
 	}
 	var msg []string
 	if len(notes) > 0 {
-		msg = append(msg, fmt.Sprintf("cleanup removed %d leftovers: %s", len(notes), strings.Join(notes, ", ")))
+		shown := notes
+		if len(shown) > 6 {
+			shown = append(shown[:6:6], fmt.Sprintf("... (%d more)", len(notes)-6))
+		}
+		msg = append(msg, fmt.Sprintf("cleanup removed %d leftovers: %s", len(notes), strings.Join(shown, ", ")))
 	}
 	if len(failed) > 0 {
 		msg = append(msg, "cleanup FAILED for: "+strings.Join(failed, "; "))
