@@ -546,11 +546,7 @@ func TestAccFault_phoneHomeBurst(t *testing.T) {
 					if err := <-reported; err != nil {
 						return err
 					}
-					if err := burst.check(); err != nil {
-						return err
-					}
-					t.Log(faultBurstReport)
-					return nil
+					return burst.check(t)
 				},
 				resource.TestCheckResourceAttr("kohaku_vm.test", "guest.ready_via", "phone_home"),
 				resource.TestCheckResourceAttr("kohaku_vm.test", "guest.hostname", "fault-guest"),

@@ -122,11 +122,15 @@ func TestAccReady_phoneHome(t *testing.T) {
 	share := t.TempDir()
 	port := acctest.ClosedPort(t)
 	addr := "kohaku_vm.test"
+	var burst *faultBurst
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy:             vmCheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{{
-			Config: readyConfig(env, prefix, port, share, "  phone_home = true", "  wait_for = \"phone_home\"\n  timeouts {\n    create = \"12m\"\n  }"),
+			// While the real guest boots, the listener takes a burst of
+			// wrong-token, oversized, slow and malformed requests.
+			PreConfig: func() { burst = startFaultBurst(t, port) },
+			Config:    readyConfig(env, prefix, port, share, "  phone_home = true", "  wait_for = \"phone_home\"\n  timeouts {\n    create = \"12m\"\n  }"),
 			ConfigStateChecks: []statecheck.StateCheck{
 				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("ready_via"), knownvalue.StringExact("phone_home")),
 				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("hostname"), knownvalue.StringExact("e2e-guest")),
@@ -136,7 +140,10 @@ func TestAccReady_phoneHome(t *testing.T) {
 				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("remote_address"),
 					knownvalue.StringRegexp(regexp.MustCompile(`^127\.0\.0\.1:\d+$`))),
 			},
-			Check: guestChecks(env, addr, prefix+"vm", share),
+			Check: resource.ComposeAggregateTestCheckFunc(
+				func(*terraform.State) error { return burst.check(t) },
+				guestChecks(env, addr, prefix+"vm", share),
+			),
 		}},
 	})
 }
@@ -281,13 +288,17 @@ func TestAccReady_timeoutKeepsTaintedVM(t *testing.T) {
 				RefreshState: true,
 				// Tainted: the next apply replaces it.
 				ExpectNonEmptyPlan: true,
-				Check: func(s *terraform.State) error {
-					rs := s.RootModule().Resources["kohaku_vm.test"]
-					if rs == nil || !rs.Primary.Tainted {
-						return fmt.Errorf("the kept VM is not in state as tainted: %+v", rs)
-					}
-					return nil
-				},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					func(s *terraform.State) error {
+						rs := s.RootModule().Resources["kohaku_vm.test"]
+						if rs == nil || !rs.Primary.Tainted {
+							return fmt.Errorf("the kept VM is not in state as tainted: %+v", rs)
+						}
+						return nil
+					},
+					// The host holds exactly what state records.
+					faultCheckState(env, prefix),
+				),
 			},
 		},
 	})
