@@ -105,8 +105,9 @@ func sshSchema() schema.SingleNestedAttribute {
 
 func tlsSchema() schema.SingleNestedAttribute {
 	return schema.SingleNestedAttribute{
-		Optional:    true,
-		Description: "Options for the `tls` transport (`qemu+tls://host/system`). Values here win over the URI's `pkipath` and `no_verify` parameters.",
+		Optional: true,
+		Description: "Options for the `tls` transport (`qemu+tls://host/system`). Values here win over the URI's `pkipath` and `no_verify` parameters. " +
+			"The TCP connect, the TLS handshake and libvirtd's check of the client certificate are all bounded by `dial_timeout`; a failure says which side refused which certificate file.",
 		Attributes: map[string]schema.Attribute{
 			"pki_path": schema.StringAttribute{
 				Optional:    true,

@@ -19,13 +19,15 @@ import (
 )
 
 // acceptance: reading the report channel of a running domain whose guest
-// never writes, through the unix socket, qemu+tcp and qemu+ssh (an sshd of
-// the test's own on loopback, libvirt's socket reached over SSH). Each read
+// never writes, through the unix socket, qemu+tcp, qemu+tls (the test
+// host's throwaway PKI) and qemu+ssh (an sshd of the test's own on
+// loopback, libvirt's socket reached over SSH). Each read
 // holds a stream on a connection of its own; fifty waits that end at their
 // deadline leave no goroutine, file descriptor or libvirtd connection
 // behind, and a cancelled wait returns at once.
 func TestAccReadChannelReleasesEverything(t *testing.T) {
 	uris := map[string]string{"unix": acctest.URI(t), "tcp": acctest.Env(t, "KOHAKU_TEST_TCP_URI")}
+	uris["tls"] = acctest.Env(t, "KOHAKU_TEST_TLS_URI") + "?pkipath=" + url.QueryEscape(acctest.Env(t, "KOHAKU_TEST_TLS_PKI"))
 	sshd := acctest.StartSSHD(t)
 	uris["ssh"] = fmt.Sprintf("qemu+ssh://root@127.0.0.1:%d/system?keyfile=%s&known_hosts=%s",
 		sshd.Port, url.QueryEscape(sshd.ClientKey), url.QueryEscape(sshd.WriteKnownHosts(t)))

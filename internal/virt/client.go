@@ -85,14 +85,7 @@ func dialerFor(ep Endpoint, s Settings) (socket.Dialer, error) {
 	case TransportTCP:
 		return dialers.NewRemote(ep.Host, dialers.UsePort(ep.Port), dialers.WithRemoteTimeout(s.DialTimeout)), nil
 	case TransportTLS:
-		opts := []dialers.TLSOption{dialers.UseTLSPort(ep.Port)}
-		if p := firstNonEmpty(s.TLS.PKIPath, ep.Params.Get("pkipath")); p != "" {
-			opts = append(opts, dialers.UsePKIPath(expandHome(p)))
-		}
-		if s.TLS.NoVerify || ep.Params.Get("no_verify") == "1" {
-			opts = append(opts, dialers.WithInsecureNoVerify())
-		}
-		return dialers.NewTLS(ep.Host, opts...), nil
+		return newTLSDialer(ep, s), nil
 	case TransportSSH:
 		return newSSHDialer(ep, s.SSH, s.DialTimeout)
 	}
@@ -243,8 +236,9 @@ func hint(ep Endpoint, err error) string {
 	var unknown *UnknownHostKeyError
 	var mismatch *HostKeyMismatchError
 	var auth *AuthError
+	var tlsErr *TLSError
 	switch {
-	case errors.As(err, &unknown), errors.As(err, &mismatch), errors.As(err, &auth):
+	case errors.As(err, &unknown), errors.As(err, &mismatch), errors.As(err, &auth), errors.As(err, &tlsErr):
 		return "" // these errors already say what to do
 	case errors.As(err, &opErr):
 		switch ep.Transport {

@@ -36,6 +36,13 @@ EOF
 # ---------------------------------------------------------------- constants
 readonly URI_UNIX="qemu:///system"
 readonly URI_TCP="qemu+tcp://127.0.0.1/system"
+# TLS on loopback with a throwaway PKI of the script's own (see ensure_pki):
+# client/ holds what a client needs (cacert.pem, clientcert.pem,
+# clientkey.pem, libvirt's pkipath layout); stranger/ holds a client
+# certificate from another CA, which libvirtd must refuse.
+readonly PKI_DIR=/var/lib/kohaku-testhost/pki
+readonly URI_TLS="qemu+tls://127.0.0.1/system"
+readonly URI_TLS_CHECK="$URI_TLS?pkipath=$PKI_DIR/client"
 readonly STATE_DIR=/run/kohaku-testhost
 readonly PID_FILE=$STATE_DIR/libvirtd.pid
 readonly LOCK_FILE=$STATE_DIR/lock
@@ -59,6 +66,7 @@ readonly HOST_PACKAGES=(
 	xorriso
 	openssh-server
 	openssh-client
+	openssl                   # the throwaway TLS PKI
 )
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 readonly SELF
@@ -252,6 +260,48 @@ set_conf() {
 	fi
 }
 
+# ensure_pki makes the throwaway PKI for libvirtd's TLS listener once: a CA,
+# a server certificate for 127.0.0.1/localhost, a client certificate, and a
+# "stranger" client certificate signed by a CA libvirtd does not trust.
+# RSA keys and the key usages libvirt's certificate checks insist on.
+ensure_pki() {
+	local d=$PKI_DIR f
+	local want=("$d/ca/cacert.pem" "$d/server/servercert.pem" "$d/server/serverkey.pem"
+		"$d/client/cacert.pem" "$d/client/clientcert.pem" "$d/client/clientkey.pem"
+		"$d/stranger/cacert.pem" "$d/stranger/clientcert.pem" "$d/stranger/clientkey.pem")
+	for f in "${want[@]}"; do [[ -s $f ]] || break; done
+	if [[ -s $f ]]; then
+		phase_done "kept $d"
+		return 0
+	fi
+	rm -rf "$d"
+	mkdir -p "$d"/{ca,server,client,stranger,stranger-ca}
+	chmod 700 "$d"
+	local ossl=(openssl)
+	ca() { # dir cn
+		"${ossl[@]}" req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=$2" \
+			-keyout "$1/cakey.pem" -out "$1/cacert.pem" \
+			-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+	}
+	issue() { # ca-dir out-dir name cn extensions
+		"${ossl[@]}" req -newkey rsa:2048 -nodes -subj "/CN=$4" -keyout "$2/$3key.pem" -out "$2/$3.csr" 2>/dev/null
+		printf '%s\n' "$5" | tr ';' '\n' >"$2/$3.ext"
+		"${ossl[@]}" x509 -req -in "$2/$3.csr" -CA "$1/cacert.pem" -CAkey "$1/cakey.pem" -CAcreateserial \
+			-days 3650 -extfile "$2/$3.ext" -out "$2/$3cert.pem" 2>/dev/null
+		rm -f "$2/$3.csr" "$2/$3.ext"
+	}
+	local leaf="basicConstraints=critical,CA:FALSE;keyUsage=critical,digitalSignature,keyEncipherment"
+	ca "$d/ca" "Kohaku throwaway test CA"
+	ca "$d/stranger-ca" "Kohaku stranger CA"
+	issue "$d/ca" "$d/server" server 127.0.0.1 "$leaf;extendedKeyUsage=serverAuth;subjectAltName=IP:127.0.0.1,DNS:localhost"
+	issue "$d/ca" "$d/client" client kohaku-acc-client "$leaf;extendedKeyUsage=clientAuth"
+	issue "$d/stranger-ca" "$d/stranger" client kohaku-stranger "$leaf;extendedKeyUsage=clientAuth"
+	cp "$d/ca/cacert.pem" "$d/client/cacert.pem"
+	cp "$d/ca/cacert.pem" "$d/stranger/cacert.pem" # trusts the server; the server does not trust it
+	for f in "${want[@]}"; do [[ -s $f ]] || die "making the test PKI: $f is missing"; done
+	phase_done "made a CA, server and client certificates in $d"
+}
+
 CONFIG_CHANGED=0
 ensure_config() {
 	local out="" f
@@ -271,8 +321,10 @@ ensure_config() {
 	local changes=""
 	changes+=$(set_conf /etc/libvirt/qemu.conf user='"root"' group='"root"' \
 		dynamic_ownership=0 remember_owner=0 stdio_handler='"file"')
-	changes+=$(set_conf /etc/libvirt/libvirtd.conf listen_tls=0 listen_tcp=1 \
+	changes+=$(set_conf /etc/libvirt/libvirtd.conf listen_tls=1 listen_tcp=1 \
 		listen_addr='"127.0.0.1"' tcp_port='"16509"' auth_tcp='"none"' \
+		tls_port='"16514"' auth_tls='"none"' ca_file="\"$PKI_DIR/ca/cacert.pem\"" \
+		cert_file="\"$PKI_DIR/server/servercert.pem\"" key_file="\"$PKI_DIR/server/serverkey.pem\"" \
 		log_outputs="\"3:file:$LIBVIRTD_LOG\"")
 	mkdir -p /var/log/libvirt/qemu /run/libvirt "$STATE_DIR" "$LOG_DIR"
 	if [[ -n $changes ]]; then
@@ -325,7 +377,7 @@ libvirtd_fail() {
 wait_uris() { # $1 = seconds
 	local deadline=$((SECONDS + $1))
 	while ((SECONDS < deadline)); do
-		virsh_ok "$URI_UNIX" && virsh_ok "$URI_TCP" && return 0
+		virsh_ok "$URI_UNIX" && virsh_ok "$URI_TCP" && virsh_ok "$URI_TLS_CHECK" && return 0
 		sleep 0.2
 	done
 	return 1
@@ -340,14 +392,16 @@ ensure_libvirtd() {
 				stop_our_libvirtd || true
 			else
 				virsh_ok "$URI_TCP" || libvirtd_fail "our libvirtd (pid $pid) answers on the unix socket but not on $URI_TCP"
-				phase_done "libvirtd already running (ours, pid $pid), answers on $URI_UNIX and $URI_TCP"
+				virsh_ok "$URI_TLS_CHECK" || libvirtd_fail "our libvirtd (pid $pid) answers on the unix socket but not on $URI_TLS (pkipath $PKI_DIR/client)"
+				phase_done "libvirtd already running (ours, pid $pid), answers on $URI_UNIX, $URI_TCP and $URI_TLS"
 				return 0
 			fi
 		else
 			log "a libvirtd not started by this script already answers on $URI_UNIX: not starting another"
 			((CONFIG_CHANGED)) && log "WARNING: config was changed; restart that libvirtd yourself for it to apply"
 			virsh_ok "$URI_TCP" || libvirtd_fail "that libvirtd does not answer on $URI_TCP (start it with --listen and the libvirtd.conf above)"
-			phase_done "existing libvirtd answers on $URI_UNIX and $URI_TCP"
+			virsh_ok "$URI_TLS_CHECK" || libvirtd_fail "that libvirtd does not answer on $URI_TLS with the certificates in $PKI_DIR (restart it with --listen and the libvirtd.conf above)"
+			phase_done "existing libvirtd answers on $URI_UNIX, $URI_TCP and $URI_TLS"
 			return 0
 		fi
 	fi
@@ -364,9 +418,9 @@ ensure_libvirtd() {
 	# 8/9 are our flock fds: the daemon must not inherit (and so hold) them
 	libvirtd -d --listen --pid-file "$PID_FILE" 2>>"$LIBVIRTD_STDERR" 8>&- 9>&- ||
 		libvirtd_fail "libvirtd -d --listen exited with status $?"
-	wait_uris 30 || libvirtd_fail "libvirtd did not answer on both $URI_UNIX and $URI_TCP within 30 s"
+	wait_uris 30 || libvirtd_fail "libvirtd did not answer on $URI_UNIX, $URI_TCP and $URI_TLS within 30 s"
 	pid=$(our_libvirtd_pid) || libvirtd_fail "libvirtd answers but $PID_FILE does not name it"
-	phase_done "started libvirtd pid $pid; answers on $URI_UNIX and $URI_TCP"
+	phase_done "started libvirtd pid $pid; answers on $URI_UNIX, $URI_TCP and $URI_TLS"
 }
 
 # restart: a crash and a restart of our libvirtd, not a clean stop. Refuses
@@ -385,9 +439,9 @@ cmd_restart() {
 	: >"$LIBVIRTD_STDERR"
 	libvirtd -d --listen --pid-file "$PID_FILE" 2>>"$LIBVIRTD_STDERR" ||
 		libvirtd_fail "libvirtd -d --listen exited with status $?"
-	wait_uris 30 || libvirtd_fail "libvirtd did not answer on both $URI_UNIX and $URI_TCP within 30 s"
+	wait_uris 30 || libvirtd_fail "libvirtd did not answer on $URI_UNIX, $URI_TCP and $URI_TLS within 30 s"
 	pid=$(our_libvirtd_pid) || libvirtd_fail "libvirtd answers but $PID_FILE does not name it"
-	log "restart: libvirtd pid $pid answers on $URI_UNIX and $URI_TCP"
+	log "restart: libvirtd pid $pid answers on $URI_UNIX, $URI_TCP and $URI_TLS"
 }
 
 # ---------------------------------------------------------------- pools
@@ -538,6 +592,7 @@ cmd_up() {
 	exec 9>"$LOCK_FILE"
 	flock -n 9 || { log "another testhost.sh holds $LOCK_FILE; waiting"; flock 9; }
 	phase packages; ensure_packages
+	phase pki; ensure_pki
 	phase config; ensure_config
 	phase libvirtd; ensure_libvirtd
 	phase pools; ensure_pools
@@ -572,6 +627,7 @@ cmd_status() {
 	fi
 	if virsh_ok "$URI_UNIX"; then log "$URI_UNIX: answers"; else log "$URI_UNIX: no answer"; ok=1; fi
 	if virsh_ok "$URI_TCP"; then log "$URI_TCP: answers"; else log "$URI_TCP: no answer"; ok=1; fi
+	if virsh_ok "$URI_TLS_CHECK"; then log "$URI_TLS: answers"; else log "$URI_TLS: no answer"; ok=1; fi
 	dir=$(image_dir)
 	if image_complete "$dir"; then log "image: $dir"; else log "image: missing ($dir)"; ok=1; fi
 	if virsh_ok "$URI_UNIX"; then
@@ -601,6 +657,9 @@ cmd_env() {
 	cat <<EOF
 export KOHAKU_URI=$URI_UNIX
 export KOHAKU_TEST_TCP_URI=$URI_TCP
+export KOHAKU_TEST_TLS_URI=$URI_TLS
+export KOHAKU_TEST_TLS_PKI=$PKI_DIR/client
+export KOHAKU_TEST_TLS_STRANGER_PKI=$PKI_DIR/stranger
 export KOHAKU_TEST_POOL=$TEST_POOL
 export KOHAKU_TEST_IMAGE_POOL=$IMAGE_POOL
 export KOHAKU_TEST_BASE_VOLUME=rootfs.qcow2
