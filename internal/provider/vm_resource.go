@@ -430,24 +430,29 @@ type vmCreate struct {
 func (vc *vmCreate) rollback(ctx context.Context) (done []string, left []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), vmCleanupTimeout)
 	defer cancel()
+	// A host that cannot be reached (libvirtd restarting) is waited for:
+	// each undo step runs again until libvirt answers, for a while.
+	retry := func(fn func() error) error { return virt.WhileUnreachable(ctx, virt.Unreachable, fn) }
 	if vc.defined == nil && vc.maybeDefined {
-		if ref, err := vc.c.LookupDomain(ctx, vc.name); err == nil {
+		var ref virt.DomainRef
+		err := retry(func() (err error) { ref, err = vc.c.LookupDomain(ctx, vc.name); return err })
+		if err == nil {
 			vc.defined = &ref
 		} else if !errors.Is(err, virt.ErrDomainNotFound) {
 			left = append(left, fmt.Sprintf("domain %s may have been defined (%v): virsh undefine --nvram %s", vc.name, err, vc.name))
 		}
 	}
 	if vc.defined != nil {
-		if _, err := vc.c.StopDomain(ctx, *vc.defined, 0); err != nil {
+		if err := retry(func() error { _, err := vc.c.StopDomain(ctx, *vc.defined, 0); return err }); err != nil {
 			left = append(left, fmt.Sprintf("domain %s is still running (%v): virsh destroy %s; virsh undefine --nvram %s", vc.name, err, vc.name, vc.name))
-		} else if err := vc.c.UndefineDomain(ctx, *vc.defined); err != nil {
+		} else if err := retry(func() error { return vc.c.UndefineDomain(ctx, *vc.defined) }); err != nil {
 			left = append(left, fmt.Sprintf("domain %s is still defined (%v): virsh undefine --nvram %s", vc.name, err, vc.name))
 		} else {
 			done = append(done, "undefined domain "+vc.name)
 		}
 	}
 	if vc.overlay != nil {
-		if err := vc.c.RemoveVolume(ctx, vc.overlay.Pool, vc.overlay.Volume); err != nil {
+		if err := retry(func() error { return vc.c.RemoveVolume(ctx, vc.overlay.Pool, vc.overlay.Volume) }); err != nil {
 			left = append(left, fmt.Sprintf("overlay volume %s/%s is still there (%v): virsh vol-delete --pool %s %s", vc.overlay.Pool, vc.overlay.Volume, err, vc.overlay.Pool, vc.overlay.Volume))
 		} else {
 			done = append(done, fmt.Sprintf("deleted overlay volume %s/%s", vc.overlay.Pool, vc.overlay.Volume))

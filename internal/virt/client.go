@@ -206,6 +206,37 @@ func (c *Client) Close() error {
 	}
 }
 
+// Unreachable bounds how long an undo waits for a host that cannot be
+// reached (WhileUnreachable): long enough for a restarting libvirtd.
+const Unreachable = 30 * time.Second
+
+// WhileUnreachable runs fn again as long as it fails because the host
+// cannot be reached (a *ConnectionError: refused, lost or hung), backing
+// off from 200 ms to 2 s, for up to window or until ctx ends. Undo steps
+// after a failed create use it: a libvirtd restarted mid-apply is back in a
+// few seconds, and an undo that waits for it leaves the host as it was
+// instead of an object whose fate nobody knows. fn's own errors are
+// returned at once.
+func WhileUnreachable(ctx context.Context, window time.Duration, fn func() error) error {
+	deadline := time.Now().Add(window)
+	wait := 200 * time.Millisecond
+	for {
+		err := fn()
+		var ce *ConnectionError
+		if err == nil || !errors.As(err, &ce) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
 // ConnectionError says the host could not be reached, refused us, or stopped
 // answering. It names the URI and the transport so a user knows which host.
 type ConnectionError struct {

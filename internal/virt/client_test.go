@@ -330,3 +330,47 @@ func TestUnreachableHostsSayWhatToCheck(t *testing.T) {
 		}
 	}
 }
+
+func TestWhileUnreachable(t *testing.T) {
+	t.Parallel()
+	lost := &ConnectionError{Op: "undefine domain x", Err: errors.New("connection refused")}
+	own := errors.New("libvirt: domain is locked")
+
+	// Unreachable twice, then answered: fn runs three times, nil comes back.
+	n := 0
+	start := time.Now()
+	err := WhileUnreachable(context.Background(), 10*time.Second, func() error {
+		if n++; n < 3 {
+			return lost
+		}
+		return nil
+	})
+	if err != nil || n != 3 {
+		t.Errorf("err = %v after %d runs, want nil after 3", err, n)
+	}
+	if d := time.Since(start); d < 600*time.Millisecond || d > 8*time.Second {
+		t.Errorf("two retries took %s, want the 200 ms + 400 ms backoff", d)
+	}
+
+	// libvirt's own error is not retried.
+	n = 0
+	if err := WhileUnreachable(context.Background(), 10*time.Second, func() error { n++; return own }); err != own || n != 1 {
+		t.Errorf("own error: err = %v after %d runs, want it at once", err, n)
+	}
+
+	// A host that stays away: the last connection error once the window ends.
+	n = 0
+	start = time.Now()
+	err = WhileUnreachable(context.Background(), time.Second, func() error { n++; return lost })
+	if !errors.Is(err, lost) || time.Since(start) > 8*time.Second || n < 3 {
+		t.Errorf("window: err = %v after %d runs in %s", err, n, time.Since(start))
+	}
+
+	// A cancelled context ends the wait at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start = time.Now()
+	if err := WhileUnreachable(ctx, time.Minute, func() error { return lost }); !errors.Is(err, lost) || time.Since(start) > 8*time.Second {
+		t.Errorf("cancel: err = %v after %s", err, time.Since(start))
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
@@ -69,9 +70,13 @@ func volumeInfo(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*Volume,
 
 // UploadVolume creates a raw volume holding data, through libvirt's stream
 // API so it works on remote hosts. An existing volume of that name is never
-// touched; a failure after the volume was created deletes it again.
+// touched; a failure after the volume was created deletes it again. When
+// the connection is lost after the name was found free, whether the volume
+// was made is unknown: it is deleted once libvirt answers again
+// (WhileUnreachable), so a libvirtd restart leaves no partial volume.
 func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byte) (*Volume, error) {
 	var out *Volume
+	var nameFree atomic.Bool
 	err := c.Call(ctx, fmt.Sprintf("upload volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
 		p, err := poolByName(l, pool)
 		if err != nil {
@@ -83,6 +88,7 @@ func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byt
 		} else if !notFound(err) {
 			return err
 		}
+		nameFree.Store(true)
 		doc, err := (&libvirtxml.StorageVolume{
 			Name:     name,
 			Capacity: &libvirtxml.StorageVolumeSize{Value: uint64(len(data)), Unit: "bytes"},
@@ -104,6 +110,15 @@ func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byt
 		out, err = volumeInfo(l, pool, v)
 		return err
 	})
+	var lost *ConnectionError
+	if err != nil && nameFree.Load() && errors.As(err, &lost) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), Unreachable+c.settings.CallTimeout)
+		defer cancel()
+		if derr := WhileUnreachable(cctx, Unreachable, func() error { return c.DeleteVolume(cctx, pool, name) }); derr != nil {
+			return nil, fmt.Errorf("%w (the volume may have been made before the connection was lost, and deleting it failed: %v; delete %s/%s by hand if it is there)", err, derr, pool, name)
+		}
+		return nil, fmt.Errorf("%w (whatever of the volume was made was deleted once libvirt answered again)", err)
+	}
 	return out, err
 }
 
