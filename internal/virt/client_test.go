@@ -80,52 +80,35 @@ func (d *mockDaemon) Dial() (net.Conn, error) {
 	type call struct{ prog, proc, serial uint32 }
 	var mu sync.Mutex
 	var pending []call
-	key := func(pkt []byte) (uint32, uint32) {
-		return binary.BigEndian.Uint32(pkt[4:8]), binary.BigEndian.Uint32(pkt[12:16])
+	// pump copies packets from src to dst, one write each, letting fix
+	// look at (and change) each whole packet first.
+	pump := func(src, dst net.Conn, fix func(c call, pkt []byte)) {
+		defer src.Close()
+		defer dst.Close()
+		for {
+			pkt, err := readPacket(src)
+			if err != nil {
+				return
+			}
+			c := call{binary.BigEndian.Uint32(pkt[4:8]), binary.BigEndian.Uint32(pkt[12:16]), binary.BigEndian.Uint32(pkt[20:24])}
+			mu.Lock()
+			fix(c, pkt)
+			mu.Unlock()
+			if _, err := dst.Write(pkt); err != nil {
+				return
+			}
+		}
 	}
-	go func() { // calls
-		defer pipe.Close()
-		defer relay.Close()
-		for {
-			pkt, err := readPacket(relay)
-			if err != nil {
-				return
-			}
-			if len(pkt) >= 24 {
-				prog, proc := key(pkt)
-				mu.Lock()
-				pending = append(pending, call{prog, proc, binary.BigEndian.Uint32(pkt[20:24])})
-				mu.Unlock()
-			}
-			if _, err := pipe.Write(pkt); err != nil {
+	go pump(relay, pipe, func(c call, _ []byte) { pending = append(pending, c) })
+	go pump(pipe, relay, func(r call, pkt []byte) {
+		for i, c := range pending {
+			if c.prog == r.prog && c.proc == r.proc {
+				binary.BigEndian.PutUint32(pkt[20:24], c.serial)
+				pending = append(pending[:i], pending[i+1:]...)
 				return
 			}
 		}
-	}()
-	go func() { // replies
-		defer relay.Close()
-		for {
-			pkt, err := readPacket(pipe)
-			if err != nil {
-				return
-			}
-			if len(pkt) >= 24 {
-				prog, proc := key(pkt)
-				mu.Lock()
-				for i, c := range pending {
-					if c.prog == prog && c.proc == proc {
-						binary.BigEndian.PutUint32(pkt[20:24], c.serial)
-						pending = append(pending[:i], pending[i+1:]...)
-						break
-					}
-				}
-				mu.Unlock()
-			}
-			if _, err := relay.Write(pkt); err != nil {
-				return
-			}
-		}
-	}()
+	})
 	return client, nil
 }
 
