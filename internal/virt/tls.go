@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -88,21 +89,7 @@ func (d *tlsDialer) firstFile(what string, paths []string) (string, error) {
 	if d.pkiSet {
 		how = "put it there, or point tls.pki_path (or the URI's pkipath parameter) at the directory that holds cacert.pem, clientcert.pem and clientkey.pem"
 	}
-	return "", &TLSError{Msg: fmt.Sprintf("the TLS %s is missing: looked for %s; %s", what, joinOr(paths), how)}
-}
-
-func joinOr(s []string) string {
-	switch len(s) {
-	case 0:
-		return ""
-	case 1:
-		return s[0]
-	}
-	out := s[0]
-	for _, v := range s[1 : len(s)-1] {
-		out += ", " + v
-	}
-	return out + " and " + s[len(s)-1]
+	return "", &TLSError{Msg: fmt.Sprintf("the TLS %s is missing: looked for %s; %s", what, strings.Join(paths, ", "), how)}
 }
 
 // tlsFiles names what a dial used, for its errors.
