@@ -30,6 +30,33 @@ type SSHD struct {
 	KnownHostsLine string
 	// Dir holds the server's files; tests may write known_hosts files here.
 	Dir string
+	// PID is the listening sshd's process; each SSH connection it serves is
+	// a child process of it (see Sessions).
+	PID int
+}
+
+// Sessions counts the connections the server is serving now: OpenSSH
+// forks a child per connection.
+func (s *SSHD) Sessions(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'
+		st := string(b)
+		f := strings.Fields(st[strings.LastIndexByte(st, ')')+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(s.PID) {
+			n++
+		}
+	}
+	return n
 }
 
 // StartSSHD starts /usr/sbin/sshd in the foreground with a config of its own
@@ -82,6 +109,7 @@ func StartSSHD(t *testing.T) *SSHD {
 		t.Fatalf("starting sshd: %v", err)
 	}
 	pid := cmd.Process.Pid
+	s.PID = pid
 	t.Cleanup(func() {
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 		done := make(chan struct{})

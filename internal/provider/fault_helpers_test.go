@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -20,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // The fault-injection tests (issue #7) end the same way: the host holds
@@ -272,15 +273,12 @@ func faultRestartLibvirtd(t *testing.T) {
 
 // ---------------------------------------------------------------- RPC proxy
 
-// libvirt's RPC framing (src/rpc/virnetprotocol.x): a 4-byte length that
-// counts itself, then program, version, procedure, type, serial, status.
+// The calls and errors the proxy fakes; the framing is virt's
+// (virt.ReadPacket, virt.ParseHeader).
 const (
-	lvRemoteProgram       = 0x20008086
-	lvProcDefineXMLFlags  = 350 // REMOTE_PROC_DOMAIN_DEFINE_XML_FLAGS
-	lvTypeCall, lvTypeRep = 0, 1
-	lvStatusError         = 1
-	lvErrConfigUnsup      = 67 // VIR_ERR_CONFIG_UNSUPPORTED
-	lvFromDomain          = 20 // VIR_FROM_DOMAIN
+	lvProcDefineXMLFlags = 350 // REMOTE_PROC_DOMAIN_DEFINE_XML_FLAGS
+	lvErrConfigUnsup     = 67  // VIR_ERR_CONFIG_UNSUPPORTED
+	lvFromDomain         = 20  // VIR_FROM_DOMAIN
 )
 
 // faultProxy sits between the provider and libvirtd's TCP listener and
@@ -318,21 +316,6 @@ func (p *faultProxy) URI() string {
 	return fmt.Sprintf("qemu+tcp://%s/system", p.ln.Addr())
 }
 
-func readPacket(r io.Reader) ([]byte, error) {
-	var l [4]byte
-	if _, err := io.ReadFull(r, l[:]); err != nil {
-		return nil, err
-	}
-	n := binary.BigEndian.Uint32(l[:])
-	if n < 28 || n > 64<<20 {
-		return nil, fmt.Errorf("bad packet length %d", n)
-	}
-	b := make([]byte, n)
-	copy(b, l[:])
-	_, err := io.ReadFull(r, b[4:])
-	return b, err
-}
-
 func (p *faultProxy) serve(client net.Conn) {
 	defer client.Close()
 	server, err := net.Dial("tcp", p.upstream)
@@ -344,7 +327,7 @@ func (p *faultProxy) serve(client net.Conn) {
 	go func() {
 		defer client.Close()
 		for {
-			b, err := readPacket(server)
+			b, err := virt.ReadPacket(server, nil)
 			if err != nil {
 				return
 			}
@@ -357,14 +340,12 @@ func (p *faultProxy) serve(client net.Conn) {
 		}
 	}()
 	for {
-		b, err := readPacket(client)
+		b, err := virt.ReadPacket(client, nil)
 		if err != nil {
 			return
 		}
-		prog := binary.BigEndian.Uint32(b[4:])
-		proc := binary.BigEndian.Uint32(b[12:])
-		typ := binary.BigEndian.Uint32(b[16:])
-		if msg, ok := p.reject.Load(proc); ok && prog == lvRemoteProgram && typ == lvTypeCall {
+		h := virt.ParseHeader(b)
+		if msg, ok := p.reject.Load(h.Procedure); ok && h.Program == virt.WireProgRemote && h.Type == virt.WireTypeCall {
 			p.rejected.Add(1)
 			wmu.Lock()
 			_, err = client.Write(lvErrorReply(b, msg.(string)))
@@ -399,10 +380,10 @@ func lvErrorReply(call []byte, msg string) []byte {
 	u32(0) // int1
 	u32(0) // int2
 	u32(0) // net: absent
-	out := make([]byte, 28, 28+body.Len())
+	out := make([]byte, virt.WireHeaderLen, virt.WireHeaderLen+body.Len())
 	copy(out[4:24], call[4:24]) // program, version, procedure, type, serial
-	binary.BigEndian.PutUint32(out[16:], lvTypeRep)
-	binary.BigEndian.PutUint32(out[24:], lvStatusError)
+	binary.BigEndian.PutUint32(out[16:], virt.WireTypeReply)
+	binary.BigEndian.PutUint32(out[24:], virt.WireStatusError)
 	out = append(out, body.Bytes()...)
 	binary.BigEndian.PutUint32(out[0:], uint32(len(out)))
 	return out

@@ -27,6 +27,9 @@ type TLSSettings struct {
 	PKIPath string
 	// NoVerify skips verification of the server certificate (insecure).
 	NoVerify bool
+	// CACert, ClientCert and ClientKey are PEM text; each set one is used
+	// instead of its file (tls.go). ClientKey is never logged.
+	CACert, ClientCert, ClientKey string
 }
 
 // Settings describe one libvirt host connection.
@@ -292,6 +295,7 @@ type trackingDialer struct {
 	inner socket.Dialer
 	mu    sync.Mutex
 	last  net.Conn
+	shut  bool
 	rpcs  atomic.Int64
 }
 
@@ -302,9 +306,32 @@ func (t *trackingDialer) Dial() (net.Conn, error) {
 	}
 	counted := newWireConn(conn, &t.rpcs)
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.shut {
+		// Shut while this dial was under way (a slow SSH handshake): nobody
+		// will close what it made, so close it now.
+		counted.Close()
+		return nil, net.ErrClosed
+	}
 	t.last = counted
-	t.mu.Unlock()
 	return counted, nil
+}
+
+// shutDown closes the last connection and makes every later dial fail, so
+// a dial still under way when its caller gave up leaves nothing open.
+func (t *trackingDialer) shutDown() {
+	t.mu.Lock()
+	t.shut = true
+	t.mu.Unlock()
+	t.closeLast()
+}
+
+// lastWire is the last connection made, if it is still open.
+func (t *trackingDialer) lastWire() *wireConn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w, _ := t.last.(*wireConn)
+	return w
 }
 
 func (t *trackingDialer) closeLast() {

@@ -86,11 +86,12 @@ func (d *mockDaemon) Dial() (net.Conn, error) {
 		defer src.Close()
 		defer dst.Close()
 		for {
-			pkt, err := readPacket(src)
+			pkt, err := ReadPacket(src, nil)
 			if err != nil {
 				return
 			}
-			c := call{binary.BigEndian.Uint32(pkt[4:8]), binary.BigEndian.Uint32(pkt[12:16]), binary.BigEndian.Uint32(pkt[20:24])}
+			h := ParseHeader(pkt)
+			c := call{h.Program, h.Procedure, h.Serial}
 			mu.Lock()
 			fix(c, pkt)
 			mu.Unlock()

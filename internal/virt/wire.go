@@ -19,6 +19,7 @@ const (
 	wireStatusOK     = 0 // VIR_NET_OK
 	wireStatusError  = 1 // VIR_NET_ERROR
 	wireStatusCont   = 2 // VIR_NET_CONTINUE
+	wireProtoVersion = 1 // REMOTE_PROTOCOL_VERSION
 	wireMaxPacketLen = 32<<20 + wireHeaderLen
 )
 
@@ -62,9 +63,11 @@ type wireConn struct {
 }
 
 type streamState struct {
-	replied bool     // the call's reply went through
-	held    [][]byte // stream packets that came before the reply
-	ended   bool     // go-libvirt saw the end of the data
+	proc    uint32        // the procedure that opened it
+	done    chan struct{} // closed when libvirtd has ended the stream
+	replied bool          // the call's reply went through
+	held    [][]byte      // stream packets that came before the reply
+	ended   bool          // go-libvirt saw the end of the data
 }
 
 func newWireConn(conn net.Conn, calls *atomic.Int64) *wireConn {
@@ -72,14 +75,54 @@ func newWireConn(conn net.Conn, calls *atomic.Int64) *wireConn {
 }
 
 func (c *wireConn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	c.observe(p)
 	return c.Conn.Write(p)
 }
 
-// observe follows the outgoing packet framing.
-func (c *wireConn) observe(p []byte) {
+// abortStreams asks libvirtd to abort every stream of this connection that
+// it has not ended yet, the way libvirt's own client does (virStreamAbort:
+// a stream packet with status VIR_NET_ERROR and no payload), and returns a
+// channel per stream that is closed when libvirtd has answered. A stream
+// whose abort cannot be sent (a packet is half written) is left to the
+// connection's close.
+func (c *wireConn) abortStreams() []<-chan struct{} {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.have != 0 {
+		return nil
+	}
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	var dones []<-chan struct{}
+	for serial, st := range c.streams {
+		var pkt [wireHeaderLen]byte
+		binary.BigEndian.PutUint32(pkt[0:4], wireHeaderLen)
+		binary.BigEndian.PutUint32(pkt[4:8], wireProgRemote)
+		binary.BigEndian.PutUint32(pkt[8:12], wireProtoVersion)
+		binary.BigEndian.PutUint32(pkt[12:16], st.proc)
+		binary.BigEndian.PutUint32(pkt[16:20], wireTypeStream)
+		binary.BigEndian.PutUint32(pkt[20:24], serial)
+		binary.BigEndian.PutUint32(pkt[24:28], wireStatusError)
+		if _, err := c.Conn.Write(pkt[:]); err != nil {
+			return dones
+		}
+		dones = append(dones, st.done)
+	}
+	return dones
+}
+
+// endStream forgets a stream libvirtd has ended. Callers hold smu.
+func (c *wireConn) endStream(serial uint32) {
+	if st := c.streams[serial]; st != nil {
+		close(st.done)
+		delete(c.streams, serial)
+	}
+}
+
+// observe follows the outgoing packet framing. Callers hold wmu.
+func (c *wireConn) observe(p []byte) {
 	for len(p) > 0 {
 		if c.have < len(c.head) {
 			n := copy(c.head[c.have:], p)
@@ -92,7 +135,9 @@ func (c *wireConn) observe(p []byte) {
 				c.calls.Add(1)
 				if binary.BigEndian.Uint32(c.head[4:8]) == wireProgRemote && streamProcs[binary.BigEndian.Uint32(c.head[12:16])] {
 					c.smu.Lock()
-					c.streams[binary.BigEndian.Uint32(c.head[20:24])] = &streamState{}
+					c.streams[binary.BigEndian.Uint32(c.head[20:24])] = &streamState{
+						proc: binary.BigEndian.Uint32(c.head[12:16]), done: make(chan struct{}),
+					}
 					c.smu.Unlock()
 				}
 			}
@@ -112,7 +157,7 @@ func (c *wireConn) Read(p []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	for len(c.pending) == 0 {
-		pkt, err := readPacket(c.Conn)
+		pkt, err := ReadPacket(c.Conn, nil)
 		if err != nil {
 			return 0, err
 		}
@@ -137,10 +182,13 @@ func (c *wireConn) route(pkt, out []byte) []byte {
 	}
 	switch typ {
 	case wireTypeReply:
+		again := st.replied
 		st.replied = true
 		out = append(out, pkt...)
-		if status == wireStatusError {
-			delete(c.streams, serial) // go-libvirt returns the error
+		if status == wireStatusError || again {
+			// The call failed (go-libvirt returns the error), or this is
+			// libvirtd's answer to an abort.
+			c.endStream(serial)
 			return out
 		}
 		held := st.held
@@ -157,20 +205,46 @@ func (c *wireConn) route(pkt, out []byte) []byte {
 		case st.ended:
 			c.dropped++
 			if status != wireStatusCont {
-				delete(c.streams, serial)
+				c.endStream(serial)
 			}
 			return out
 		case status == wireStatusCont && len(pkt) == wireHeaderLen:
 			st.ended = true
 		case status != wireStatusCont:
-			delete(c.streams, serial) // OK or error: go-libvirt is done
+			c.endStream(serial) // OK or error: go-libvirt is done
 		}
 	}
 	return append(out, pkt...)
 }
 
-// readPacket reads one whole packet, length word included.
-func readPacket(r io.Reader) ([]byte, error) {
+// The wire constants tools on the same connection need (the acceptance
+// tests' fault-injection proxy, the bench's counting proxy): framing is
+// parsed here only.
+const (
+	WireHeaderLen   = wireHeaderLen
+	WireProgRemote  = wireProgRemote
+	WireTypeCall    = wireTypeCall
+	WireTypeReply   = wireTypeReply
+	WireStatusError = wireStatusError
+)
+
+// Header is the fixed part of a libvirt packet: its length word, then
+// program, version, procedure, type, serial and status.
+type Header struct {
+	Len, Program, Version, Procedure, Type, Serial, Status uint32
+}
+
+// ParseHeader reads the header of pkt, which holds at least WireHeaderLen
+// bytes (as ReadPacket returns).
+func ParseHeader(pkt []byte) Header {
+	u := func(i int) uint32 { return binary.BigEndian.Uint32(pkt[i : i+4]) }
+	return Header{Len: u(0), Program: u(4), Version: u(8), Procedure: u(12), Type: u(16), Serial: u(20), Status: u(24)}
+}
+
+// ReadPacket reads one whole packet, length word included, into buf when it
+// is large enough (else into a new slice). A length that no libvirt packet
+// has is an error.
+func ReadPacket(r io.Reader, buf []byte) ([]byte, error) {
 	var lenBuf [4]byte
 	if _, err := io.ReadFull(r, lenBuf[:]); err != nil {
 		return nil, err
@@ -179,7 +253,11 @@ func readPacket(r io.Reader) ([]byte, error) {
 	if n < wireHeaderLen || n > wireMaxPacketLen {
 		return nil, fmt.Errorf("libvirt sent a packet of %d bytes, which is not a libvirt packet", n)
 	}
-	pkt := make([]byte, n)
+	pkt := buf[:0]
+	if cap(pkt) < int(n) {
+		pkt = make([]byte, n)
+	}
+	pkt = pkt[:n]
 	copy(pkt, lenBuf[:])
 	if _, err := io.ReadFull(r, pkt[4:]); err != nil {
 		return nil, err

@@ -105,3 +105,72 @@ func TestWireConnRejectsGarbage(t *testing.T) {
 		t.Error("a 3-byte packet was accepted")
 	}
 }
+
+// recConn records what the client writes and reads what the "daemon" sent.
+type recConn struct {
+	net.Conn
+	in  io.Reader
+	out bytes.Buffer
+}
+
+func (r *recConn) Read(p []byte) (int, error)  { return r.in.Read(p) }
+func (r *recConn) Write(p []byte) (int, error) { return r.out.Write(p) }
+
+// A channel read ends its stream as libvirt's own client does: a stream
+// packet with status VIR_NET_ERROR for the stream's serial and procedure,
+// and the read waits for libvirtd's answer to it.
+func TestWireConnAbortsOpenStreams(t *testing.T) {
+	t.Parallel()
+	const procOpenChannel = 296
+	rc := &recConn{in: bytes.NewReader(bytes.Join([][]byte{
+		packet(wireTypeReply, 5, wireStatusOK, procOpenChannel, ""),
+		packet(wireTypeStream, 5, wireStatusCont, procOpenChannel, "line\n"),
+		packet(wireTypeReply, 5, wireStatusError, procOpenChannel, "stream aborted at client request"),
+	}, nil))}
+	var calls atomic.Int64
+	w := newWireConn(rc, &calls)
+	call := packet(wireTypeCall, 5, wireStatusOK, procOpenChannel, "args")
+	// Half a packet written: no abort may be slipped in between.
+	if _, err := w.Write(call[:10]); err != nil {
+		t.Fatal(err)
+	}
+	if d := w.abortStreams(); d != nil {
+		t.Fatalf("abortStreams wrote into a half-written packet (%d streams)", len(d))
+	}
+	if _, err := w.Write(call[10:]); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	read := func() { // the call's reply and the first data
+		t.Helper()
+		if _, err := w.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read()
+	dones := w.abortStreams()
+	if len(dones) != 1 {
+		t.Fatalf("abortStreams: %d streams, want 1", len(dones))
+	}
+	want := packet(wireTypeStream, 5, wireStatusError, procOpenChannel, "")
+	if got := rc.out.Bytes()[len(call):]; !bytes.Equal(got, want) {
+		t.Fatalf("abort packet\n got %x\nwant %x", got, want)
+	}
+	select {
+	case <-dones[0]:
+		t.Fatal("the abort counted as answered before libvirtd answered")
+	default:
+	}
+	for i := 0; i < 3; i++ {
+		select {
+		case <-dones[0]:
+			if again := w.abortStreams(); len(again) != 0 {
+				t.Errorf("an ended stream was aborted again")
+			}
+			return
+		default:
+			read()
+		}
+	}
+	t.Fatal("libvirtd's answer to the abort did not end the stream")
+}

@@ -1,13 +1,14 @@
 package main
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // countingProxy is a unix socket that forwards to libvirtd's socket and
@@ -23,14 +24,6 @@ type countingProxy struct {
 	conns  int
 	wg     sync.WaitGroup
 }
-
-// libvirt wire format: a 4-byte big-endian length (including itself), then
-// program, version, procedure, type, serial, status. Type 0 is a call,
-// 4 a call with file descriptors.
-const (
-	wireHeader   = 28
-	wireMaxBytes = 32<<20 + wireHeader
-)
 
 func startProxy(path, upstream string) (*countingProxy, error) {
 	ln, err := net.Listen("unix", path)
@@ -74,28 +67,17 @@ func (p *countingProxy) accept() {
 func (p *countingProxy) forward(dst io.Writer, src io.Reader) error {
 	buf := make([]byte, 64<<10)
 	for {
-		if _, err := io.ReadFull(src, buf[:4]); err != nil {
+		pkt, err := virt.ReadPacket(src, buf)
+		if err != nil {
 			return err
 		}
-		n := int(binary.BigEndian.Uint32(buf[:4]))
-		if n < wireHeader || n > wireMaxBytes {
-			return fmt.Errorf("bad libvirt packet length %d", n)
-		}
-		if n > len(buf) {
-			nb := make([]byte, n)
-			copy(nb, buf[:4])
-			buf = nb
-		}
-		if _, err := io.ReadFull(src, buf[4:n]); err != nil {
-			return err
-		}
-		if typ := binary.BigEndian.Uint32(buf[16:20]); typ == 0 || typ == 4 {
-			proc := binary.BigEndian.Uint32(buf[12:16])
+		buf = pkt[:cap(pkt)]
+		if h := virt.ParseHeader(pkt); h.Type == virt.WireTypeCall || h.Type == 4 { // 4: a call with fds
 			p.mu.Lock()
-			p.counts[proc]++
+			p.counts[h.Procedure]++
 			p.mu.Unlock()
 		}
-		if _, err := dst.Write(buf[:n]); err != nil {
+		if _, err := dst.Write(pkt); err != nil {
 			return err
 		}
 	}
