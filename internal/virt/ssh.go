@@ -1,6 +1,8 @@
 package virt
 
 import (
+	"bytes"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -41,6 +43,93 @@ type SSHSettings struct {
 	DisableAgent bool
 	// Password is tried after keys when set. It is never logged.
 	Password string
+	// PrivateKey is a private key as text (PEM or OpenSSH format). When set,
+	// it is offered instead of any key file; it is never logged.
+	PrivateKey string
+	// PrivateKeyPassphrase decrypts PrivateKey when it is encrypted.
+	PrivateKeyPassphrase string
+	// HostKey pins the host's key: public key or known_hosts lines as text.
+	// When set, no known_hosts file is read or written.
+	HostKey string
+}
+
+// ParsePrivateKey parses a private key given as text, decrypting it with
+// passphrase when it is encrypted. Its errors name attr (the setting the
+// key came from) and never contain key material.
+func ParsePrivateKey(attr, text, passphrase string) (ssh.Signer, error) {
+	b := []byte(strings.TrimSpace(text) + "\n")
+	var signer ssh.Signer
+	var err error
+	if passphrase != "" {
+		signer, err = ssh.ParsePrivateKeyWithPassphrase(b, []byte(passphrase))
+	} else {
+		signer, err = ssh.ParsePrivateKey(b)
+	}
+	var missing *ssh.PassphraseMissingError
+	switch {
+	case err == nil:
+		return signer, nil
+	case errors.As(err, &missing):
+		return nil, fmt.Errorf("%s is encrypted: set private_key_passphrase (or KOHAKU_SSH_PRIVATE_KEY_PASSPHRASE) to its passphrase", attr)
+	case errors.Is(err, x509.IncorrectPasswordError) || strings.Contains(err.Error(), "decryption password incorrect"):
+		return nil, fmt.Errorf("%s cannot be decrypted: private_key_passphrase is not its passphrase", attr)
+	case passphrase != "" && (strings.Contains(err.Error(), "not encrypted") || strings.Contains(err.Error(), "not password protected")):
+		return nil, fmt.Errorf("%s is not encrypted, but private_key_passphrase is set: remove the passphrase", attr)
+	}
+	return nil, fmt.Errorf("%s is not a private key Kohaku can read (%s): give the whole key text, from \"-----BEGIN OPENSSH PRIVATE KEY-----\" (or \"-----BEGIN ... PRIVATE KEY-----\") to the matching END line", attr, keyParseReason(err))
+}
+
+// keyParseReason is the parser's error without anything taken from the input.
+func keyParseReason(err error) string {
+	msg := err.Error()
+	if strings.Contains(msg, "no key found") {
+		return "no PEM block found"
+	}
+	if strings.Contains(msg, "unsupported key type") {
+		return "unsupported key type"
+	}
+	return "the key data is malformed"
+}
+
+// ParseHostKeys parses pinned host keys given as text: each non-empty line
+// is a public key ("ssh-ed25519 AAAA... comment") or a known_hosts line
+// ("host ssh-ed25519 AAAA..."); "#" lines are comments. Errors name attr.
+func ParseHostKeys(attr, text string) ([]ssh.PublicKey, error) {
+	var keys []ssh.PublicKey
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line)); err == nil {
+			keys = append(keys, k)
+			continue
+		}
+		marker, _, k, _, _, err := ssh.ParseKnownHosts([]byte(line))
+		if err != nil {
+			return nil, fmt.Errorf("%s line %d is neither a public key nor a known_hosts line; give e.g. \"ssh-ed25519 AAAAC3Nz...\" (the host's /etc/ssh/ssh_host_ed25519_key.pub) or the output of ssh-keyscan", attr, i+1)
+		}
+		if marker == "revoked" {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%s holds no public key; give e.g. \"ssh-ed25519 AAAAC3Nz...\" (the host's /etc/ssh/ssh_host_ed25519_key.pub) or the output of ssh-keyscan", attr)
+	}
+	return keys, nil
+}
+
+// pinnedHostKey accepts only the given keys; it reads and writes no file.
+func pinnedHostKey(attr string, keys []ssh.PublicKey) ssh.HostKeyCallback {
+	return func(hostname string, _ net.Addr, key ssh.PublicKey) error {
+		for _, k := range keys {
+			if k.Type() == key.Type() && bytes.Equal(k.Marshal(), key.Marshal()) {
+				return nil
+			}
+		}
+		return &HostKeyMismatchError{Host: hostname, Pinned: attr, Fingerprint: ssh.FingerprintSHA256(key), KeyType: key.Type()}
+	}
 }
 
 // UnknownHostKeyError says the SSH server's key is not in known_hosts.
@@ -56,9 +145,16 @@ func (e *UnknownHostKeyError) Error() string {
 // HostKeyMismatchError says the SSH server presented a key other than the recorded one.
 type HostKeyMismatchError struct {
 	Host, File, Fingerprint string
+	// Pinned names the setting the expected key came from (ssh.host_key)
+	// when it was not a known_hosts file; KeyType is then the key's type.
+	Pinned, KeyType string
 }
 
 func (e *HostKeyMismatchError) Error() string {
+	if e.Pinned != "" {
+		return fmt.Sprintf("the SSH host key of %s (%s %s) does NOT match %s: the host was reinstalled, %s holds another host's key, or someone is intercepting the connection. If that fingerprint is the host's, set %s to its public key (/etc/ssh/ssh_host_*_key.pub on the host)",
+			e.Host, e.KeyType, e.Fingerprint, e.Pinned, e.Pinned, e.Pinned)
+	}
 	return fmt.Sprintf("the SSH host key of %s (%s) does NOT match the one recorded in %s: the host was reinstalled or someone is intercepting the connection. Check the host, then remove its old line from %s",
 		e.Host, e.Fingerprint, e.File, e.File)
 }
@@ -111,7 +207,14 @@ func newSSHDialer(ep Endpoint, s SSHSettings, timeout time.Duration) (*sshDialer
 
 	var signers []ssh.Signer
 	var keyFiles []string
-	if keyFile != "" {
+	if s.PrivateKey != "" {
+		signer, err := ParsePrivateKey("ssh.private_key", s.PrivateKey, s.PrivateKeyPassphrase)
+		if err != nil {
+			return nil, err
+		}
+		signers = append(signers, signer)
+		d.offered = append(d.offered, "ssh.private_key ("+ssh.FingerprintSHA256(signer.PublicKey())+")")
+	} else if keyFile != "" {
 		keyFiles = []string{expandHome(keyFile)}
 	} else {
 		for _, name := range []string{"id_ed25519", "id_ecdsa", "id_rsa"} {
@@ -157,6 +260,14 @@ func newSSHDialer(ep Endpoint, s SSHSettings, timeout time.Duration) (*sshDialer
 		d.offered = append(d.offered, "password")
 	}
 
+	if s.HostKey != "" {
+		keys, err := ParseHostKeys("ssh.host_key", s.HostKey)
+		if err != nil {
+			return nil, err
+		}
+		d.check = pinnedHostKey("ssh.host_key", keys)
+		return d, nil
+	}
 	switch verify {
 	case HostKeyIgnore:
 		d.check = ssh.InsecureIgnoreHostKey() //nolint:gosec // explicit user opt-out
@@ -251,9 +362,15 @@ type sshConn struct {
 	once   sync.Once
 }
 
+// Close closes the SSH channel, then the SSH client, and waits until the
+// client's connection has shut down, so no SSH goroutine or socket outlives
+// the libvirt connection.
 func (c *sshConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.client.Close() })
+	c.once.Do(func() {
+		c.client.Close()
+		_ = c.client.Wait()
+	})
 	return err
 }
 

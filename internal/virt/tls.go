@@ -32,6 +32,9 @@ type tlsDialer struct {
 	// system locations.
 	caPaths, certPaths, keyPaths []string
 	pkiSet                       bool
+	// PEM text given as values (tls.ca_cert, tls.client_cert,
+	// tls.client_key); each set one replaces its file.
+	caPEM, certPEM, keyPEM string
 }
 
 func newTLSDialer(ep Endpoint, s Settings) *tlsDialer {
@@ -40,6 +43,9 @@ func newTLSDialer(ep Endpoint, s Settings) *tlsDialer {
 		host:     ep.Host,
 		timeout:  s.DialTimeout,
 		noVerify: s.TLS.NoVerify || ep.Params.Get("no_verify") == "1",
+		caPEM:    s.TLS.CACert,
+		certPEM:  s.TLS.ClientCert,
+		keyPEM:   s.TLS.ClientKey,
 	}
 	if p := firstNonEmpty(s.TLS.PKIPath, ep.Params.Get("pkipath")); p != "" {
 		p = expandHome(p)
@@ -89,6 +95,7 @@ func (d *tlsDialer) firstFile(what string, paths []string) (string, error) {
 	if d.pkiSet {
 		how = "put it there, or point tls.pki_path (or the URI's pkipath parameter) at the directory that holds cacert.pem, clientcert.pem and clientkey.pem"
 	}
+	how += ", or give the PEM text as a value (tls.ca_cert, tls.client_cert, tls.client_key, or the KOHAKU_TLS_CA_CERT, KOHAKU_TLS_CLIENT_CERT, KOHAKU_TLS_CLIENT_KEY environment variables)"
 	return "", &TLSError{Msg: fmt.Sprintf("the TLS %s is missing: looked for %s; %s", what, strings.Join(paths, ", "), how)}
 }
 
@@ -99,21 +106,21 @@ type tlsFiles struct {
 	ca       string // CA file ("" with no_verify)
 }
 
-// config reads the files and returns the TLS configuration and the files
-// it came from.
+// config reads the values or files and returns the TLS configuration and
+// where each part came from.
 func (d *tlsDialer) config() (*tls.Config, tlsFiles, error) {
 	var none tlsFiles
-	certFile, err := d.firstFile("client certificate clientcert.pem", d.certPaths)
+	certPEM, certFile, err := d.material("client certificate clientcert.pem", "tls.client_cert", d.certPEM, d.certPaths)
 	if err != nil {
 		return nil, none, err
 	}
-	keyFile, err := d.firstFile("client key clientkey.pem", d.keyPaths)
+	keyPEM, keyFile, err := d.material("client key clientkey.pem", "tls.client_key", d.keyPEM, d.keyPaths)
 	if err != nil {
 		return nil, none, err
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, none, &TLSError{Msg: fmt.Sprintf("the TLS client certificate %s and key %s cannot be used together", certFile, keyFile), Err: err}
+		return nil, none, &TLSError{Msg: fmt.Sprintf("the TLS client certificate %s and key %s cannot be used together", certFile, keyFile), Err: errors.New(keyPairReason(err))}
 	}
 	cfg := &tls.Config{
 		Certificates:       []tls.Certificate{cert},
@@ -123,28 +130,75 @@ func (d *tlsDialer) config() (*tls.Config, tlsFiles, error) {
 	}
 	caFile := ""
 	if !d.noVerify {
-		if caFile, err = d.firstFile("CA certificate cacert.pem", d.caPaths); err != nil {
+		var caPEM []byte
+		if caPEM, caFile, err = d.material("CA certificate cacert.pem", "tls.ca_cert", d.caPEM, d.caPaths); err != nil {
 			return nil, none, err
 		}
-		pemBytes, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, none, &TLSError{Msg: "reading the TLS CA certificate " + caFile, Err: err}
-		}
 		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pemBytes) {
-			return nil, none, &TLSError{Msg: fmt.Sprintf("the TLS CA file %s holds no PEM certificate", caFile)}
+		if !pool.AppendCertsFromPEM(caPEM) {
+			return nil, none, &TLSError{Msg: fmt.Sprintf("the TLS CA %s holds no PEM certificate: give the text from -----BEGIN CERTIFICATE----- to -----END CERTIFICATE-----", caFile)}
 		}
 		cfg.RootCAs = pool
 	}
-	return cfg, tlsFiles{cert: certFile, certInfo: describeCert(certFile), ca: caFile}, nil
+	return cfg, tlsFiles{cert: certFile, certInfo: describeCert(certPEM), ca: caFile}, nil
 }
 
-// describeCert names a certificate file's subject and issuer.
-func describeCert(file string) string {
+// material returns a value when it is set (named by attr), else the first
+// of paths that exists, read. The second result names where it came from.
+func (d *tlsDialer) material(what, attr, value string, paths []string) ([]byte, string, error) {
+	if value != "" {
+		return []byte(value), attr, nil
+	}
+	file, err := d.firstFile(what, paths)
+	if err != nil {
+		return nil, "", err
+	}
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return ""
+		return nil, "", &TLSError{Msg: "reading the TLS " + what + " " + file, Err: err}
 	}
+	return b, file, nil
+}
+
+// keyPairReason is crypto/tls's key pair error: its messages name what is
+// wrong and never contain the key's bytes.
+func keyPairReason(err error) string { return err.Error() }
+
+// ParseTLSMaterial checks TLS values given as text before any dial; its
+// errors name the attribute (prefix + "ca_cert" ...) and contain no key
+// material. Empty values are not checked.
+func ParseTLSMaterial(prefix, caCert, clientCert, clientKey string) error {
+	if caCert != "" && !x509.NewCertPool().AppendCertsFromPEM([]byte(caCert)) {
+		return fmt.Errorf("%sca_cert holds no PEM certificate: give the CA certificate's text, from -----BEGIN CERTIFICATE----- to -----END CERTIFICATE-----", prefix)
+	}
+	if clientCert != "" {
+		blk, _ := pem.Decode([]byte(clientCert))
+		if blk == nil || blk.Type != "CERTIFICATE" {
+			return fmt.Errorf("%sclient_cert holds no PEM certificate: give the client certificate's text, from -----BEGIN CERTIFICATE----- to -----END CERTIFICATE-----", prefix)
+		}
+		if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
+			return fmt.Errorf("%sclient_cert cannot be parsed: %v", prefix, err)
+		}
+	}
+	if clientKey != "" {
+		blk, _ := pem.Decode([]byte(clientKey))
+		if blk == nil || !strings.HasSuffix(blk.Type, "PRIVATE KEY") {
+			return fmt.Errorf("%sclient_key holds no PEM private key: give the key's text, from -----BEGIN PRIVATE KEY----- (or RSA/EC PRIVATE KEY) to the matching END line", prefix)
+		}
+		if x509.IsEncryptedPEMBlock(blk) { //nolint:staticcheck // only to name the problem
+			return fmt.Errorf("%sclient_key is encrypted: libvirt's client keys are not, give the decrypted key", prefix)
+		}
+	}
+	if clientCert != "" && clientKey != "" {
+		if _, err := tls.X509KeyPair([]byte(clientCert), []byte(clientKey)); err != nil {
+			return fmt.Errorf("%sclient_cert and %sclient_key cannot be used together: %s", prefix, prefix, keyPairReason(err))
+		}
+	}
+	return nil
+}
+
+// describeCert names a PEM certificate's subject and issuer.
+func describeCert(b []byte) string {
 	blk, _ := pem.Decode(b)
 	if blk == nil {
 		return ""
