@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 )
 
 // Build validates spec and turns it into a libvirt domain definition.
@@ -248,7 +250,7 @@ func channelNames(n Spec) []string {
 		names = append(names, GuestAgentChannel)
 	}
 	if !n.NoReportChannel {
-		names = append(names, ReportChannel)
+		names = append(names, phonehome.ReportChannel)
 	}
 	return names
 }

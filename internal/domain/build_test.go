@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden/*.xml from the current Build output")
@@ -95,7 +97,7 @@ func TestBuildRejectsInvalidSpec(t *testing.T) {
 		t.Fatalf("Build error = %v, want one wrapping ErrInvalidSpec", err)
 	}
 	var ve *ValidationError
-	if !errors.As(err, &ve) || ve.Path != "vcpu" {
+	if !errors.As(err, &ve) || ve.Path.String() != "vcpu" {
 		t.Fatalf("Build error = %v, want a *ValidationError for vcpu", err)
 	}
 	if _, err := Marshal(Spec{}); !errors.Is(err, ErrInvalidSpec) {
@@ -215,7 +217,7 @@ func TestBuildDetails(t *testing.T) {
 			if len(d.Devices.Channels) != 2 {
 				t.Fatalf("%d channels, want 2", len(d.Devices.Channels))
 			}
-			for i, want := range []string{GuestAgentChannel, ReportChannel} {
+			for i, want := range []string{GuestAgentChannel, phonehome.ReportChannel} {
 				ch := d.Devices.Channels[i]
 				if ch.Source.UNIX == nil || ch.Source.UNIX.Path != "" || ch.Target.VirtIO.Name != want {
 					t.Errorf("channel %d = source %+v target %+v", i, ch.Source, ch.Target.VirtIO)

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 )
 
 // Observed is a domain as libvirt describes it, in Spec terms.
@@ -176,7 +178,7 @@ func (o *Observed) parseDevices(d *libvirtxml.DomainDeviceList) {
 		switch c.Name {
 		case GuestAgentChannel:
 			s.NoGuestAgent = false
-		case ReportChannel:
+		case phonehome.ReportChannel:
 			s.NoReportChannel = false
 		default:
 			o.unrecognized("channel %s", c.Name)

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 )
 
 // TestRoundTrip: Build → Marshal → libvirtxml Unmarshal → ParseDomain gives
@@ -195,7 +197,7 @@ func TestParseActiveDomain(t *testing.T) {
 	if !o.Active || o.Metadata != nil || len(o.Unrecognized) != 0 {
 		t.Errorf("active=%v metadata=%+v unrecognized=%q, want active, no metadata, nothing unrecognized", o.Active, o.Metadata, o.Unrecognized)
 	}
-	wantCh := []Channel{{Name: ReportChannel, Path: "/var/lib/libvirt/qemu/channel/target/domain-7-vm1/org.kohaku.report.0"}}
+	wantCh := []Channel{{Name: phonehome.ReportChannel, Path: "/var/lib/libvirt/qemu/channel/target/domain-7-vm1/org.kohaku.report.0"}}
 	if !reflect.DeepEqual(o.Channels, wantCh) {
 		t.Errorf("channels %+v, want %+v", o.Channels, wantCh)
 	}

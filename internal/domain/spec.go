@@ -161,10 +161,10 @@ type Ownership struct {
 	SeedID string `json:"seed_id,omitempty"`
 }
 
-// Channel names of the virtio-serial ports Build adds.
+// Channel names of the virtio-serial ports Build adds; the report channel
+// is phonehome.ReportChannel, named with the rest of the report contract.
 const (
 	GuestAgentChannel = "org.qemu.guest_agent.0"
-	ReportChannel     = "org.kohaku.report.0"
 )
 
 // Limits enforced by Validate.

@@ -6,6 +6,8 @@ import (
 	"path"
 	"regexp"
 	"strings"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/validation"
 )
 
 // ErrInvalidSpec is wrapped by every error Validate returns.
@@ -19,27 +21,11 @@ var ErrInvalidSpec = errors.New("invalid VM spec")
 // network_interface[i].{type,source,model,mac}, shared_folder[i].{driver,source,
 // tag,access_mode,read_only}, hostdev[i], serial_log_path, hotplug_ports,
 // owned_volume[i].{pool,volume}.
-type ValidationError struct {
-	Path    string // where, e.g. shared_folder[1].tag
-	Problem string // what is wrong
-	Example string // what a right value looks like; may be empty
-	Err     error  // the underlying cause (e.g. a *PCIAddressError), if any
-}
+type ValidationError = validation.Error
 
-func (e *ValidationError) Error() string {
-	s := e.Path + ": " + e.Problem
-	if e.Example != "" {
-		s += " (for example " + e.Example + ")"
-	}
-	return s
-}
-
-// Unwrap makes errors.Is(err, ErrInvalidSpec) true and exposes Err.
-func (e *ValidationError) Unwrap() []error {
-	if e.Err != nil {
-		return []error{ErrInvalidSpec, e.Err}
-	}
-	return []error{ErrInvalidSpec}
+// invalid is a problem at a written path.
+func invalid(path, problem, example string, cause error) *ValidationError {
+	return &ValidationError{Path: validation.ParsePath(path), Problem: problem, Example: example, Err: cause, Kind: ErrInvalidSpec}
 }
 
 // ValidationErrors is every problem Validate found, in attribute order.
@@ -74,7 +60,7 @@ var nicModels = []string{"virtio", "e1000e", "e1000", "rtl8139"}
 type validator struct{ errs ValidationErrors }
 
 func (v *validator) add(path, example, format string, args ...any) {
-	v.errs = append(v.errs, &ValidationError{Path: path, Problem: fmt.Sprintf(format, args...), Example: example})
+	v.errs = append(v.errs, invalid(path, fmt.Sprintf(format, args...), example, nil))
 }
 
 // Validate reports every problem with s as ValidationErrors (nil when s is
@@ -317,7 +303,7 @@ func (v *validator) hostdevs(hostdevs []string) {
 			if errors.As(err, &pe) {
 				problem = fmt.Sprintf("%q: %s", pe.Input, pe.Problem)
 			}
-			v.errs = append(v.errs, &ValidationError{Path: p, Problem: problem, Example: `"0000:01:00.0"`, Err: err})
+			v.errs = append(v.errs, invalid(p, problem, `"0000:01:00.0"`, err))
 			continue
 		}
 		if j, dup := seen[a]; dup {

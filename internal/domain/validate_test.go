@@ -139,7 +139,7 @@ func TestValidate(t *testing.T) {
 			}
 			var paths []string
 			for _, ve := range ves {
-				paths = append(paths, ve.Path)
+				paths = append(paths, ve.Path.String())
 				if ve.Problem == "" || ve.Example == "" {
 					t.Errorf("%s: problem %q example %q, want both", ve.Path, ve.Problem, ve.Example)
 				}
@@ -169,7 +169,7 @@ func TestValidationErrorFormat(t *testing.T) {
 		t.Fatalf("Validate error:\n got %v\nwant %s", err, want)
 	}
 	var ve *ValidationError
-	if !errors.As(err, &ve) || ve.Path != "shared_folder[1].tag" {
+	if !errors.As(err, &ve) || ve.Path.String() != "shared_folder[1].tag" {
 		t.Errorf("errors.As found %+v, want the shared_folder[1].tag error first", ve)
 	}
 	var pe *PCIAddressError
