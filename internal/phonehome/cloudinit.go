@@ -39,7 +39,9 @@ type CloudInitStatus struct {
 	// DEPRECATED, ERROR or CRITICAL), the most severe level first.
 	RecoverableErrors []string
 	// Degraded means cloud-init finished or runs without unrecoverable
-	// errors but with recoverable ones (exit code 2 of `cloud-init status`).
+	// errors but with recoverable ones (exit code 2 of `cloud-init status`),
+	// other than the gateway4/gateway6 deprecation Kohaku's own network
+	// config causes on cloud-init 24.x+ (see OwnDeprecation).
 	Degraded bool
 	// Datasource is the short datasource name ("nocloud", "configdrive").
 	Datasource string
@@ -166,8 +168,36 @@ func parseStatusOutput(top map[string]json.RawMessage) (*CloudInitStatus, error)
 		}
 	}
 	c.Errors, c.RecoverableErrors = errs.list, rec.flatten()
-	c.Degraded = !c.Failed() && (strings.HasPrefix(c.ExtendedStatus, "degraded") || len(c.RecoverableErrors) > 0)
+	c.Degraded = degraded(c)
 	return c, nil
+}
+
+// degraded reports recoverable errors, except the one deprecation Kohaku's
+// own network config causes on purpose: cloud-init 22.4's ENI renderer
+// applies a default gateway without net-tools only when it is written as
+// gateway4/gateway6 (a route becomes `route add`, upstream issue 6250),
+// and 24.x+ logs those keys as DEPRECATED, which Debian and Ubuntu count as
+// "degraded done". The message stays in RecoverableErrors.
+func degraded(c *CloudInitStatus) bool {
+	if c.Failed() {
+		return false
+	}
+	own := 0
+	for _, m := range c.RecoverableErrors {
+		if OwnDeprecation(m) {
+			own++
+		}
+	}
+	if own > 0 && own == len(c.RecoverableErrors) {
+		return false
+	}
+	return strings.HasPrefix(c.ExtendedStatus, "degraded") || len(c.RecoverableErrors) > 0
+}
+
+// OwnDeprecation says a recoverable error is cloud-init's deprecation of
+// the gateway4/gateway6 keys Kohaku's network config writes.
+func OwnDeprecation(msg string) bool {
+	return strings.HasPrefix(msg, "DEPRECATED: ") && strings.Contains(msg, "`gateway4` and `gateway6`")
 }
 
 // parseV1 reads result.json ({"v1": {"datasource", "errors"}}) or status.json

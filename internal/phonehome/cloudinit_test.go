@@ -117,6 +117,20 @@ func TestParseCloudInitStatusCases(t *testing.T) {
 					t.Errorf("%q degraded %v", c.RecoverableErrors, c.Degraded)
 				}
 			}},
+		{name: "the gateway4/gateway6 deprecation Kohaku writes on purpose (25.1) is not degraded",
+			in: "{\"status\": \"done\", \"extended_status\": \"degraded done\", \"recoverable_errors\": {\"DEPRECATED\": [\"The use of `gateway4` and `gateway6` is deprecated in 22.4 and scheduled to be removed in 27.4. For more info check out: https://docs.cloud-init.io/en/latest/topics/network-config-format-v2.html\"]}}",
+			check: func(t *testing.T, c *CloudInitStatus) {
+				if c.Degraded || c.Failed() || len(c.RecoverableErrors) != 1 {
+					t.Errorf("degraded %v failed %v recoverable %q", c.Degraded, c.Failed(), c.RecoverableErrors)
+				}
+			}},
+		{name: "that deprecation with any other recoverable error is degraded",
+			in: "{\"status\": \"done\", \"extended_status\": \"degraded done\", \"recoverable_errors\": {\"DEPRECATED\": [\"The use of `gateway4` and `gateway6` is deprecated in 22.4\", \"Key 'x' is deprecated\"]}}",
+			check: func(t *testing.T, c *CloudInitStatus) {
+				if !c.Degraded {
+					t.Errorf("not degraded: %q", c.RecoverableErrors)
+				}
+			}},
 		{name: "a level named errors is not a stage", in: `{"status": "done", "recoverable_errors": {"errors": ["w"]}}`,
 			check: func(t *testing.T, c *CloudInitStatus) {
 				if len(c.Errors) != 0 || !slices.Equal(c.RecoverableErrors, []string{"ERRORS: w"}) || !c.Degraded {

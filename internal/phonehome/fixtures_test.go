@@ -89,6 +89,22 @@ func encodeJSONReport(r *Report) ([]byte, error) {
 		gpus = append(gpus, wireGPU(g))
 	}
 	w["gpus"] = gpus
+	var routes []wireRoute
+	for _, rt := range r.Routes {
+		routes = append(routes, wireRoute{Destination: rt.Destination, Gateway: rt.Gateway, Interface: rt.Interface})
+	}
+	w["routes"] = routes
+	w["dns_servers"] = r.DNSServers
+	var checks []wireCheck
+	for _, c := range r.Checks {
+		var ok *bool
+		if c.Result != CheckUnknown {
+			v := c.Result == CheckOK
+			ok = &v
+		}
+		checks = append(checks, wireCheck{What: c.What, Expected: c.Expected, Found: c.Found, OK: ok})
+	}
+	w["checks"] = checks
 	if c := r.CloudInit; c != nil {
 		rec := map[string][]string{}
 		for _, m := range c.RecoverableErrors {

@@ -36,6 +36,7 @@ func FuzzParseReport(f *testing.F) {
 		f.Add(jsonType, jsonBody(f, b))
 	}
 	f.Add("", []byte(`{"hostname": "h", "host_keys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE7qOna0cn70QLjLCzPAW5KHLr79LrAP3nfZwMy10H68 c"]}`))
+	f.Add(jsonType, []byte(`{"hostname": "h", "routes": [{"family": "inet", "destination": "0.0.0.0/0", "gateway": "10.0.2.2", "interface": "enp1s0"}, {"destination": "::/0", "gateway": "fe80::2", "interface": "enp1s0"}], "dns_servers": ["10.0.2.3", "fe80::1%enp1s0"], "checks": [{"what": "IPv4 default route", "expected": "via 10.0.2.2 on enp1s0 (52:54:00:12:34:56)", "found": "none", "ok": false}, {"what": "hostname", "expected": "h", "found": "h", "ok": true}, {"what": "nameserver", "expected": "10.0.2.3", "found": "x", "ok": null}]}`))
 
 	f.Fuzz(func(t *testing.T, ctype string, body []byte) {
 		r, err := ParseReport(ctype, body)
@@ -66,6 +67,9 @@ func FuzzParseReport(f *testing.F) {
 		}
 		if !slices.Equal(r.Addresses, r2.Addresses) {
 			t.Errorf("addresses changed: %+v -> %+v", r.Addresses, r2.Addresses)
+		}
+		if !slices.Equal(r.Routes, r2.Routes) || !slices.Equal(r.DNSServers, r2.DNSServers) || !slices.Equal(r.Checks, r2.Checks) {
+			t.Errorf("routes, DNS servers or checks changed: %+v %v %+v -> %+v %v %+v", r.Routes, r.DNSServers, r.Checks, r2.Routes, r2.DNSServers, r2.Checks)
 		}
 		if !slices.Equal(r.GPUs, r2.GPUs) {
 			t.Errorf("GPUs changed: %+v -> %+v", r.GPUs, r2.GPUs)
@@ -121,6 +125,35 @@ func checkSane(t *testing.T, r *Report) {
 		}
 		if _, err := text(a.Interface, "interface", maxShortField); err != nil {
 			t.Errorf("interface %q: %v", a.Interface, err)
+		}
+	}
+	for _, rt := range r.Routes {
+		dst, err := netip.ParsePrefix(rt.Destination)
+		if err != nil || dst.String() != rt.Destination {
+			t.Errorf("route destination %q", rt.Destination)
+		}
+		if rt.Gateway != "" {
+			if gw, err := netip.ParseAddr(rt.Gateway); err != nil || gw.String() != rt.Gateway || gw.Is4() != dst.Addr().Is4() {
+				t.Errorf("route gateway %q for %q", rt.Gateway, rt.Destination)
+			}
+		}
+		if _, err := text(rt.Interface, "interface", maxShortField); err != nil {
+			t.Errorf("route interface %q: %v", rt.Interface, err)
+		}
+	}
+	for _, d := range r.DNSServers {
+		if ip, err := netip.ParseAddr(d); err != nil || ip.String() != d {
+			t.Errorf("DNS server %q", d)
+		}
+	}
+	for _, c := range r.Checks {
+		for _, s := range []string{c.What, c.Expected, c.Found} {
+			if cleanLine(s, maxCheckText) != s {
+				t.Errorf("check text %q is not one clean line", s)
+			}
+		}
+		if c.Result != CheckOK && c.Result != CheckMismatch && c.Result != CheckUnknown {
+			t.Errorf("check result %q", c.Result)
 		}
 	}
 	for _, g := range r.GPUs {

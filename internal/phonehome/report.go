@@ -61,6 +61,13 @@ type Report struct {
 	CloudInit *CloudInitStatus
 	// GPUs the guest sees (JSON reports only).
 	GPUs []GPU
+	// Routes are the guest's routes of both families, and DNSServers the
+	// nameservers it uses (JSON reports only).
+	Routes     []Route
+	DNSServers []string
+	// Checks compare what the seed declared with what the guest has (JSON
+	// reports of a reporter that was given the declaration).
+	Checks []Check
 	// Warnings name parts of the report that were left out because they did
 	// not parse (a host key or an address); they never quote the body.
 	Warnings []string
@@ -84,6 +91,71 @@ type Address struct {
 	MAC string
 	// Address is an IP address or prefix ("10.0.2.15/24", "fe80::1%enp1s0").
 	Address string
+}
+
+// Route is one route of the guest.
+type Route struct {
+	// Destination prefix; "0.0.0.0/0" or "::/0" for a default route.
+	Destination string
+	// Gateway; empty for a route to a directly connected network.
+	Gateway string
+	// Interface name in the guest.
+	Interface string
+}
+
+// Default reports whether the route is a default route.
+func (r Route) Default() bool {
+	p, err := netip.ParsePrefix(r.Destination)
+	return err == nil && p.Bits() == 0
+}
+
+// CheckResult is what one check of the declared configuration found.
+type CheckResult string
+
+const (
+	// CheckOK: the guest has what was declared.
+	CheckOK CheckResult = "ok"
+	// CheckMismatch: the guest lacks what was declared.
+	CheckMismatch CheckResult = "mismatch"
+	// CheckUnknown: the reporter could not tell (a source it needs was
+	// unreadable); Found says why.
+	CheckUnknown CheckResult = "unknown"
+)
+
+// Check is one comparison of the declared configuration with the guest.
+type Check struct {
+	// What was checked ("IPv4 default route", "nameserver", "hostname").
+	What string
+	// Expected is what was declared, with where ("via 10.0.2.2 on enp1s0
+	// (52:54:00:12:34:56)").
+	Expected string
+	// Found is what the guest has instead.
+	Found  string
+	Result CheckResult
+}
+
+// Message names what is missing, e.g. "no IPv4 default route via 10.0.2.2
+// on enp1s0 (52:54:00:12:34:56); found: none".
+func (c Check) Message() string {
+	what := strings.TrimSpace(c.What + " " + c.Expected)
+	switch c.Result {
+	case CheckOK:
+		return what + ": ok"
+	case CheckUnknown:
+		return "could not check " + what + ": " + c.Found
+	}
+	return "no " + what + "; found: " + c.Found
+}
+
+// Mismatches are the checks the guest failed.
+func (r *Report) Mismatches() []Check {
+	var out []Check
+	for _, c := range r.Checks {
+		if c.Result == CheckMismatch {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // GPU is one GPU the guest sees.
@@ -115,6 +187,9 @@ func (r *Report) Clone() *Report {
 	c.HostKeys = maps.Clone(r.HostKeys)
 	c.Addresses = slices.Clone(r.Addresses)
 	c.GPUs = slices.Clone(r.GPUs)
+	c.Routes = slices.Clone(r.Routes)
+	c.DNSServers = slices.Clone(r.DNSServers)
+	c.Checks = slices.Clone(r.Checks)
 	c.Warnings = slices.Clone(r.Warnings)
 	if r.CloudInit != nil {
 		ci := *r.CloudInit
@@ -132,6 +207,7 @@ const (
 	maxKeyType    = 64
 	maxKeyBlob    = 16 << 10
 	maxListItems  = 256
+	maxCheckText  = 512 // a check's what, expected and found
 )
 
 // ParseReport parses a report body. contentType selects the format:
@@ -239,6 +315,23 @@ type wireReport struct {
 	Addresses  []wireAddress   `json:"addresses"`
 	CloudInit  json.RawMessage `json:"cloud_init"`
 	GPUs       []wireGPU       `json:"gpus"`
+	Routes     []wireRoute     `json:"routes"`
+	DNSServers []string        `json:"dns_servers"`
+	Checks     []wireCheck     `json:"checks"`
+}
+
+type wireRoute struct {
+	Family      string `json:"family"`
+	Destination string `json:"destination"`
+	Gateway     string `json:"gateway"`
+	Interface   string `json:"interface"`
+}
+
+type wireCheck struct {
+	What     string `json:"what"`
+	Expected string `json:"expected"`
+	Found    string `json:"found"`
+	OK       *bool  `json:"ok"`
 }
 
 type wireAddress struct {
@@ -265,8 +358,9 @@ func parseJSON(body []byte) (*Report, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: data after the JSON object", ErrMalformed)
 	}
-	if len(w.Addresses) > maxListItems || len(w.GPUs) > maxListItems {
-		return nil, fmt.Errorf("%w: more than %d addresses or GPUs", ErrMalformed, maxListItems)
+	if len(w.Addresses) > maxListItems || len(w.GPUs) > maxListItems || len(w.Routes) > maxListItems ||
+		len(w.DNSServers) > maxListItems || len(w.Checks) > maxListItems {
+		return nil, fmt.Errorf("%w: more than %d addresses, GPUs, routes, DNS servers or checks", ErrMalformed, maxListItems)
 	}
 
 	r := &Report{Kind: KindJSON}
@@ -310,6 +404,28 @@ func parseJSON(body []byte) (*Report, error) {
 		}
 		gpu.MemoryMiB = g.MemoryMiB
 		r.GPUs = append(r.GPUs, gpu)
+	}
+	for i, rt := range w.Routes {
+		route, err := parseRoute(rt, i)
+		if err != nil {
+			return nil, err
+		}
+		if route == nil {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("routes[%d]: not a prefix and gateway address; left out", i))
+			continue
+		}
+		r.Routes = append(r.Routes, *route)
+	}
+	for i, d := range w.DNSServers {
+		ip, err := netip.ParseAddr(strings.TrimSpace(d))
+		if err != nil {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("dns_servers[%d]: not an IP address; left out", i))
+			continue
+		}
+		r.DNSServers = append(r.DNSServers, ip.String())
+	}
+	for _, c := range w.Checks {
+		r.Checks = append(r.Checks, parseCheck(c))
 	}
 	if !isNull(w.CloudInit) {
 		if r.CloudInit, err = ParseCloudInitStatus(w.CloudInit); err != nil {
@@ -498,6 +614,45 @@ func parseAddress(a wireAddress, i int) (*Address, error) {
 		out.Address = ip.String()
 	}
 	return out, nil
+}
+
+// parseRoute returns nil (and no error) for a route whose destination or
+// gateway does not parse, like parseAddress.
+func parseRoute(w wireRoute, i int) (*Route, error) {
+	iface, err := text(w.Interface, fmt.Sprintf("routes[%d].interface", i), maxShortField)
+	if err != nil {
+		return nil, err
+	}
+	dst, err := netip.ParsePrefix(strings.TrimSpace(w.Destination))
+	if err != nil {
+		return nil, nil
+	}
+	out := &Route{Destination: dst.String(), Interface: iface}
+	if g := strings.TrimSpace(w.Gateway); g != "" {
+		gw, err := netip.ParseAddr(g)
+		if err != nil || gw.Is4() != dst.Addr().Is4() {
+			return nil, nil
+		}
+		out.Gateway = gw.String()
+	}
+	return out, nil
+}
+
+// parseCheck keeps a check's texts clean and short; ok true, false or
+// null (could not tell) becomes its result.
+func parseCheck(w wireCheck) Check {
+	c := Check{
+		What:     cleanLine(w.What, maxCheckText),
+		Expected: cleanLine(w.Expected, maxCheckText),
+		Found:    cleanLine(w.Found, maxCheckText),
+		Result:   CheckUnknown,
+	}
+	if w.OK != nil && *w.OK {
+		c.Result = CheckOK
+	} else if w.OK != nil {
+		c.Result = CheckMismatch
+	}
+	return c
 }
 
 // identity checks an identity field (instance id, hostname, fqdn).

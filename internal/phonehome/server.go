@@ -190,7 +190,7 @@ func (s *Server) URL(token string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return base + PathPrefix + token, nil
+	return URL(base, token), nil
 }
 
 // Register starts the server if needed and registers a waiter for token.

@@ -37,6 +37,13 @@ const (
 // ResultFile is where cloud-init records the end of its last stage.
 const ResultFile = "/run/cloud-init/result.json"
 
+// ReportFile is where the seed's first-boot reporter also leaves its report
+// (readable by root only), for the guest agent to read.
+const ReportFile = "/run/kohaku/report.json"
+
+// reportGrace bounds the wait for ReportFile once cloud-init has finished.
+var reportGrace = 3 * time.Minute
+
 // Reporter is a registered phone-home waiter.
 type Reporter interface {
 	Wait(ctx context.Context) (*phonehome.Report, error)
@@ -150,6 +157,54 @@ func PollGuestAgent(ctx context.Context, a Agent, domain string, interval time.D
 	}
 }
 
+// PollGuestAgentReport is PollGuestAgent for a seed with the first-boot
+// reporter (token is its report token; empty: no reporter). Once cloud-init
+// has finished without errors it also reads the reporter's report from
+// ReportFile, with its checks of the declared configuration, routes and DNS
+// servers, for up to reportGrace; a report with another token is ignored.
+// When none comes, cloud-init's result stands, with a check that says the
+// declared configuration could not be checked.
+func PollGuestAgentReport(ctx context.Context, a Agent, domain string, interval time.Duration, token string) (*Outcome, error) {
+	start := time.Now()
+	out, err := PollGuestAgent(ctx, a, domain, interval)
+	if err != nil || token == "" || out.Report.CloudInit.Failed() {
+		return out, err
+	}
+	grace, cancel := context.WithTimeout(ctx, reportGrace)
+	defer cancel()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	why := "it was not there"
+	for {
+		b, err := a.AgentReadFile(grace, domain, ReportFile, phonehome.MaxBodyBytes)
+		if err == nil {
+			rep, perr := phonehome.ParseReport("application/json", bytes.TrimSpace(b))
+			switch {
+			case perr != nil:
+				why = fmt.Sprintf("it is not a report (%v)", perr)
+			case subtle.ConstantTimeCompare([]byte(rep.Token), []byte(token)) != 1:
+				why = "it carries another seed's token"
+			default:
+				rep.Token, rep.ReceivedAt = "", time.Now()
+				if rep.CloudInit == nil {
+					rep.CloudInit = out.Report.CloudInit
+				}
+				return &Outcome{Report: rep, Waited: time.Since(start)}, nil
+			}
+		}
+		select {
+		case <-grace.Done():
+			out.Report.Checks = append(out.Report.Checks, phonehome.Check{
+				What: "declared configuration", Result: phonehome.CheckUnknown,
+				Found: fmt.Sprintf("the first-boot reporter's %s, read through the guest agent for %s after cloud-init finished: %s", ReportFile, time.Since(start).Round(time.Second), why),
+			})
+			out.Waited = time.Since(start)
+			return out, nil
+		case <-tick.C:
+		}
+	}
+}
+
 // WaitError is a wait that ended without a report. The caller fills in what
 // it knows about the VM so the message tells the whole story.
 type WaitError struct {
@@ -183,11 +238,11 @@ func (e *WaitError) Error() string {
 	fmt.Fprintf(&b, "VM %s did not report ready: the wait %s after %s", e.VM, what, e.Waited.Round(time.Second))
 	switch e.Mode {
 	case ModePhoneHome:
-		fmt.Fprintf(&b, " (waiting for the guest to phone home to %s)", redactToken(e.URL))
+		fmt.Fprintf(&b, " (waiting for the guest to phone home to %s)", phonehome.Redact(e.URL))
 	case ModeGuestAgent:
 		fmt.Fprintf(&b, " (asking the QEMU guest agent for %s)", ResultFile)
 	case ModeChannel:
-		b.WriteString(" (reading the guest's report from its org.kohaku.report.0 channel through libvirt)")
+		fmt.Fprintf(&b, " (reading the guest's report from its %s channel through libvirt)", phonehome.ReportChannel)
 	}
 	b.WriteString(".")
 	if e.DomainState != "" {
@@ -222,14 +277,6 @@ func (e *WaitError) Error() string {
 	return b.String()
 }
 
-// redactToken keeps the secret token of a phone-home URL out of messages.
-func redactToken(u string) string {
-	if i := strings.Index(u, phonehome.PathPrefix); i >= 0 && len(u) > i+len(phonehome.PathPrefix) {
-		return u[:i+len(phonehome.PathPrefix)] + "<token>"
-	}
-	return u
-}
-
 // CloudInitError says cloud-init finished with unrecoverable errors.
 type CloudInitError struct {
 	VM     string
@@ -248,21 +295,62 @@ func (e *CloudInitError) Error() string {
 	return b.String()
 }
 
-// Check turns a report's cloud-init status into an error (unrecoverable
-// errors) or warnings (a degraded but finished boot). A report without a
-// status (cloud-init's plain phone_home post) passes.
+// MismatchError says the guest is not configured as its seed declared: the
+// first-boot reporter found declared addresses, default routes,
+// nameservers, the hostname or shares missing.
+type MismatchError struct {
+	VM         string
+	Mismatches []phonehome.Check
+}
+
+func (e *MismatchError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "VM %s is not configured as its seed declared:", e.VM)
+	for _, c := range e.Mismatches {
+		fmt.Fprintf(&b, "\n  - %s", c.Message())
+	}
+	return b.String()
+}
+
+// CheckDeclared is the report's comparison of the declared configuration
+// with the guest as an error: nil when nothing declared is missing (checks
+// that could not run are not mismatches).
+func CheckDeclared(vm string, rep *phonehome.Report) error {
+	if rep == nil {
+		return nil
+	}
+	if m := rep.Mismatches(); len(m) > 0 {
+		return &MismatchError{VM: vm, Mismatches: m}
+	}
+	return nil
+}
+
+// Check turns a report into an error (cloud-init's unrecoverable errors) or
+// warnings: a degraded but finished boot, a guest that lacks something its
+// seed declared (readiness degraded: each warning names what is missing),
+// a declared setting the reporter could not check. A report without a
+// status or checks (cloud-init's plain phone_home post) passes.
 func Check(vm string, rep *phonehome.Report) (warnings []string, err error) {
-	if rep == nil || rep.CloudInit == nil {
+	if rep == nil {
 		return nil, nil
 	}
-	st := rep.CloudInit
-	if st.Failed() {
-		return nil, &CloudInitError{VM: vm, Status: st}
+	if st := rep.CloudInit; st != nil {
+		if st.Failed() {
+			return nil, &CloudInitError{VM: vm, Status: st}
+		}
+		if st.Degraded {
+			warnings = append(append(warnings, fmt.Sprintf("cloud-init in VM %s finished degraded (%s)", vm, st.ExtendedStatus)), st.RecoverableErrors...)
+		}
 	}
-	if st.Degraded {
-		return append([]string{fmt.Sprintf("cloud-init in VM %s finished degraded (%s)", vm, st.ExtendedStatus)}, st.RecoverableErrors...), nil
+	if err := CheckDeclared(vm, rep); err != nil {
+		warnings = append(warnings, err.Error()+"\nSet on_config_mismatch = \"fail\" on the kohaku_vm to fail the create instead.")
 	}
-	return nil, nil
+	for _, c := range rep.Checks {
+		if c.Result == phonehome.CheckUnknown {
+			warnings = append(warnings, fmt.Sprintf("VM %s: %s", vm, c.Message()))
+		}
+	}
+	return warnings, nil
 }
 
 // Tail returns up to n last lines of a local file, reading at most the last

@@ -179,3 +179,116 @@ func TestTail(t *testing.T) {
 		t.Error("missing file gave lines")
 	}
 }
+
+// A guest that lacks what its seed declared is a degraded readiness: a
+// warning naming what is missing (and how to make it fail instead), while
+// CheckDeclared gives the same as the error of on_config_mismatch =
+// "fail". Checks that passed are silent; checks that could not run are
+// warnings but never an error.
+func TestCheckDeclaredMismatch(t *testing.T) {
+	t.Parallel()
+	rep, err := phonehome.ParseReport("application/json", []byte(`{"hostname": "web-1", "cloud_init": {"status": "done", "errors": []}, "checks": [
+		{"what": "IPv4 address", "expected": "10.0.2.15/24 on enp1s0 (52:54:00:12:34:56)", "found": "10.0.2.15/24", "ok": true},
+		{"what": "IPv4 default route", "expected": "via 10.0.2.2 on enp1s0 (52:54:00:12:34:56)", "found": "none", "ok": false},
+		{"what": "nameserver", "expected": "192.0.2.53", "found": "10.0.2.3 (/etc/resolv.conf)", "ok": false},
+		{"what": "search domain", "expected": "example.com", "found": "resolv.conf unreadable", "ok": null}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warns, err := Check("web-1", rep)
+	if err != nil {
+		t.Fatalf("a mismatch must not fail Check: %v", err)
+	}
+	want := "VM web-1 is not configured as its seed declared:\n" +
+		"  - no IPv4 default route via 10.0.2.2 on enp1s0 (52:54:00:12:34:56); found: none\n" +
+		"  - no nameserver 192.0.2.53; found: 10.0.2.3 (/etc/resolv.conf)\n" +
+		"Set on_config_mismatch = \"fail\" on the kohaku_vm to fail the create instead."
+	if len(warns) != 2 || warns[0] != want || warns[1] != "VM web-1: could not check search domain example.com: resolv.conf unreadable" {
+		t.Errorf("warnings:\n%s", strings.Join(warns, "\n---\n"))
+	}
+	err = CheckDeclared("web-1", rep)
+	var me *MismatchError
+	if !errors.As(err, &me) || len(me.Mismatches) != 2 || !strings.HasPrefix(err.Error(), "VM web-1 is not configured as its seed declared:\n  - no IPv4 default route via 10.0.2.2") {
+		t.Errorf("CheckDeclared = %v", err)
+	}
+
+	// A guest configured as declared: no warning, no error.
+	good, _ := phonehome.ParseReport("application/json", []byte(`{"hostname": "web-1", "checks": [{"what": "hostname", "expected": "web-1", "found": "web-1", "ok": true}]}`))
+	if w, err := Check("web-1", good); w != nil || err != nil || CheckDeclared("web-1", good) != nil {
+		t.Errorf("a guest configured as declared: %v %v", w, err)
+	}
+	// cloud-init's own failure wins over a mismatch.
+	failed, _ := phonehome.ParseReport("application/json", []byte(`{"hostname": "web-1", "cloud_init": {"status": "error", "errors": ["boom"]}, "checks": [{"what": "hostname", "expected": "web-1", "found": "x", "ok": false}]}`))
+	var ce *CloudInitError
+	if _, err := Check("web-1", failed); !errors.As(err, &ce) {
+		t.Errorf("cloud-init error lost: %v", err)
+	}
+}
+
+// pathAgent answers AgentReadFile per path: each path's replies in turn,
+// the last one repeated.
+type pathAgent struct {
+	replies map[string][]func() ([]byte, error)
+	calls   map[string]int
+}
+
+func (a *pathAgent) AgentReadFile(_ context.Context, _, path string, _ int) ([]byte, error) {
+	r := a.replies[path]
+	if len(r) == 0 {
+		return nil, errors.New("file not found in the guest")
+	}
+	i := a.calls[path]
+	a.calls[path]++
+	if i >= len(r) {
+		i = len(r) - 1
+	}
+	return r[i]()
+}
+
+// Through the guest agent a seed with the first-boot reporter gives the
+// same checks as the channel: once cloud-init finished, the reporter's
+// report is read from ReportFile (another seed's is ignored); without one
+// within the grace, cloud-init's result stands with a check saying the
+// declaration could not be checked.
+func TestPollGuestAgentReadsTheReporterReport(t *testing.T) {
+	done := `{"v1": {"datasource": "DataSourceNoCloud", "errors": []}}`
+	report := func(token string) string {
+		return `{"token": "` + token + `", "hostname": "web-1", "cloud_init": {"status": "done", "errors": []}, "routes": [{"destination": "10.0.2.0/24", "gateway": "", "interface": "enp1s0"}], "dns_servers": ["10.0.2.3"], "checks": [{"what": "IPv4 default route", "expected": "via 10.0.2.2 on enp1s0 (52:54:00:12:34:56)", "found": "none", "ok": false}]}`
+	}
+	token, other := "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd", "ZZCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd"
+	a := &pathAgent{calls: map[string]int{}, replies: map[string][]func() ([]byte, error){
+		ResultFile: {reply(done, nil)},
+		ReportFile: {reply("", errors.New("file not found in the guest")), reply(report(other), nil), reply(report(token), nil)},
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := PollGuestAgentReport(ctx, a, "web-1", 10*time.Millisecond, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.calls[ReportFile] != 3 || out.Report.Token != "" || len(out.Report.Routes) != 1 || len(out.Report.DNSServers) != 1 {
+		t.Errorf("calls %v, report %+v", a.calls, out.Report)
+	}
+	if err := CheckDeclared("web-1", out.Report); err == nil || !strings.Contains(err.Error(), "no IPv4 default route via 10.0.2.2") {
+		t.Errorf("CheckDeclared = %v", err)
+	}
+
+	// No reporter report within the grace.
+	old := reportGrace
+	reportGrace = 100 * time.Millisecond
+	defer func() { reportGrace = old }()
+	a = &pathAgent{calls: map[string]int{}, replies: map[string][]func() ([]byte, error){ResultFile: {reply(done, nil)}}}
+	out, err = PollGuestAgentReport(ctx, a, "web-1", 10*time.Millisecond, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warns, err := Check("web-1", out.Report)
+	if err != nil || len(warns) != 1 || !strings.Contains(warns[0], "could not check declared configuration: the first-boot reporter's /run/kohaku/report.json") {
+		t.Errorf("warnings %q, err %v", warns, err)
+	}
+	// No reporter in the seed: cloud-init's result at once, nothing checked.
+	a = &pathAgent{calls: map[string]int{}, replies: map[string][]func() ([]byte, error){ResultFile: {reply(done, nil)}}}
+	if out, err = PollGuestAgentReport(ctx, a, "web-1", 10*time.Millisecond, ""); err != nil || a.calls[ReportFile] != 0 || len(out.Report.Checks) != 0 {
+		t.Errorf("without a reporter: %v %v %+v", err, a.calls, out)
+	}
+}
