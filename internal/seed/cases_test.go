@@ -13,7 +13,7 @@ import (
 
 const (
 	keyEd25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGb3y8H6cXJmU0fYqWZ3Ydq0n8n1k6p3X2WcQe2r4k7T alice@laptop"
-	keyRSA     = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7kohakuExampleKeyOnlyForTests bob@ci"
+	keyRSA     = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQCy+Axn0Zo/baq1dc0XJ8VXbYWl/OdTYsHQAvCRWz3F8GpPh1D/7ueUZmkng2udtUSsaJcOuSzgHlgpohaZ/78nigErcWbZ/yx1umEkw6LQ0wIcWOr+E9LNuozT05PbNkZfRuTfEJMDVDYBLK4WQoW3oh/eqIlgfIuVMF3R2KjBoBgC6qjabuTuccZ6xywfuZCLpf2MoAVBOi/rR6qS5GBiNabYMQzbLelZUEVKVjDpxuawrmPn1/KpkNhMo0Ro4Ai+L7IQhNDnNPTV9tFKYS/IioA5UB/gETtaj+V4fdfrPvcSkGwXcPTxlpuDsiG8BUB04KNjfk2oXzibnLV7c78J bob@ci"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -127,8 +127,9 @@ func goldenSpecs() []namedSpec {
 		{"userdata-shell-merged", func(testing.TB) *Spec {
 			return &Spec{Name: "vm1", QEMUGuestAgent: true, UserData: []byte("#!/bin/bash\necho 'user script'\n")}
 		}},
-		{"userdata-binary-merged", func(testing.TB) *Spec {
-			return &Spec{Name: "vm1", QEMUGuestAgent: true, UserData: []byte("\x00\x01binary\xff\xfe")}
+		{"userdata-binary-merged", func(t testing.TB) *Spec {
+			// gzip is binary: the part goes base64-encoded.
+			return &Spec{Name: "vm1", QEMUGuestAgent: true, UserData: gz(t, []byte("#!/bin/sh\necho from gzip\n"))}
 		}},
 		{"userdata-mime-single-merged", func(testing.TB) *Spec {
 			return &Spec{Name: "vm1", QEMUGuestAgent: true, UserData: []byte("Content-Type: text/x-shellscript\nMIME-Version: 1.0\n\n#!/bin/sh\necho single\n")}

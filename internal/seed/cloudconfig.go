@@ -42,9 +42,13 @@ func mountFstabLine(m Mount) string {
 	return fmt.Sprintf("%s %s %s %s 0 0", m.Tag, m.Path, fstype, strings.Join(opts, ","))
 }
 
-// mountCommands are the runcmd lines that load the modules, create the
-// mount points, add the fstab lines (idempotently: a new instance id runs
-// them again) and mount the shares now, so they are there at first boot.
+// mountCommands are the bootcmd lines that load the modules, create the
+// mount points, add the fstab lines (with nofail) and mount the shares.
+// bootcmd runs on every boot in cloud-init's network stage, before
+// write_files, users, scripts-user (the user's shell-script parts and
+// boothook-less scripts) and runcmd, so every piece of user code finds the
+// shares mounted; on later boots fstab mounts them too. The lines are
+// idempotent since they run on every boot.
 //
 // cloud-init's own mounts: module is not used for shares: it only keeps
 // entries whose first field is a block device it can find under /sys/block
@@ -74,6 +78,51 @@ func mountCommands(mounts []Mount) []string {
 		)
 	}
 	return cmds
+}
+
+// resolvConfCommands are the bootcmd lines that put the declared DNS
+// servers and search domains into /etc/resolv.conf on guests where nothing
+// else would: cloud-init hands them to the renderer, and only resolvconf
+// reads ENI's dns-nameservers/dns-search while only systemd-resolved reads
+// netplan's and networkd's. A symlinked resolv.conf (systemd-resolved,
+// resolvconf) or an installed resolvconf is left alone. Name servers
+// already in the file (e.g. from a DHCP NIC) are kept after the declared
+// ones.
+func resolvConfCommands(nics []nicPlan) []string {
+	var ns, search []string
+	seen := map[string]bool{}
+	for _, n := range nics {
+		for _, a := range n.nameservers {
+			if !seen[a.String()] {
+				seen[a.String()] = true
+				ns = append(ns, a.String())
+			}
+		}
+		for _, d := range n.search {
+			if !seen["search "+d] {
+				seen["search "+d] = true
+				search = append(search, d)
+			}
+		}
+	}
+	if len(ns) == 0 && len(search) == 0 {
+		return nil
+	}
+	// Addresses and domain names are validated: no shell quoting needed.
+	var b strings.Builder
+	b.WriteString("if [ ! -L /etc/resolv.conf ] && ! command -v resolvconf >/dev/null 2>&1; then { echo '# written by kohaku from the seed (no resolvconf or systemd-resolved)';")
+	for _, a := range ns {
+		b.WriteString(" echo 'nameserver " + a + "';")
+	}
+	if len(search) > 0 {
+		b.WriteString(" echo 'search " + strings.Join(search, " ") + "';")
+	}
+	b.WriteString(" grep -s '^nameserver' /etc/resolv.conf")
+	for _, a := range ns {
+		b.WriteString(" | grep -vx 'nameserver " + a + "'")
+	}
+	b.WriteString("; } > /etc/resolv.conf.kohaku; mv /etc/resolv.conf.kohaku /etc/resolv.conf; fi")
+	return []string{b.String()}
 }
 
 // nvidiaCommands installs the kernel headers, then downloads and runs the
@@ -188,7 +237,7 @@ func renderCloudConfig(pl *plan) ([]byte, error) {
 		files.Content = append(files.Content, fm.node())
 	}
 	if rep := s.reporter(); rep != nil {
-		for _, f := range reporterFiles(rep) {
+		for _, f := range reporterFiles(rep, expectation(pl)) {
 			files.Content = append(files.Content, newMap().
 				set("path", ystr(f.Path)).
 				set("content", ystr(string(f.Content))).
@@ -209,8 +258,12 @@ func renderCloudConfig(pl *plan) ([]byte, error) {
 		m.set("packages", ystrs(NVIDIAPackages))
 	}
 
+	boot := append(mountCommands(s.Mounts), resolvConfCommands(pl.nics)...)
+	if len(boot) > 0 {
+		m.set("bootcmd", ystrs(boot))
+	}
+
 	var run []string
-	run = append(run, mountCommands(s.Mounts)...)
 	if s.QEMUGuestAgent {
 		run = append(run, "systemctl enable --now qemu-guest-agent")
 	}

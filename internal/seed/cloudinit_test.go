@@ -20,9 +20,9 @@ import (
 // merging code.
 //
 // The cloud-init on PATH (Debian 12: 22.4) is always used. More versions
-// can be added with KOHAKU_CLOUD_INIT_ROOTS, a colon-separated list of
-// directories holding an unpacked cloud-init .deb (e.g. Debian 13's 25.1:
-// `apt-get download cloud-init && dpkg-deb -x cloud-init_*.deb DIR`).
+// come from KOHAKU_CLOUD_INIT_ROOTS, a colon-separated list of directories
+// holding an unpacked cloud-init .deb: the GNUmakefile sets it to Debian 13's
+// 25.1 as internal/acctest/cloudinit/fetch.sh unpacks it (`make tools`).
 
 type cloudInit struct {
 	name   string   // for subtest names
@@ -220,8 +220,19 @@ func TestCloudInitMerge(t *testing.T) {
 				t.Errorf("user's script part changed: %q", m.Payload[1])
 			}
 			run := toStrings(m.Merged["runcmd"])
-			if len(run) == 0 || !strings.HasPrefix(run[0], "modprobe -a 9p") || run[len(run)-1] != "echo from-terraform-cloud-config" {
+			if len(run) == 0 || run[len(run)-1] != "echo from-terraform-cloud-config" {
 				t.Errorf("runcmd: generated commands must come first and the user's last, got %q", run)
+			}
+			// Shares are mounted from bootcmd, which runs before
+			// write_files, scripts-user (the script part) and runcmd.
+			boot := toStrings(m.Merged["bootcmd"])
+			if len(boot) == 0 || !strings.HasPrefix(boot[0], "modprobe -a 9p") {
+				t.Errorf("bootcmd must start with the share mounts, got %q", boot)
+			}
+			for _, c := range run {
+				if strings.Contains(c, "mount ") || strings.Contains(c, "/etc/fstab") {
+					t.Errorf("runcmd still mounts shares: %q", c)
+				}
 			}
 			if files := m.Merged["write_files"]; files == nil {
 				t.Error("the user's write_files were lost in the merge")

@@ -8,18 +8,32 @@ import (
 	"net/netip"
 )
 
-// Default routes are written the way both cloud-init 22.4 (Debian 12) and
-// 25.x (Debian 13) render correctly with every renderer:
+// How the documents are written, checked against cloud-init's own renderers
+// of both generations (Debian 12's 22.4 and Debian 13's 25.1: see
+// TestCloudInitRenderers and docs/resources/seed.md):
 //
-//   - IPv4: routes: [{to: 0.0.0.0/0, via: GW}]. "to: default" is rejected
-//     by the ENI, networkd and sysconfig renderers of both versions
-//     ("Address default is not a valid ip address"); only netplan
-//     passthrough takes it.
-//   - IPv6: gateway6: GW. "to: ::/0" is rendered as a route to ::/64 by
-//     22.4 (LP #2003562, fixed in 23.1), and gateway6 is still read by 25.x.
-//
-// ConfigDrive's network_data.json carries both as routes with network
-// 0.0.0.0/:: and netmask 0.0.0.0/::, which both versions render correctly.
+//   - Default gateways are gateway4/gateway6 (NoCloud) and a "gateway" on the
+//     network (ConfigDrive), never a default route. Both become a subnet
+//     gateway in cloud-init's network state, which ENI writes as a plain
+//     "gateway" line (ifupdown applies it with ip(8)), netplan as a default
+//     route and networkd as [Route] Gateway=. A route (routes: to 0.0.0.0/0,
+//     or a ConfigDrive route to 0.0.0.0/0 or ::/0) is written by ENI, in 22.4
+//     and 25.1 alike, as "post-up route add ... || true", which needs
+//     net-tools' route(8) and silently does nothing without it (cloud-init
+//     issue 6250). "to: default" is rejected by 22.4's renderers, and in 22.4
+//     "to: ::/0" became a route to ::/64 (LP #2003562, fixed in 23.1).
+//     The cost: cloud-init 25.x logs gateway4/gateway6 as DEPRECATED
+//     (removal announced for 27.4), so a Debian 13 guest with a static
+//     gateway reports extended_status "degraded done". ConfigDrive's
+//     network "gateway" has no such warning.
+//   - DNS servers and search domains go on each NIC that declares them
+//     (nameservers:, ConfigDrive dns_nameservers/dns_search on the NIC's
+//     first network), and ConfigDrive lists the servers once more as "dns"
+//     services, as the format defines them. What applies them is the guest's
+//     resolver stack, not cloud-init: ENI writes dns-nameservers/dns-search,
+//     which only resolvconf reads; netplan and networkd hand them to
+//     systemd-resolved. For guests with neither, the generated cloud-config
+//     writes them into /etc/resolv.conf from bootcmd (resolvConfCommands).
 
 // renderNetplan renders the NoCloud network-config (netplan v2 syntax, as
 // cloud-init accepts it) for the structured NICs.
@@ -44,9 +58,7 @@ func renderNetplan(nics []nicPlan) ([]byte, error) {
 			e.set("addresses", as)
 		}
 		if n.gw4.IsValid() {
-			e.set("routes", yseq(newMap().
-				set("to", ystr("0.0.0.0/0")).
-				set("via", ystr(n.gw4.String())).node()))
+			e.set("gateway4", ystr(n.gw4.String()))
 		}
 		if n.gw6.IsValid() {
 			e.set("gateway6", ystr(n.gw6.String()))
@@ -78,21 +90,20 @@ type ndLink struct {
 	Name string `json:"name,omitempty"`
 }
 
-type ndRoute struct {
-	Network string `json:"network"`
-	Netmask string `json:"netmask"`
-	Gateway string `json:"gateway"`
-}
-
+// ndNetwork is one entry of "networks". gateway, dns_nameservers and
+// dns_search are keys cloud-init copies into its network state as they are
+// (openstack.convert_net_json, 22.4 and 25.1 alike); the format itself
+// carries routes and services.
 type ndNetwork struct {
-	ID        string    `json:"id"`
-	Type      string    `json:"type"`
-	Link      string    `json:"link"`
-	NetworkID string    `json:"network_id"`
-	IPAddress string    `json:"ip_address,omitempty"`
-	Netmask   string    `json:"netmask,omitempty"`
-	Routes    []ndRoute `json:"routes,omitempty"`
-	DNSSearch []string  `json:"dns_search,omitempty"`
+	ID             string   `json:"id"`
+	Type           string   `json:"type"`
+	Link           string   `json:"link"`
+	NetworkID      string   `json:"network_id"`
+	IPAddress      string   `json:"ip_address,omitempty"`
+	Netmask        string   `json:"netmask,omitempty"`
+	Gateway        string   `json:"gateway,omitempty"`
+	DNSNameservers []string `json:"dns_nameservers,omitempty"`
+	DNSSearch      []string `json:"dns_search,omitempty"`
 }
 
 type ndService struct {
@@ -117,9 +128,9 @@ func netmask(p netip.Prefix) string {
 
 // renderNetworkData renders ConfigDrive v2 network_data.json: one "phy"
 // link per NIC keyed by MAC, one network per DHCP family and per static
-// address, the default routes on the first network of their family, and the
-// name servers as dns services. dns_search is a cloud-init extension of the
-// format (it reads it from each network).
+// address, each gateway on the network whose subnet holds it, the NIC's DNS
+// servers and search domains on its first network, and every DNS server
+// once more as a dns service.
 func renderNetworkData(nics []nicPlan) ([]byte, error) {
 	nd := networkData{Links: []ndLink{}, Networks: []ndNetwork{}, Services: []ndService{}}
 	seenNS := map[netip.Addr]bool{}
@@ -146,13 +157,16 @@ func renderNetworkData(nics []nicPlan) ([]byte, error) {
 			}
 			switch i {
 			case gw4At:
-				nw.Routes = []ndRoute{{Network: "0.0.0.0", Netmask: "0.0.0.0", Gateway: n.gw4.String()}}
+				nw.Gateway = n.gw4.String()
 			case gw6At:
-				nw.Routes = []ndRoute{{Network: "::", Netmask: "::", Gateway: n.gw6.String()}}
+				nw.Gateway = n.gw6.String()
 			}
 			add(nw)
 		}
-		if len(n.search) > 0 && len(nd.Networks) > first {
+		if len(nd.Networks) > first {
+			for _, ns := range n.nameservers {
+				nd.Networks[first].DNSNameservers = append(nd.Networks[first].DNSNameservers, ns.String())
+			}
 			nd.Networks[first].DNSSearch = n.search
 		}
 		for _, ns := range n.nameservers {

@@ -131,7 +131,7 @@ func renderDocuments(pl *plan) (*documents, error) {
 		total += len(b)
 	}
 	if total > MaxSeedBytes {
-		return nil, &ValidationError{Path: "spec", Problem: fmt.Sprintf("the rendered seed is %d bytes, more than %d (MaxSeedBytes)", total, MaxSeedBytes), Example: "put large files on a shared folder (mounts)"}
+		return nil, invalid("spec", fmt.Sprintf("the rendered seed is %d bytes, more than %d (MaxSeedBytes)", total, MaxSeedBytes), "put large files on a shared folder (mounts)", nil)
 	}
 	return &documents{files: files, instanceID: instanceID, merged: merged}, nil
 }

@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 )
 
 // Where the first-boot reporter lives in the guest.
@@ -14,7 +17,6 @@ const (
 	ReporterScriptPath = "/usr/local/lib/kohaku/report.py"
 	ReporterConfigPath = "/etc/kohaku/report.json"
 	ReporterUnitPath   = "/etc/systemd/system/kohaku-report.service"
-	ReporterChannel    = "org.kohaku.report.0"
 )
 
 //go:embed reporter.py
@@ -111,10 +113,84 @@ func DerivedReportToken(s *Spec) string {
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:24])
 }
 
+// Expectation is what the seed declared, as the reporter checks it against
+// what the guest has (the "expect" of its configuration).
+type Expectation struct {
+	// Hostname the guest should have (empty: not checked).
+	Hostname string `json:"hostname,omitempty"`
+	// NICs declared by the structured network configuration.
+	NICs []ExpectedNIC `json:"nics,omitempty"`
+	// Nameservers and Search domains declared on any NIC, each of which
+	// should be in use.
+	Nameservers []string `json:"nameservers,omitempty"`
+	Search      []string `json:"search,omitempty"`
+	// Mounts are the shares' mount points.
+	Mounts []string `json:"mounts,omitempty"`
+}
+
+// ExpectedNIC is one declared NIC, found in the guest by its MAC.
+type ExpectedNIC struct {
+	MAC string `json:"mac"`
+	// Name is the set_name, preferred when several interfaces share the MAC.
+	Name      string   `json:"name,omitempty"`
+	Addresses []string `json:"addresses,omitempty"`
+	DHCP4     bool     `json:"dhcp4,omitempty"`
+	DHCP6     bool     `json:"dhcp6,omitempty"`
+	Gateway4  string   `json:"gateway4,omitempty"`
+	Gateway6  string   `json:"gateway6,omitempty"`
+}
+
+// expectation is what a validated spec declares. A raw network_config is
+// not read: only the structured network is checked.
+func expectation(pl *plan) Expectation {
+	var e Expectation
+	e.Hostname = pl.hostname
+	if e.Hostname == "" && pl.spec.FQDN != "" {
+		e.Hostname, _, _ = strings.Cut(pl.spec.FQDN, ".")
+	}
+	seen := map[string]bool{}
+	add := func(list *[]string, v string) {
+		if !seen[v] {
+			seen[v] = true
+			*list = append(*list, v)
+		}
+	}
+	if len(pl.spec.NetworkConfig) == 0 {
+		for _, n := range pl.nics {
+			x := ExpectedNIC{MAC: n.mac, Name: n.setName, DHCP4: n.dhcp4, DHCP6: n.dhcp6}
+			for _, a := range n.addrs {
+				x.Addresses = append(x.Addresses, a.String())
+			}
+			if n.gw4.IsValid() {
+				x.Gateway4 = n.gw4.String()
+			}
+			if n.gw6.IsValid() {
+				x.Gateway6 = n.gw6.String()
+			}
+			e.NICs = append(e.NICs, x)
+			for _, ns := range n.nameservers {
+				add(&e.Nameservers, ns.String())
+			}
+			for _, d := range n.search {
+				add(&e.Search, d)
+			}
+		}
+	}
+	for _, m := range pl.spec.Mounts {
+		add(&e.Mounts, m.Path)
+	}
+	return e
+}
+
 // reporterFiles are the script, its configuration (holding the token, so
-// readable by root only) and the systemd unit.
-func reporterFiles(r *reporter) []File {
-	cfg, _ := json.Marshal(map[string]string{"url": r.URL, "token": r.Token, "channel": ReporterChannel})
+// readable by root only, and what the seed declared) and the systemd unit.
+func reporterFiles(r *reporter, expect Expectation) []File {
+	cfg, _ := json.Marshal(struct {
+		URL     string      `json:"url"`
+		Token   string      `json:"token"`
+		Channel string      `json:"channel"`
+		Expect  Expectation `json:"expect"`
+	}{r.URL, r.Token, phonehome.ReportChannel, expect})
 	return []File{
 		{Path: ReporterScriptPath, Content: reporterScript, Permissions: "0755"},
 		{Path: ReporterConfigPath, Content: append(cfg, '\n'), Permissions: "0600"},

@@ -37,6 +37,7 @@ func runReporter(t *testing.T, dir, url, statusJSON string, env ...string) ([]by
 		"KOHAKU_REPORT_CONFIG="+filepath.Join(dir, "report.json"),
 		"KOHAKU_REPORT_PORT="+filepath.Join(dir, "port"),
 		"KOHAKU_REPORT_STATE="+filepath.Join(dir, "state"),
+		"KOHAKU_REPORT_SAVE="+filepath.Join(dir, "run", "report.json"),
 		"KOHAKU_REPORT_INSTANCE="+filepath.Join(dir, "instance-id"),
 		"KOHAKU_REPORT_STATUS_CMD=cat "+filepath.Join(dir, "status.json"),
 	)

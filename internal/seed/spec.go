@@ -60,6 +60,12 @@ const (
 	MaxWriteFilesBytes = 16 << 20
 	// MaxSeedBytes caps the sum of every rendered document.
 	MaxSeedBytes = 64 << 20
+	// MaxVolumeBytes caps a seed volume as stored: every rendered document
+	// (MaxSeedBytes) plus the ISO9660 structures around them. It is the one
+	// limit on reading a seed back: kohaku_seed checks its volume and
+	// kohaku_vm reads its MACs and report token with it, so any seed that
+	// could be created can be used.
+	MaxVolumeBytes = MaxSeedBytes + 1<<20
 )
 
 // Spec is everything a seed is rendered from. Only plain Go types, so a

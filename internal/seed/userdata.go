@@ -160,6 +160,7 @@ func decodeUserData(s *Spec, p *problems) *userInput {
 		u.plain, u.gzipped = plain, true
 	}
 	u.mime = looksMIME(u.plain)
+	checkUserDataFormat(u, path, p)
 	checkUserData(u, path, p)
 	return u
 }

@@ -63,7 +63,7 @@ func TestUserDataUnchangedWithoutGeneratedContent(t *testing.T) {
 	}{
 		{"gzip+base64 MIME from cloudinit_config", &Spec{Name: "vm1", UserDataBase64: b64, Hostname: "h", PublicKeys: []string{keyRSA}}, raw},
 		{"plain text", &Spec{Name: "vm1", UserData: []byte("#!/bin/sh\r\necho crlf kept\r\n")}, []byte("#!/bin/sh\r\necho crlf kept\r\n")},
-		{"binary", &Spec{Name: "vm1", UserData: []byte{0, 1, 2, 0xff}}, []byte{0, 1, 2, 0xff}},
+		{"binary (gzip)", &Spec{Name: "vm1", UserData: gz(t, []byte("#cloud-config\n"))}, gz(t, []byte("#cloud-config\n"))},
 		{"configdrive", &Spec{Name: "vm1", Format: FormatConfigDrive, UserDataBase64: b64}, raw},
 	}
 	for _, tc := range cases {
@@ -96,8 +96,7 @@ func TestUserDataMerged(t *testing.T) {
 		{"shell script", []byte("#!/bin/bash\necho hi\n"), []string{"text/x-shellscript", "text/cloud-config"}, 1},
 		{"cloud-config without trailing newline", []byte("#cloud-config\nruncmd: [x]"), []string{"text/cloud-config", "text/cloud-config"}, 1},
 		{"boothook", []byte("#cloud-boothook\necho early\n"), []string{"text/cloud-boothook", "text/cloud-config"}, 1},
-		{"unknown text", []byte("just words\n"), []string{"text/x-not-multipart", "text/cloud-config"}, 1},
-		{"binary", []byte{0xff, 0, 0xfe}, []string{"text/x-not-multipart", "text/cloud-config"}, 1},
+		{"jinja template", []byte("## template: jinja\n#cloud-config\nruncmd: [x]\n"), []string{"text/jinja2", "text/cloud-config"}, 1},
 		{"CRLF text goes base64", []byte("#!/bin/sh\r\necho\r\n"), []string{"text/x-shellscript", "text/cloud-config"}, 1},
 		{"gzip cloud-config", gz(t, []byte("#cloud-config\nruncmd: [x]\n")), []string{"text/cloud-config", "text/cloud-config"}, 1},
 		{"cloudinit_config MIME is flattened", tfDoc, []string{"text/cloud-config", "text/x-shellscript", "text/cloud-config"}, 2},

@@ -37,7 +37,7 @@ func TestValidationErrors(t *testing.T) {
 		{"instance id spaces", func(s *Spec) { s.InstanceID = "a b" }, "instance_id", "without spaces"},
 		{"hostname bad", func(s *Spec) { s.Hostname = "under_score" }, "hostname", "not a valid host name"},
 		{"fqdn no dot", func(s *Spec) { s.FQDN = "host" }, "fqdn", "not a fully qualified"},
-		{"public key multi-line", func(s *Spec) { s.PublicKeys = []string{"ssh-rsa AAA\nssh-rsa BBB"} }, "public_keys[0]", "one-line OpenSSH"},
+		{"public key multi-line", func(s *Spec) { s.PublicKeys = []string{"ssh-rsa AAA\nssh-rsa BBB"} }, "public_keys[0]", "spans several lines"},
 		{"meta key empty", func(s *Spec) { s.MetaData = map[string]string{"": "x"} }, `meta_data[""]`, "non-empty"},
 		{"user name missing", func(s *Spec) { s.User = &User{} }, "user.name", "is required"},
 		{"user root", func(s *Spec) { s.User = &User{Name: "root"} }, "user.name", "root_authorized_keys"},
@@ -139,7 +139,7 @@ func TestValidationErrors(t *testing.T) {
 			}
 			var found bool
 			for _, ve := range ValidationErrors(err) {
-				if ve.Path == tc.path && strings.Contains(ve.Problem, tc.problem) {
+				if ve.Path.String() == tc.path && strings.Contains(ve.Problem, tc.problem) {
 					found = true
 					if ve.Example == "" {
 						t.Errorf("%s: no example of a right value", ve.Path)
@@ -163,12 +163,12 @@ func TestValidationErrorFormat(t *testing.T) {
 	if len(ves) != 2 {
 		t.Fatalf("want 2 errors (bad CIDR, gateway outside), got %d: %v", len(ves), err)
 	}
-	want := `network[0].gateway4: 10.0.3.1 is outside every IPv4 subnet of this NIC (10.0.2.0/24) (example: an address inside 10.0.2.0/24)`
+	want := `network[0].gateway4: 10.0.3.1 is outside every IPv4 subnet of this NIC (10.0.2.0/24) (for example an address inside 10.0.2.0/24)`
 	if got := ves[1].Error(); got != want {
 		t.Errorf("Error() =\n%s\nwant\n%s", got, want)
 	}
 	if !strings.HasPrefix(ves[0].Error(), `network[0].addresses[1]: "10.0.2.300/24" is not an address in CIDR notation: `) ||
-		!strings.HasSuffix(ves[0].Error(), `(example: "10.0.2.15/24" or "2001:db8::5/64")`) {
+		!strings.HasSuffix(ves[0].Error(), `(for example "10.0.2.15/24" or "2001:db8::5/64")`) {
 		t.Errorf("Error() = %s", ves[0].Error())
 	}
 	if ves[0].Unwrap() == nil {
