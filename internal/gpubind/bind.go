@@ -1,0 +1,239 @@
+package gpubind
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+)
+
+// Host is what binding needs from a libvirt host. *virt.Client is one.
+type Host interface {
+	PCINodeDevices(ctx context.Context) ([]string, error)
+	NodeDeviceXML(ctx context.Context, name string) (string, error)
+	DetachNodeDevice(ctx context.Context, name, driver string) error
+	ReattachNodeDevice(ctx context.Context, name string) error
+	PCIHostdevUsers(ctx context.Context) (map[string][]string, error)
+}
+
+var _ Host = (*virt.Client)(nil)
+
+// Binder applies binding plans on one host. Log, when set, hears of every
+// function moved.
+type Binder struct {
+	Host Host
+	Log  func(msg string, fields map[string]any)
+}
+
+func (b Binder) log(msg string, fields map[string]any) {
+	if b.Log != nil {
+		b.Log(msg, fields)
+	}
+}
+
+// Bound is a function after binding, with its original driver.
+type Bound struct {
+	*vfio.Device
+	Original string
+}
+
+// BindError is a function that could not be bound; Rollback says what
+// happened to the functions bound before it.
+type BindError struct {
+	Binding  vfio.Binding
+	Err      error
+	Rollback string
+}
+
+func (e *BindError) Error() string {
+	b := e.Binding
+	return fmt.Sprintf("%s (%s, was on %s): %v. %s", b.Address, b.ClassName(), DriverOrNone(b.OriginalDriver), e.Err, e.Rollback)
+}
+
+func (e *BindError) Unwrap() error { return e.Err }
+
+// DriverOrNone names a driver, or says there is none.
+func DriverOrNone(d string) string {
+	if d == "" {
+		return "no driver"
+	}
+	return d
+}
+
+// Inventory reads every PCI node device of the host.
+func (b Binder) Inventory(ctx context.Context) (*vfio.Inventory, error) {
+	docs, err := b.Host.PCINodeDevices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return vfio.ParseInventory(docs)
+}
+
+// ReadDevice reads one PCI function; one the host does not have yields an
+// error wrapping virt.ErrNotFound.
+func (b Binder) ReadDevice(ctx context.Context, a vfio.Address) (*vfio.Device, error) {
+	doc, err := b.Host.NodeDeviceXML(ctx, vfio.NodeDeviceName(a))
+	if err != nil {
+		return nil, err
+	}
+	return vfio.ParseDevice(doc)
+}
+
+// UsersError is a failure to learn which domains use the functions.
+type UsersError struct{ Err error }
+
+func (e *UsersError) Error() string { return e.Err.Error() }
+func (e *UsersError) Unwrap() error { return e.Err }
+
+// CheckNotInUse refuses, with a *vfio.InUseError, when a running domain
+// passes one of the functions through; a failure to ask is a *UsersError.
+func (b Binder) CheckNotInUse(ctx context.Context, addrs []vfio.Address) error {
+	raw, err := b.Host.PCIHostdevUsers(ctx)
+	if err != nil {
+		return &UsersError{Err: err}
+	}
+	users := map[vfio.Address][]string{}
+	for s, doms := range raw {
+		if a, err := vfio.ParseAddress(s); err == nil {
+			users[a] = doms
+		}
+	}
+	return vfio.CheckNotInUse(addrs, users)
+}
+
+// Bind detaches each function of the plan to vfio-pci and checks it landed
+// there; functions already on vfio-pci keep their recorded original driver.
+// On a failure it gives back, in reverse order, what it had bound, and the
+// *BindError says what happened to each function.
+func (b Binder) Bind(ctx context.Context, plan []vfio.Binding) ([]Bound, error) {
+	var done []Bound
+	for _, fn := range plan {
+		if fn.AlreadyBound {
+			done = append(done, Bound{Device: fn.Device, Original: fn.OriginalDriver})
+			continue
+		}
+		err := b.Host.DetachNodeDevice(ctx, vfio.NodeDeviceName(fn.Address), "vfio")
+		var after *vfio.Device
+		if err == nil {
+			after, err = b.ReadDevice(ctx, fn.Address)
+			switch {
+			case err != nil:
+				// Detached, but where it is now is unknown: it is given
+				// back with the others.
+				done = append(done, Bound{Device: fn.Device, Original: fn.OriginalDriver})
+			case after.Driver != vfio.DriverVFIO:
+				err = fmt.Errorf("libvirt reported success but the function is on %s, not vfio-pci (is the vfio-pci module available on the host? modprobe vfio-pci)", DriverOrNone(after.Driver))
+			}
+		}
+		if err != nil {
+			return nil, &BindError{Binding: fn, Err: err, Rollback: b.GiveBack(ctx, done, plan)}
+		}
+		b.log("bound a PCI function to vfio-pci", map[string]any{"address": fn.Address.String(), "original_driver": fn.OriginalDriver})
+		done = append(done, Bound{Device: after, Original: fn.OriginalDriver})
+	}
+	return done, nil
+}
+
+// GiveBack reattaches the functions this operation bound (not those that
+// were on vfio-pci before it) and says how it went.
+func (b Binder) GiveBack(ctx context.Context, done []Bound, plan []vfio.Binding) string {
+	already := map[vfio.Address]bool{}
+	for _, fn := range plan {
+		already[fn.Address] = fn.AlreadyBound
+	}
+	var ok, failed []string
+	for _, f := range slices.Backward(done) {
+		if already[f.Address] {
+			continue // it was on vfio-pci before: leave it there
+		}
+		if err := b.Host.ReattachNodeDevice(ctx, vfio.NodeDeviceName(f.Address)); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v (give it back with virsh nodedev-reattach %s)", f.Address, err, vfio.NodeDeviceName(f.Address)))
+			continue
+		}
+		ok = append(ok, f.Address.String())
+	}
+	switch {
+	case len(failed) > 0:
+		return "Rolling back FAILED, these functions are still on vfio-pci: " + strings.Join(failed, "; ")
+	case len(ok) > 0:
+		return "The functions bound before it were given back to the host (" + strings.Join(ok, ", ") + "); nothing was changed."
+	}
+	return "Nothing was changed."
+}
+
+// Rebind binds the plan's functions found off vfio-pci again and returns
+// every function of the plan with its original driver: known (by address)
+// records what each had before Kohaku first bound it; a function without a
+// record keeps the driver it was found on.
+func (b Binder) Rebind(ctx context.Context, p []vfio.Binding, known map[string]string) ([]Bound, error) {
+	var toBind []vfio.Binding
+	for _, fn := range p {
+		if !fn.AlreadyBound {
+			toBind = append(toBind, fn)
+		}
+	}
+	newly, err := b.Bind(ctx, toBind)
+	if err != nil {
+		return nil, err
+	}
+	fresh := map[vfio.Address]Bound{}
+	for _, f := range newly {
+		fresh[f.Address] = f
+	}
+	var bound []Bound
+	for _, fn := range p {
+		if f, ok := fresh[fn.Address]; ok {
+			if o, had := known[fn.Address.String()]; had {
+				f.Original = o
+			}
+			bound = append(bound, f)
+			continue
+		}
+		bound = append(bound, Bound{Device: fn.Device, Original: known[fn.Address.String()]})
+	}
+	return bound, nil
+}
+
+// NeedsBinding reports whether some function of the plan is off vfio-pci.
+func NeedsBinding(p []vfio.Binding) bool {
+	for _, fn := range p {
+		if !fn.AlreadyBound {
+			return true
+		}
+	}
+	return false
+}
+
+// Release gives every function back to the host, last first. A function
+// already back on a host driver, or gone from the host, is fine; notes say
+// what is unusual (a function gone, or back on another driver than
+// original records), failed what is still on vfio-pci and why.
+func (b Binder) Release(ctx context.Context, addrs []vfio.Address, original map[vfio.Address]string) (notes, failed []string) {
+	for _, a := range slices.Backward(addrs) {
+		dev, err := b.ReadDevice(ctx, a)
+		if errors.Is(err, virt.ErrNotFound) {
+			notes = append(notes, fmt.Sprintf("%s is no longer on the host", a))
+			continue
+		}
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: reading its state: %v", a, err))
+			continue
+		}
+		if dev.Driver != vfio.DriverVFIO {
+			continue // given back already
+		}
+		if err := b.Host.ReattachNodeDevice(ctx, vfio.NodeDeviceName(a)); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", a, err))
+			continue
+		}
+		b.log("gave a PCI function back to the host", map[string]any{"address": a.String()})
+		if after, err := b.ReadDevice(ctx, a); err == nil && original[a] != "" && after.Driver != original[a] {
+			notes = append(notes, fmt.Sprintf("%s is back on the host with driver %s, not its original %s", a, DriverOrNone(after.Driver), original[a]))
+		}
+	}
+	return notes, failed
+}

@@ -1,0 +1,76 @@
+package vmlife
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+)
+
+// Doomed is a VM to delete.
+type Doomed struct {
+	Ref virt.DomainRef
+	// Overlay is the overlay volume the state records, if any.
+	Overlay *domain.VolumeRef
+	// Protected are volumes never to delete whatever the domain's metadata
+	// says: the base image, an existing boot volume, the seed.
+	Protected []domain.VolumeRef
+	// Grace is how long the guest gets to power off before it is forced.
+	Grace time.Duration
+}
+
+// Deleted says how a delete went, beyond success.
+type Deleted struct {
+	// Forced is set when the guest did not power off within Grace.
+	Forced bool
+	// Spared are owned volumes left alone because they are protected.
+	Spared []domain.VolumeRef
+}
+
+// Delete shuts the domain down (ACPI, forced off after Grace), undefines it
+// with its NVRAM and deletes the volumes it owns, never a protected one. A
+// domain already gone leaves only its volumes to delete. Failures are
+// *StepError.
+func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
+	out := &Deleted{}
+	var owned []domain.VolumeRef
+	if d.Overlay != nil {
+		owned = append(owned, *d.Overlay)
+	}
+	if d.Ref.UUID != "" {
+		view, err := Read(ctx, h, d.Ref, d.Overlay, false)
+		switch {
+		case errors.Is(err, virt.ErrDomainNotFound):
+			// Already gone: only its volumes may be left.
+		case err != nil:
+			return out, stepErr("read the domain", err)
+		default:
+			for _, v := range view.Owned {
+				if !ContainsVolume(owned, v) {
+					owned = append(owned, v)
+				}
+			}
+			how, err := h.StopDomain(ctx, d.Ref, d.Grace)
+			if err != nil {
+				return out, stepErr("shut down", err)
+			}
+			out.Forced = how == virt.StopForced && d.Grace > 0
+			if err := h.UndefineDomain(context.WithoutCancel(ctx), d.Ref); err != nil {
+				return out, stepErr("undefine", err)
+			}
+		}
+	}
+	for _, v := range owned {
+		if ContainsVolume(d.Protected, v) {
+			out.Spared = append(out.Spared, v)
+			continue
+		}
+		if err := h.RemoveVolume(context.WithoutCancel(ctx), v.Pool, v.Volume); err != nil {
+			return out, stepErr("delete the overlay volume", fmt.Errorf("%w. The domain is gone; delete the volume by hand (virsh vol-delete --pool %s %s)", err, v.Pool, v.Volume))
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,289 @@
+package vmlife
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+)
+
+// fakeHost is a libvirt host in memory: domains by name, volumes by
+// pool/name, and a failure to inject per operation. It records every
+// operation in order.
+type fakeHost struct {
+	mu        sync.Mutex
+	transport string
+	domains   map[string]*fakeDomain
+	volumes   map[string]*virt.VolumeDetail
+	seeds     map[string][]byte
+	nodeDevs  map[string]string
+	fail      map[string]error // operation -> error it returns
+	// startsDead makes StartDomain succeed while the domain stays off.
+	startsDead bool
+	ops        []string
+}
+
+type fakeDomain struct {
+	ref       virt.DomainRef
+	xml       string
+	active    bool
+	autostart bool
+}
+
+func newFakeHost() *fakeHost {
+	return &fakeHost{
+		transport: virt.TransportTCP,
+		domains:   map[string]*fakeDomain{},
+		volumes:   map[string]*virt.VolumeDetail{},
+		seeds:     map[string][]byte{},
+		nodeDevs:  map[string]string{},
+		fail:      map[string]error{},
+	}
+}
+
+func (h *fakeHost) op(name string) error {
+	h.ops = append(h.ops, name)
+	return h.fail[name]
+}
+
+func (h *fakeHost) addVolume(pool, name, format string, capacity int64) {
+	h.volumes[pool+"/"+name] = &virt.VolumeDetail{Pool: pool, Name: name, Path: "/pools/" + pool + "/" + name, Format: format, CapacityBytes: capacity}
+}
+
+func (h *fakeHost) byRef(ref virt.DomainRef) *fakeDomain {
+	for _, d := range h.domains {
+		if d.ref.UUID == ref.UUID {
+			return d
+		}
+	}
+	return nil
+}
+
+func (h *fakeHost) Endpoint() virt.Endpoint {
+	return virt.Endpoint{Raw: "fake", Transport: h.transport}
+}
+
+func (h *fakeHost) LookupDomain(_ context.Context, name string) (virt.DomainRef, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("LookupDomain"); err != nil {
+		return virt.DomainRef{}, err
+	}
+	if d, ok := h.domains[name]; ok {
+		return d.ref, nil
+	}
+	return virt.DomainRef{}, fmt.Errorf("domain %s: %w", name, virt.ErrDomainNotFound)
+}
+
+func (h *fakeHost) ReadDomain(_ context.Context, ref virt.DomainRef) (*virt.DomainStatus, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("ReadDomain"); err != nil {
+		return nil, err
+	}
+	d := h.byRef(ref)
+	if d == nil {
+		return nil, fmt.Errorf("domain %s: %w", ref, virt.ErrDomainNotFound)
+	}
+	st := &virt.DomainStatus{DomainRef: d.ref, XML: d.xml, Active: d.active, Autostart: d.autostart, State: libvirt.DomainShutoff}
+	if d.active {
+		st.State = libvirt.DomainRunning
+	}
+	return st, nil
+}
+
+func (h *fakeHost) DefineDomain(_ context.Context, name, xml string) (virt.DomainRef, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("DefineDomain"); err != nil {
+		return virt.DomainRef{}, err
+	}
+	if d, ok := h.domains[name]; ok {
+		d.xml = xml
+		return d.ref, nil
+	}
+	ref := virt.DomainRef{Name: name, UUID: fmt.Sprintf("00000000-0000-4000-8000-%012d", len(h.domains)+1)}
+	h.domains[name] = &fakeDomain{ref: ref, xml: xml}
+	return ref, nil
+}
+
+func (h *fakeHost) StartDomain(_ context.Context, ref virt.DomainRef) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("StartDomain"); err != nil {
+		return err
+	}
+	if d := h.byRef(ref); d != nil {
+		d.active = !h.startsDead
+		return nil
+	}
+	return virt.ErrDomainNotFound
+}
+
+func (h *fakeHost) SetAutostart(_ context.Context, ref virt.DomainRef, on bool) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("SetAutostart"); err != nil {
+		return err
+	}
+	if d := h.byRef(ref); d != nil {
+		d.autostart = on
+		return nil
+	}
+	return virt.ErrDomainNotFound
+}
+
+func (h *fakeHost) StopDomain(_ context.Context, ref virt.DomainRef, _ time.Duration) (virt.StopResult, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("StopDomain"); err != nil {
+		return 0, err
+	}
+	d := h.byRef(ref)
+	if d == nil || !d.active {
+		return virt.StopNotRunning, nil
+	}
+	d.active = false
+	return virt.StopGraceful, nil
+}
+
+func (h *fakeHost) UndefineDomain(_ context.Context, ref virt.DomainRef) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("UndefineDomain"); err != nil {
+		return err
+	}
+	if d := h.byRef(ref); d != nil {
+		delete(h.domains, d.ref.Name)
+	}
+	return nil
+}
+
+func (h *fakeHost) VolumeInfo(_ context.Context, pool, name string) (*virt.VolumeDetail, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("VolumeInfo"); err != nil {
+		return nil, err
+	}
+	if v, ok := h.volumes[pool+"/"+name]; ok {
+		c := *v
+		return &c, nil
+	}
+	return nil, fmt.Errorf("pool %s has no volume %q: %w", pool, name, virt.ErrNotFound)
+}
+
+func (h *fakeHost) VolumeByPath(_ context.Context, path string) (string, string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("VolumeByPath"); err != nil {
+		return "", "", err
+	}
+	for _, v := range h.volumes {
+		if v.Path == path {
+			return v.Pool, v.Name, nil
+		}
+	}
+	return "", "", virt.ErrNotFound
+}
+
+func (h *fakeHost) CreateOverlay(_ context.Context, pool, name, basePool, baseName string, capacity int64) (*virt.VolumeDetail, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("CreateOverlay"); err != nil {
+		return nil, err
+	}
+	base, ok := h.volumes[basePool+"/"+baseName]
+	if !ok {
+		return nil, fmt.Errorf("pool %s has no volume %q", basePool, baseName)
+	}
+	if capacity == 0 {
+		capacity = base.CapacityBytes
+	}
+	v := &virt.VolumeDetail{Pool: pool, Name: name, Path: "/pools/" + pool + "/" + name, Format: "qcow2", CapacityBytes: capacity, BackingPath: base.Path}
+	h.volumes[pool+"/"+name] = v
+	c := *v
+	return &c, nil
+}
+
+func (h *fakeHost) RemoveVolume(_ context.Context, pool, name string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("RemoveVolume"); err != nil {
+		return err
+	}
+	delete(h.volumes, pool+"/"+name)
+	return nil
+}
+
+func (h *fakeHost) DownloadVolume(_ context.Context, pool, name string, max int64) ([]byte, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("DownloadVolume"); err != nil {
+		return nil, err
+	}
+	b, ok := h.seeds[pool+"/"+name]
+	if !ok {
+		return nil, virt.ErrNotFound
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("volume %s/%s is %d bytes, more than the %d read", pool, name, len(b), max)
+	}
+	return b, nil
+}
+
+func (h *fakeHost) NodeDeviceXML(_ context.Context, name string) (string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("NodeDeviceXML"); err != nil {
+		return "", err
+	}
+	if x, ok := h.nodeDevs[name]; ok {
+		return x, nil
+	}
+	return "", fmt.Errorf("node device %s: %w", name, virt.ErrNotFound)
+}
+
+// state is what the host holds, for comparing before and after.
+func (h *fakeHost) state() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var parts []string
+	for n, d := range h.domains {
+		parts = append(parts, fmt.Sprintf("domain %s active=%t autostart=%t", n, d.active, d.autostart))
+	}
+	for k := range h.volumes {
+		parts = append(parts, "volume "+k)
+	}
+	sortStrings(parts)
+	return strings.Join(parts, "\n")
+}
+
+func sortStrings(s []string) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+var _ Host = (*fakeHost)(nil)
+
+// lost is a connection lost mid-call: the call's outcome is unknown.
+func lost(op string) error {
+	return &virt.ConnectionError{Endpoint: virt.Endpoint{Raw: "fake", Transport: virt.TransportTCP}, Op: op, Err: errors.New("connection reset")}
+}
+
+// testSpec is a small VM with an overlay disk.
+func testSpec(name string) domain.Spec {
+	return domain.Spec{
+		Name: name, Type: domain.TypeQEMU, VCPU: 1, MemoryMiB: 128,
+		Disk: &domain.Disk{Source: domain.Source{Pool: "default", Volume: name + "-root.qcow2"}, Format: domain.DiskQCOW2},
+	}
+}

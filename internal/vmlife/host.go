@@ -1,0 +1,42 @@
+package vmlife
+
+import (
+	"context"
+	"time"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+)
+
+// Host is what a VM's life needs from a libvirt host. *virt.Client is one.
+type Host interface {
+	Endpoint() virt.Endpoint
+
+	LookupDomain(ctx context.Context, nameOrUUID string) (virt.DomainRef, error)
+	ReadDomain(ctx context.Context, ref virt.DomainRef) (*virt.DomainStatus, error)
+	DefineDomain(ctx context.Context, name, xml string) (virt.DomainRef, error)
+	StartDomain(ctx context.Context, ref virt.DomainRef) error
+	SetAutostart(ctx context.Context, ref virt.DomainRef, on bool) error
+	StopDomain(ctx context.Context, ref virt.DomainRef, grace time.Duration) (virt.StopResult, error)
+	UndefineDomain(ctx context.Context, ref virt.DomainRef) error
+
+	VolumeInfo(ctx context.Context, pool, name string) (*virt.VolumeDetail, error)
+	VolumeByPath(ctx context.Context, path string) (pool, name string, err error)
+	CreateOverlay(ctx context.Context, pool, name, basePool, baseName string, capacity int64) (*virt.VolumeDetail, error)
+	RemoveVolume(ctx context.Context, pool, name string) error
+	DownloadVolume(ctx context.Context, pool, name string, max int64) ([]byte, error)
+
+	NodeDeviceXML(ctx context.Context, name string) (string, error)
+}
+
+var _ Host = (*virt.Client)(nil)
+
+// StepError is a step of a VM's life that failed.
+type StepError struct {
+	Step string // what was being done, e.g. "define the domain"
+	Err  error
+}
+
+func (e *StepError) Error() string { return e.Step + ": " + e.Err.Error() }
+func (e *StepError) Unwrap() error { return e.Err }
+
+func stepErr(step string, err error) *StepError { return &StepError{Step: step, Err: err} }

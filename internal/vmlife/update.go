@@ -1,0 +1,186 @@
+package vmlife
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+)
+
+// Change is an in-place update of a VM.
+type Change struct {
+	Ref virt.DomainRef
+	// Want is the VM as planned; Prior is the spec the state describes.
+	Want  Want
+	Prior domain.Spec
+	// Overlay is the overlay volume the state records, if any.
+	Overlay *domain.VolumeRef
+	// Recorded are the GPU groups create or the last update recorded.
+	Recorded  GPUGroups
+	Running   bool
+	Autostart bool
+	// Grace is how long the guest gets to power off before it is forced.
+	Grace time.Duration
+	// Record stores the GPU groups: called before anything changes (with
+	// the recorded ones merged with the newly read), and with the new
+	// groups alone once the update is done.
+	Record func(GPUGroups)
+	// Warn receives notes for the user.
+	Warn func(string)
+}
+
+// UpdateError is an update that failed at Step.
+type UpdateError struct {
+	Step string
+	Err  error
+	// Unchanged says the host was not touched.
+	Unchanged bool
+	// View is the domain as it is after the failure, when it could be read,
+	// so the state can start from the truth.
+	View *View
+}
+
+func (e *UpdateError) Error() string { return e.Step + ": " + e.Err.Error() }
+func (e *UpdateError) Unwrap() error { return e.Err }
+
+// Power is what an update does to a domain's run state.
+type Power struct {
+	Stop bool
+	Step string // as an UpdateError names it
+}
+
+// Restarts is the run-state part of an update: what to do to a domain that
+// is active (or not) when the plan wants it running (or not) and the
+// definition was redefined (or not). Only a running domain that stays
+// running and was redefined is restarted; a definition change of a stopped
+// domain applies at its next start.
+func Restarts(want, active, redefined bool) []Power {
+	switch {
+	case want && active && redefined:
+		return []Power{{Stop: true, Step: "stop the domain to apply the new definition"}, {Step: "start the domain with the new definition"}}
+	case want && !active:
+		return []Power{{Step: "start the domain"}}
+	case !want && active:
+		return []Power{{Stop: true, Step: "stop the domain"}}
+	}
+	return nil
+}
+
+// DefinitionChanged reports whether the planned spec changes what the domain
+// definition holds, and so needs a redefine (and a restart if it runs). It
+// compares specs, so moving a device between gpus and hostdevs, or spelling
+// an address differently, is no change.
+//
+// The plan's gpus entries count with their whole groups (groups), and the
+// prior's PCI devices are the ones the domain has (observed): after an
+// import all of them are hostdevs, and moving them to gpus redefines nothing.
+func DefinitionChanged(want, prior domain.Spec, groups GPUGroups, observed []string) bool {
+	want.Hostdevs = groups.Hostdevs(want.Hostdevs)
+	prior.Hostdevs = observed
+	return domain.Hash(want) != domain.Hash(prior)
+}
+
+// Update brings the domain to the plan: the GPU groups are read anew, the
+// domain is redefined (same UUID, same disk) when its definition changes,
+// then stopped, started or restarted as Restarts says, and its autostart
+// set. A domain that no longer exists yields an error wrapping
+// virt.ErrDomainNotFound; any other failure is an *UpdateError.
+func Update(ctx context.Context, h Host, ch Change) (*View, error) {
+	record, warn := ch.Record, ch.Warn
+	if record == nil {
+		record = func(GPUGroups) {}
+	}
+	if warn == nil {
+		warn = func(string) {}
+	}
+	groups := ch.Recorded
+	fail := func(step string, err error) error {
+		e := &UpdateError{Step: step, Err: err}
+		if view, rerr := Read(context.WithoutCancel(ctx), h, ch.Ref, ch.Overlay, false); rerr == nil {
+			view.GPUGroups = groups
+			e.View = view
+		}
+		return e
+	}
+	view, err := Read(ctx, h, ch.Ref, ch.Overlay, false)
+	if errors.Is(err, virt.ErrDomainNotFound) {
+		return nil, fmt.Errorf("%w: it was removed outside Terraform since the last refresh; run terraform apply again to create it anew", err)
+	}
+	if err != nil {
+		return nil, fail("read the domain", err)
+	}
+	// A redefine or start is not abandoned halfway; the graceful
+	// shutdown's wait is what the update's deadline bounds.
+	steady := context.WithoutCancel(ctx)
+
+	// Each gpus entry brings the functions of its IOMMU group that its
+	// binding moved to vfio-pci, read anew: the group is the host's to tell.
+	planned, warnings, err := ExpandGPUs(ctx, ch.Want.GPUs, HostPCIReader(h))
+	for _, w := range warnings {
+		warn(w)
+	}
+	if err != nil {
+		return nil, &UpdateError{Step: StepGPUs, Err: err, Unchanged: true}
+	}
+	// Recorded before anything changes, so a refresh after a failed step
+	// attributes whichever devices the domain then has.
+	groups = groups.Merged(planned)
+	record(groups)
+	redefine := DefinitionChanged(ch.Want.Spec, ch.Prior, planned, view.Observed.Spec.Hostdevs)
+	if redefine {
+		w := ch.Want
+		w.Spec.UUID = ch.Ref.UUID
+		w.Spec.Disk = view.Observed.Spec.Disk // disk changes replace the VM
+		w.Spec.Owner.Volumes = nil
+		if view.Overlay != nil {
+			w.Spec.Owner.Volumes = []domain.VolumeRef{*view.Overlay}
+		}
+		w.DiskMode, w.InspectSeed = "", false
+		r, err := Resolve(ctx, h, w, planned, false)
+		var se *StepError
+		switch {
+		case errors.As(err, &se) && se.Step == StepShares:
+			return nil, &UpdateError{Step: se.Step, Err: se.Err, Unchanged: true}
+		case errors.As(err, &se):
+			return nil, fail(se.Step, se.Err)
+		}
+		xml, err := domain.Marshal(r.Spec)
+		if err != nil {
+			return nil, fail("build the domain XML", err)
+		}
+		if _, err := h.DefineDomain(steady, r.Spec.Name, xml); err != nil {
+			return nil, fail("redefine the domain", err)
+		}
+	}
+
+	for _, p := range Restarts(ch.Running, view.Status.Active, redefine) {
+		var err error
+		if p.Stop {
+			_, err = h.StopDomain(ctx, ch.Ref, ch.Grace)
+		} else {
+			err = h.StartDomain(steady, ch.Ref)
+		}
+		if err != nil {
+			return nil, fail(p.Step, err)
+		}
+	}
+	if ch.Autostart != view.Status.Autostart {
+		if err := h.SetAutostart(steady, ch.Ref, ch.Autostart); err != nil {
+			return nil, fail("set autostart", err)
+		}
+	}
+
+	view, err = Read(steady, h, ch.Ref, ch.Overlay, false)
+	if err != nil {
+		return nil, fail("read the domain back", err)
+	}
+	view.GPUGroups = planned
+	record(planned)
+	if ch.Running && !view.Status.Active {
+		return nil, fail("start the domain", stoppedAtOnce(view))
+	}
+	return view, nil
+}
