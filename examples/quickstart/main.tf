@@ -56,7 +56,7 @@ variable "domain_type" {
 variable "ssh_public_key" {
   description = "Key that may log in as kohaku."
   type        = string
-  default     = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleKeyOnlyForTheDocs0000000000000000 you@laptop"
+  default     = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJfaz/mJ/6BFYscLuJLZ6JlVggOhzDZ+dRREhnzJc1sZ you@laptop"
 }
 
 # No phone_home block: the guest reports ready over its libvirt channel

@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
-	"sort"
 	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/setvalidator"
-	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -24,6 +21,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
@@ -42,40 +40,6 @@ func newGPUBindingResource() resource.Resource { return &gpuBindingResource{} }
 type gpuBindingResource struct {
 	data *providerData
 }
-
-type gpuBindingModel struct {
-	ID                  types.String `tfsdk:"id"`
-	Host                types.String `tfsdk:"host"`
-	Address             types.String `tfsdk:"address"`
-	Functions           types.Set    `tfsdk:"functions"`
-	AllowOtherClasses   types.Bool   `tfsdk:"allow_other_classes"`
-	NVIDIADriverVersion types.String `tfsdk:"nvidia_driver_version"`
-	IOMMUGroup          types.Int64  `tfsdk:"iommu_group"`
-	FunctionDetails     types.List   `tfsdk:"function_details"`
-}
-
-// gpuFunctionModel is one element of function_details.
-type gpuFunctionModel struct {
-	Address        types.String `tfsdk:"address"`
-	Class          types.String `tfsdk:"class"`
-	ClassName      types.String `tfsdk:"class_name"`
-	VendorID       types.String `tfsdk:"vendor_id"`
-	ProductID      types.String `tfsdk:"product_id"`
-	OriginalDriver types.String `tfsdk:"original_driver"`
-	CurrentDriver  types.String `tfsdk:"current_driver"`
-}
-
-var gpuFunctionAttrTypes = map[string]attr.Type{
-	"address":         types.StringType,
-	"class":           types.StringType,
-	"class_name":      types.StringType,
-	"vendor_id":       types.StringType,
-	"product_id":      types.StringType,
-	"original_driver": types.StringType,
-	"current_driver":  types.StringType,
-}
-
-var gpuFunctionType = types.ObjectType{AttrTypes: gpuFunctionAttrTypes}
 
 func (r *gpuBindingResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_gpu_binding"
@@ -184,7 +148,7 @@ func (r *gpuBindingResource) ModifyPlan(ctx context.Context, req resource.Modify
 		var drifted []string
 		for _, d := range details {
 			if d.CurrentDriver.ValueString() != vfio.DriverVFIO {
-				drifted = append(drifted, fmt.Sprintf("%s is on %s", d.Address.ValueString(), driverOrNone(d.CurrentDriver.ValueString())))
+				drifted = append(drifted, fmt.Sprintf("%s is on %s", d.Address.ValueString(), gpubind.DriverOrNone(d.CurrentDriver.ValueString())))
 			}
 		}
 		if plan.NVIDIADriverVersion.IsUnknown() {
@@ -241,15 +205,17 @@ func (r *gpuBindingResource) Create(ctx context.Context, req resource.CreateRequ
 	if !ok {
 		return
 	}
-	if !checkNotInUse(ctx, c, p.Addresses(), target, &resp.Diagnostics) {
+	binder := newBinder(ctx, c)
+	if !checkNotInUse(ctx, binder, p.Addresses(), target, &resp.Diagnostics) {
 		return
 	}
 	// The NVIDIA version is read while the host driver still holds the card.
 	if plan.NVIDIADriverVersion.IsUnknown() {
 		plan.NVIDIADriverVersion = r.nvidiaVersion(ctx, c, inv.Lookup(target), &resp.Diagnostics)
 	}
-	bound, ok := bindFunctions(ctx, c, target, p.Bind, &resp.Diagnostics)
-	if !ok {
+	bound, err := binder.Bind(ctx, p.Bind)
+	if err != nil {
+		addError(&resp.Diagnostics, "Binding "+target.String()+" to vfio-pci failed", err)
 		return
 	}
 	plan.ID = types.StringValue(bindingID(plan.Host.ValueString(), target))
@@ -276,7 +242,7 @@ func (r *gpuBindingResource) Read(ctx context.Context, req resource.ReadRequest,
 	if c == nil {
 		return
 	}
-	inv, err := loadPCIInventory(ctx, c)
+	inv, err := newBinder(ctx, c).Inventory(ctx)
 	if err != nil {
 		addError(&resp.Diagnostics, "Reading the host's PCI devices", err)
 		return
@@ -303,9 +269,9 @@ func (r *gpuBindingResource) Read(ctx context.Context, req resource.ReadRequest,
 			addBindingPlanError(&resp.Diagnostics, target, err)
 			return
 		}
-		bound := make([]boundFunction, 0, len(p.Bind))
+		bound := make([]gpubind.Bound, 0, len(p.Bind))
 		for _, b := range p.Bind {
-			bound = append(bound, boundFunction{Device: b.Device, Original: b.OriginalDriver})
+			bound = append(bound, gpubind.Bound{Device: b.Device, Original: b.OriginalDriver})
 		}
 		state.FunctionDetails = gpuDetailsList(bound)
 		if state.Functions.IsNull() || state.Functions.IsUnknown() {
@@ -361,38 +327,19 @@ func (r *gpuBindingResource) Update(ctx context.Context, req resource.UpdateRequ
 			known[d.Address.ValueString()] = o
 		}
 	}
-	var toBind []vfio.Binding
-	for _, b := range p.Bind {
-		if !b.AlreadyBound {
-			toBind = append(toBind, b)
-		}
-	}
-	if len(toBind) > 0 {
-		if !checkNotInUse(ctx, c, p.Addresses(), target, &resp.Diagnostics) {
+	binder := newBinder(ctx, c)
+	if gpubind.NeedsBinding(p.Bind) {
+		if !checkNotInUse(ctx, binder, p.Addresses(), target, &resp.Diagnostics) {
 			return
 		}
 		if plan.NVIDIADriverVersion.IsUnknown() {
 			plan.NVIDIADriverVersion = r.nvidiaVersion(ctx, c, inv.Lookup(target), &resp.Diagnostics)
 		}
 	}
-	newly, ok := bindFunctions(ctx, c, target, toBind, &resp.Diagnostics)
-	if !ok {
+	bound, err := binder.Rebind(ctx, p.Bind, known)
+	if err != nil {
+		addError(&resp.Diagnostics, "Binding "+target.String()+" to vfio-pci failed", err)
 		return
-	}
-	fresh := map[vfio.Address]boundFunction{}
-	for _, b := range newly {
-		fresh[b.Address] = b
-	}
-	var bound []boundFunction
-	for _, b := range p.Bind {
-		if f, ok := fresh[b.Address]; ok {
-			if o, had := known[b.Address.String()]; had {
-				f.Original = o
-			}
-			bound = append(bound, f)
-			continue
-		}
-		bound = append(bound, boundFunction{Device: b.Device, Original: known[b.Address.String()]})
 	}
 	if plan.NVIDIADriverVersion.IsUnknown() {
 		plan.NVIDIADriverVersion = state.NVIDIADriverVersion
@@ -431,33 +378,11 @@ func (r *gpuBindingResource) Delete(ctx context.Context, req resource.DeleteRequ
 	if len(addrs) == 0 {
 		addrs = []vfio.Address{target}
 	}
-	if !checkNotInUse(ctx, c, addrs, target, &resp.Diagnostics) {
+	binder := newBinder(ctx, c)
+	if !checkNotInUse(ctx, binder, addrs, target, &resp.Diagnostics) {
 		return
 	}
-	var failed, notes []string
-	for _, a := range slices.Backward(addrs) {
-		name := vfio.NodeDeviceName(a)
-		dev, err := readPCIDevice(ctx, c, name)
-		if errors.Is(err, virt.ErrNotFound) {
-			notes = append(notes, fmt.Sprintf("%s is no longer on the host", a))
-			continue
-		}
-		if err != nil {
-			failed = append(failed, fmt.Sprintf("%s: reading its state: %v", a, err))
-			continue
-		}
-		if dev.Driver != vfio.DriverVFIO {
-			continue // given back already
-		}
-		if err := c.ReattachNodeDevice(ctx, name); err != nil {
-			failed = append(failed, fmt.Sprintf("%s: %v", a, err))
-			continue
-		}
-		tflog.Info(ctx, "gave a PCI function back to the host", map[string]any{"address": a.String()})
-		if after, err := readPCIDevice(ctx, c, name); err == nil && original[a] != "" && after.Driver != original[a] {
-			notes = append(notes, fmt.Sprintf("%s is back on the host with driver %s, not its original %s", a, driverOrNone(after.Driver), original[a]))
-		}
-	}
+	notes, failed := binder.Release(ctx, addrs, original)
 	if len(notes) > 0 {
 		resp.Diagnostics.AddWarning("GPU binding "+state.ID.ValueString()+" given back with remarks", strings.Join(notes, "; ")+".")
 	}
@@ -524,23 +449,6 @@ func bindingInputs(ctx context.Context, m *gpuBindingModel, diags *diag.Diagnost
 	return target, opts, !diags.HasError()
 }
 
-// loadPCIInventory reads every PCI node device of the host.
-func loadPCIInventory(ctx context.Context, c *virt.Client) (*vfio.Inventory, error) {
-	docs, err := c.PCINodeDevices(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return vfio.ParseInventory(docs)
-}
-
-func readPCIDevice(ctx context.Context, c *virt.Client, name string) (*vfio.Device, error) {
-	doc, err := c.NodeDeviceXML(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return vfio.ParseDevice(doc)
-}
-
 // addBindingPlanError turns a refusal of the planner into a diagnostic on the
 // attribute the user can change.
 func addBindingPlanError(diags *diag.Diagnostics, target vfio.Address, err error) {
@@ -567,89 +475,6 @@ func addBindingPlanError(diags *diag.Diagnostics, target vfio.Address, err error
 	}
 }
 
-// checkNotInUse refuses when a running domain passes one of the functions through.
-func checkNotInUse(ctx context.Context, c *virt.Client, addrs []vfio.Address, target vfio.Address, diags *diag.Diagnostics) bool {
-	raw, err := c.PCIHostdevUsers(ctx)
-	if err != nil {
-		addError(diags, "Checking which domains use "+target.String(), err)
-		return false
-	}
-	users := map[vfio.Address][]string{}
-	for s, doms := range raw {
-		if a, err := vfio.ParseAddress(s); err == nil {
-			users[a] = doms
-		}
-	}
-	if err := vfio.CheckNotInUse(addrs, users); err != nil {
-		diags.AddError("GPU "+target.String()+" is in use", err.Error())
-		return false
-	}
-	return true
-}
-
-// boundFunction is a function after binding, with its original driver.
-type boundFunction struct {
-	*vfio.Device
-	Original string
-}
-
-// bindFunctions detaches each function to vfio-pci and checks it landed there. On a
-// failure it gives back, in reverse order, what it had bound, and says what
-// happened to each function.
-func bindFunctions(ctx context.Context, c *virt.Client, target vfio.Address, plan []vfio.Binding, diags *diag.Diagnostics) ([]boundFunction, bool) {
-	var done []boundFunction
-	for _, b := range plan {
-		name := vfio.NodeDeviceName(b.Address)
-		if b.AlreadyBound {
-			done = append(done, boundFunction{Device: b.Device, Original: b.OriginalDriver})
-			continue
-		}
-		err := c.DetachNodeDevice(ctx, name, "vfio")
-		var after *vfio.Device
-		if err == nil {
-			after, err = readPCIDevice(ctx, c, name)
-			if err == nil && after.Driver != vfio.DriverVFIO {
-				err = fmt.Errorf("libvirt reported success but the function is on %s, not vfio-pci (is the vfio-pci module available on the host? modprobe vfio-pci)", driverOrNone(after.Driver))
-			}
-		}
-		if err != nil {
-			rollback := giveBackFunctions(ctx, c, done, plan)
-			addError(diags, "Binding "+target.String()+" to vfio-pci failed",
-				fmt.Errorf("%s (%s, was on %s): %w. %s", b.Address, b.ClassName(), driverOrNone(b.OriginalDriver), err, rollback))
-			return nil, false
-		}
-		tflog.Info(ctx, "bound a PCI function to vfio-pci", map[string]any{"address": b.Address.String(), "original_driver": b.OriginalDriver})
-		done = append(done, boundFunction{Device: after, Original: b.OriginalDriver})
-	}
-	return done, true
-}
-
-// giveBackFunctions reattaches the functions this operation bound and reports how it went.
-func giveBackFunctions(ctx context.Context, c *virt.Client, done []boundFunction, plan []vfio.Binding) string {
-	already := map[vfio.Address]bool{}
-	for _, b := range plan {
-		already[b.Address] = b.AlreadyBound
-	}
-	var ok, failed []string
-	for _, f := range slices.Backward(done) {
-		if already[f.Address] {
-			continue // it was on vfio-pci before: leave it there
-		}
-		if err := c.ReattachNodeDevice(ctx, vfio.NodeDeviceName(f.Address)); err != nil {
-			failed = append(failed, fmt.Sprintf("%s: %v (give it back with virsh nodedev-reattach %s)", f.Address, err, vfio.NodeDeviceName(f.Address)))
-			continue
-		}
-		ok = append(ok, f.Address.String())
-	}
-	switch {
-	case len(failed) > 0:
-		return "Rolling back FAILED, these functions are still on vfio-pci: " + strings.Join(failed, "; ")
-	case len(ok) > 0:
-		return "The functions bound before it were given back to the host (" + strings.Join(ok, ", ") + "); nothing was changed."
-	}
-	return "Nothing was changed."
-}
-
 // nvidiaVersion reads the host's NVIDIA driver version for an NVIDIA card,
 // or returns null when there is none to read (with a warning when it could
 // not be read at all).
@@ -672,97 +497,10 @@ func (r *gpuBindingResource) nvidiaVersion(ctx context.Context, c *virt.Client, 
 	return types.StringNull()
 }
 
-func driverOrNone(d string) string {
-	if d == "" {
-		return "no driver"
-	}
-	return d
-}
-
-func pciAddressSet(addrs []vfio.Address) types.Set {
-	vals := make([]attr.Value, 0, len(addrs))
-	for _, a := range addrs {
-		vals = append(vals, types.StringValue(a.String()))
-	}
-	return types.SetValueMust(types.StringType, vals)
-}
-
-func gpuFunctionDetails(ctx context.Context, l types.List, diags *diag.Diagnostics) []gpuFunctionModel {
-	if l.IsNull() || l.IsUnknown() {
-		return nil
-	}
-	var out []gpuFunctionModel
-	diags.Append(l.ElementsAs(ctx, &out, false)...)
-	return out
-}
-
-func gpuDetailsList(bound []boundFunction) types.List {
-	sort.Slice(bound, func(i, j int) bool { return bound[i].Address.Compare(bound[j].Address) < 0 })
-	models := make([]gpuFunctionModel, 0, len(bound))
-	for _, b := range bound {
-		models = append(models, gpuFunctionModel{
-			Address:        types.StringValue(b.Address.String()),
-			Class:          types.StringValue(b.ClassHex()),
-			ClassName:      types.StringValue(b.ClassName()),
-			VendorID:       types.StringValue(fmt.Sprintf("%04x", b.VendorID)),
-			ProductID:      types.StringValue(fmt.Sprintf("%04x", b.ProductID)),
-			OriginalDriver: types.StringValue(b.Original),
-			CurrentDriver:  types.StringValue(b.Driver),
-		})
-	}
-	return gpuDetailsFromModels(models)
-}
-
-func gpuDetailsFromModels(models []gpuFunctionModel) types.List {
-	vals := make([]attr.Value, 0, len(models))
-	for _, m := range models {
-		vals = append(vals, types.ObjectValueMust(gpuFunctionAttrTypes, map[string]attr.Value{
-			"address":         m.Address,
-			"class":           m.Class,
-			"class_name":      m.ClassName,
-			"vendor_id":       m.VendorID,
-			"product_id":      m.ProductID,
-			"original_driver": m.OriginalDriver,
-			"current_driver":  m.CurrentDriver,
-		}))
-	}
-	return types.ListValueMust(gpuFunctionType, vals)
-}
-
-// pciAddressValidator accepts DDDD:BB:SS.F.
-type pciAddressValidator struct{}
-
-var _ validator.String = pciAddressValidator{}
-
-func (pciAddressValidator) Description(context.Context) string {
-	return "a PCI address DDDD:BB:SS.F in lower-case hex, such as 0000:01:00.0"
-}
-
-func (v pciAddressValidator) MarkdownDescription(ctx context.Context) string {
-	return v.Description(ctx)
-}
-
-func (pciAddressValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	s := req.ConfigValue.ValueString()
-	a, err := vfio.ParseAddress(s)
-	if err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid PCI address", err.Error()+". lspci -D on the host prints the addresses; the kohaku_pci_devices data source lists them too.")
-		return
-	}
-	if a.String() != s {
-		// One spelling per device, so ids, imports and kohaku_vm agree.
-		resp.Diagnostics.AddAttributeError(req.Path, "PCI address not in canonical form",
-			fmt.Sprintf("Write %q as %q (lower-case hex, as lspci -D prints it).", s, a.String()))
-	}
-}
-
 // planOnHost reads the host's PCI devices and plans the binding of target:
 // what plan time, create and update each check against the host.
 func planOnHost(ctx context.Context, c *virt.Client, target vfio.Address, opts vfio.Options, diags *diag.Diagnostics) (*vfio.Inventory, *vfio.Plan, bool) {
-	inv, err := loadPCIInventory(ctx, c)
+	inv, err := newBinder(ctx, c).Inventory(ctx)
 	if err != nil {
 		addError(diags, "Reading the host's PCI devices", err)
 		return nil, nil, false
@@ -773,4 +511,24 @@ func planOnHost(ctx context.Context, c *virt.Client, target vfio.Address, opts v
 		return nil, nil, false
 	}
 	return inv, p, true
+}
+
+// newBinder applies binding plans on c, logging each function it moves.
+func newBinder(ctx context.Context, c *virt.Client) gpubind.Binder {
+	return gpubind.Binder{Host: c, Log: func(msg string, fields map[string]any) { tflog.Info(ctx, msg, fields) }}
+}
+
+// checkNotInUse refuses when a running domain passes one of the functions through.
+func checkNotInUse(ctx context.Context, b gpubind.Binder, addrs []vfio.Address, target vfio.Address, diags *diag.Diagnostics) bool {
+	err := b.CheckNotInUse(ctx, addrs)
+	var users *gpubind.UsersError
+	switch {
+	case errors.As(err, &users):
+		addError(diags, "Checking which domains use "+target.String(), users.Err)
+		return false
+	case err != nil:
+		diags.AddError("GPU "+target.String()+" is in use", err.Error())
+		return false
+	}
+	return true
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
+	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
 // Addresses are checked at plan time, before any host is asked.
@@ -58,7 +59,7 @@ func TestGPUBindingID(t *testing.T) {
 		t.Errorf("got %s", got)
 	}
 	// kohaku_vm reads the same id back.
-	if host, addr := parseGPUID(bindingID("gpu2", a)); host != "gpu2" || addr != "0000:af:00.1" {
+	if host, addr := vmlife.ParseGPUID(bindingID("gpu2", a)); host != "gpu2" || addr != "0000:af:00.1" {
 		t.Errorf("kohaku_vm reads %q %q", host, addr)
 	}
 }

@@ -115,7 +115,7 @@ func (d *pciDevicesDataSource) Read(ctx context.Context, req datasource.ReadRequ
 	if c == nil {
 		return
 	}
-	inv, err := loadPCIInventory(ctx, c)
+	inv, err := newBinder(ctx, c).Inventory(ctx)
 	if err != nil {
 		addError(&resp.Diagnostics, "Reading the host's PCI devices", err)
 		return

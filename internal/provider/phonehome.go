@@ -72,14 +72,7 @@ func resolvePhoneHome(m *phoneHomeModel) (*phoneHome, error) {
 
 // URL is the phone-home URL for a seed's token.
 func (ph *phoneHome) URL(token string) string {
-	return trimSlash(ph.baseURL) + phonehome.PathPrefix + token
-}
-
-func trimSlash(s string) string {
-	for len(s) > 0 && s[len(s)-1] == '/' {
-		s = s[:len(s)-1]
-	}
-	return s
+	return phonehome.URL(ph.baseURL, token)
 }
 
 // The listener is per process, shared by every provider configuration that

@@ -53,11 +53,17 @@ type sshModel struct {
 	KnownHostsVerify types.String `tfsdk:"known_hosts_verify"`
 	UseAgent         types.Bool   `tfsdk:"use_agent"`
 	Password         types.String `tfsdk:"password"`
+	PrivateKey       types.String `tfsdk:"private_key"`
+	KeyPassphrase    types.String `tfsdk:"private_key_passphrase"`
+	HostKey          types.String `tfsdk:"host_key"`
 }
 
 type tlsModel struct {
-	PKIPath  types.String `tfsdk:"pki_path"`
-	NoVerify types.Bool   `tfsdk:"no_verify"`
+	PKIPath    types.String `tfsdk:"pki_path"`
+	NoVerify   types.Bool   `tfsdk:"no_verify"`
+	CACert     types.String `tfsdk:"ca_cert"`
+	ClientCert types.String `tfsdk:"client_cert"`
+	ClientKey  types.String `tfsdk:"client_key"`
 }
 
 // providerData is what Configure hands to every resource and data source.
@@ -74,20 +80,41 @@ func (p *kohakuProvider) Metadata(_ context.Context, _ provider.MetadataRequest,
 
 func sshSchema() schema.SingleNestedAttribute {
 	return schema.SingleNestedAttribute{
-		Optional:    true,
-		Description: "Options for the `ssh` transport (`qemu+ssh://user@host/system`). Kohaku speaks SSH in-process and reaches libvirt's unix socket on the host through the SSH connection: no `ssh` binary, `nc` or `virt-ssh-helper` is needed. Values here win over the URI's `keyfile`, `known_hosts` and `known_hosts_verify` parameters.",
+		Optional: true,
+		Description: "Options for the `ssh` transport (`qemu+ssh://user@host/system`). Kohaku speaks SSH in-process and reaches libvirt's unix socket on the host through the SSH connection: no `ssh` binary, `nc` or `virt-ssh-helper` is needed. Values here win over the URI's `keyfile`, `known_hosts` and `known_hosts_verify` parameters. " +
+			"For runs with no files on disk (Terraform Cloud), give `private_key` and `host_key` as values; " + envNote,
 		Attributes: map[string]schema.Attribute{
 			"key_file": schema.StringAttribute{
 				Optional:    true,
-				Description: "Private key file to offer. Default: the `~/.ssh/id_ed25519`, `id_ecdsa` and `id_rsa` files that exist. Keys protected by a passphrase must be loaded into ssh-agent instead.",
+				Description: "Private key file to offer. Default: the `~/.ssh/id_ed25519`, `id_ecdsa` and `id_rsa` files that exist. Keys protected by a passphrase must be loaded into ssh-agent, or given as `private_key` with `private_key_passphrase`. Conflicts with `private_key`.",
+				Validators:  []validator.String{stringvalidator.ConflictsWith(sibling("private_key"))},
+			},
+			"private_key": schema.StringAttribute{
+				Optional:    true,
+				Sensitive:   true,
+				Description: "Private key to offer, as text (OpenSSH or PEM format, e.g. `file(\"~/.ssh/id_ed25519\")` or a sensitive variable). It is used instead of any key file, is never logged, and is not stored in state. Default: the `KOHAKU_SSH_PRIVATE_KEY` environment variable (default host only, when neither `private_key` nor `key_file` is set). Conflicts with `key_file`.",
+				Validators:  []validator.String{stringvalidator.ConflictsWith(sibling("key_file")), stringvalidator.LengthAtLeast(1)},
+			},
+			"private_key_passphrase": schema.StringAttribute{
+				Optional:    true,
+				Sensitive:   true,
+				Description: "Passphrase of an encrypted `private_key`. Default: the `KOHAKU_SSH_PRIVATE_KEY_PASSPHRASE` environment variable (default host only). Requires `private_key` (or `KOHAKU_SSH_PRIVATE_KEY`).",
+			},
+			"host_key": schema.StringAttribute{
+				Optional:    true,
+				Description: "The host's SSH public key, pinned: a line like `ssh-ed25519 AAAAC3Nz...` (the host's `/etc/ssh/ssh_host_ed25519_key.pub`) or known_hosts lines (the output of `ssh-keyscan`); any key given is accepted for this host and every other key is refused with the fingerprint seen. No known_hosts file is read or written. Default: the `KOHAKU_SSH_HOST_KEY` environment variable (default host only, when none of `host_key`, `known_hosts_file` and `known_hosts_verify` is set). Conflicts with `known_hosts_file` and `known_hosts_verify`.",
+				Validators: []validator.String{
+					stringvalidator.ConflictsWith(sibling("known_hosts_file"), sibling("known_hosts_verify")),
+					stringvalidator.LengthAtLeast(1),
+				},
 			},
 			"known_hosts_file": schema.StringAttribute{
 				Optional:    true,
-				Description: "known_hosts file the host's key is checked against. Default `~/.ssh/known_hosts`.",
+				Description: "known_hosts file the host's key is checked against. Default `~/.ssh/known_hosts`. Conflicts with `host_key`.",
 			},
 			"known_hosts_verify": schema.StringAttribute{
 				Optional:    true,
-				Description: "How the host key is checked: `normal` (default) refuses a host that is not in known_hosts and says which line to add; `auto` trusts a host on first use and records its key; `ignore` skips the check (insecure: only for throwaway hosts). A key that differs from the recorded one is always refused.",
+				Description: "How the host key is checked: `normal` (default) refuses a host that is not in known_hosts and says which line to add; `auto` trusts a host on first use and records its key; `ignore` skips the check (insecure: only for throwaway hosts). A key that differs from the recorded one is always refused. Conflicts with `host_key`.",
 				Validators:  []validator.String{stringvalidator.OneOf(virt.HostKeyNormal, virt.HostKeyAuto, virt.HostKeyIgnore)},
 			},
 			"use_agent": schema.BoolAttribute{
@@ -107,15 +134,40 @@ func tlsSchema() schema.SingleNestedAttribute {
 	return schema.SingleNestedAttribute{
 		Optional: true,
 		Description: "Options for the `tls` transport (`qemu+tls://host/system`). Values here win over the URI's `pkipath` and `no_verify` parameters. " +
-			"The TCP connect, the TLS handshake and libvirtd's check of the client certificate are all bounded by `dial_timeout`; a failure says which side refused which certificate file.",
+			"The TCP connect, the TLS handshake and libvirtd's check of the client certificate are all bounded by `dial_timeout`; a failure says which side refused which certificate. " +
+			"For runs with no files on disk (Terraform Cloud), give `ca_cert`, `client_cert` and `client_key` as values; " + envNote,
 		Attributes: map[string]schema.Attribute{
 			"pki_path": schema.StringAttribute{
 				Optional:    true,
-				Description: "Directory with `cacert.pem`, `clientcert.pem` and `clientkey.pem`. Default: `~/.pki/libvirt`, then `/etc/pki/libvirt` and `/etc/pki/CA`, as libvirt's own client looks.",
+				Description: "Directory with `cacert.pem`, `clientcert.pem` and `clientkey.pem`. Default: `~/.pki/libvirt`, then `/etc/pki/libvirt` and `/etc/pki/CA`, as libvirt's own client looks. Conflicts with `ca_cert`, `client_cert` and `client_key`.",
 			},
 			"no_verify": schema.BoolAttribute{
 				Optional:    true,
-				Description: "Skip verification of the server certificate (insecure). Default `false`.",
+				Description: "Skip verification of the server certificate (insecure). Default `false`. Conflicts with `ca_cert`.",
+			},
+			"ca_cert": schema.StringAttribute{
+				Optional:    true,
+				Description: "PEM text of the CA certificate that signed libvirtd's server certificate (what `cacert.pem` holds), used instead of any file. Default: the `KOHAKU_TLS_CA_CERT` environment variable (default host only, when neither `ca_cert`, `pki_path` nor `no_verify` is set). Conflicts with `pki_path` and `no_verify`.",
+				Validators:  []validator.String{stringvalidator.ConflictsWith(sibling("pki_path"), sibling("no_verify")), stringvalidator.LengthAtLeast(1)},
+			},
+			"client_cert": schema.StringAttribute{
+				Optional:    true,
+				Description: "PEM text of the client certificate libvirtd checks (what `clientcert.pem` holds), used instead of any file. Default: the `KOHAKU_TLS_CLIENT_CERT` environment variable (default host only, when neither `client_cert` nor `pki_path` is set). Requires `client_key`; conflicts with `pki_path`.",
+				Validators: []validator.String{
+					stringvalidator.ConflictsWith(sibling("pki_path")),
+					stringvalidator.AlsoRequires(sibling("client_key")),
+					stringvalidator.LengthAtLeast(1),
+				},
+			},
+			"client_key": schema.StringAttribute{
+				Optional:    true,
+				Sensitive:   true,
+				Description: "PEM text of the client certificate's private key (what `clientkey.pem` holds), used instead of any file; never logged and not stored in state. Default: the `KOHAKU_TLS_CLIENT_KEY` environment variable (default host only, when neither `client_key` nor `pki_path` is set). Requires `client_cert`; conflicts with `pki_path`.",
+				Validators: []validator.String{
+					stringvalidator.ConflictsWith(sibling("pki_path")),
+					stringvalidator.AlsoRequires(sibling("client_cert")),
+					stringvalidator.LengthAtLeast(1),
+				},
 			},
 		},
 	}
@@ -134,12 +186,12 @@ func (p *kohakuProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 			"dial_timeout": schema.StringAttribute{
 				Optional:    true,
 				Description: "How long to wait for a host to accept the connection and the libvirt handshake, as a Go duration. Default `15s`.",
-				Validators:  []validator.String{durationValidator{}},
+				Validators:  []validator.String{positiveDuration},
 			},
 			"call_timeout": schema.StringAttribute{
 				Optional:    true,
 				Description: "Deadline of each single libvirt call, as a Go duration. A call that exceeds it means the daemon is hung: the operation fails with an error naming the host, and the connection is re-established on the next call. Default `2m`. Long waits (a VM becoming ready) are bounded by the resource's own timeouts instead.",
-				Validators:  []validator.String{durationValidator{}},
+				Validators:  []validator.String{positiveDuration},
 			},
 			"ssh":        sshSchema(),
 			"tls":        tlsSchema(),
@@ -180,11 +232,14 @@ func (m *sshModel) settings() virt.SSHSettings {
 		return virt.SSHSettings{}
 	}
 	return virt.SSHSettings{
-		KeyFile:          m.KeyFile.ValueString(),
-		KnownHostsFile:   m.KnownHostsFile.ValueString(),
-		KnownHostsVerify: m.KnownHostsVerify.ValueString(),
-		DisableAgent:     !m.UseAgent.IsNull() && !m.UseAgent.ValueBool(),
-		Password:         m.Password.ValueString(),
+		KeyFile:              m.KeyFile.ValueString(),
+		KnownHostsFile:       m.KnownHostsFile.ValueString(),
+		KnownHostsVerify:     m.KnownHostsVerify.ValueString(),
+		DisableAgent:         !m.UseAgent.IsNull() && !m.UseAgent.ValueBool(),
+		Password:             m.Password.ValueString(),
+		PrivateKey:           m.PrivateKey.ValueString(),
+		PrivateKeyPassphrase: m.KeyPassphrase.ValueString(),
+		HostKey:              m.HostKey.ValueString(),
 	}
 }
 
@@ -192,7 +247,10 @@ func (m *tlsModel) settings() virt.TLSSettings {
 	if m == nil {
 		return virt.TLSSettings{}
 	}
-	return virt.TLSSettings{PKIPath: m.PKIPath.ValueString(), NoVerify: m.NoVerify.ValueBool()}
+	return virt.TLSSettings{
+		PKIPath: m.PKIPath.ValueString(), NoVerify: m.NoVerify.ValueBool(),
+		CACert: m.CACert.ValueString(), ClientCert: m.ClientCert.ValueString(), ClientKey: m.ClientKey.ValueString(),
+	}
 }
 
 func (p *kohakuProvider) Configure(ctx context.Context, req provider.ConfigureRequest, resp *provider.ConfigureResponse) {
@@ -204,6 +262,12 @@ func (p *kohakuProvider) Configure(ctx context.Context, req provider.ConfigureRe
 	if cfg.URI.IsUnknown() {
 		resp.Diagnostics.AddAttributeError(path.Root("uri"), "Provider URI is not known yet",
 			"The provider's uri depends on a value that is only known after apply. Kohaku needs the URI to plan; set it from a variable or a value known at plan time.")
+		return
+	}
+	src := envSources{}
+	cfg.SSH, cfg.TLS = src.ssh(cfg.SSH), src.tls(cfg.TLS)
+	resp.Diagnostics.Append(checkCredentials(&cfg, src)...)
+	if resp.Diagnostics.HasError() {
 		return
 	}
 	dial, _ := time.ParseDuration(cfg.DialTimeout.ValueString())

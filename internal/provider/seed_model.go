@@ -4,8 +4,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"regexp"
-	"strconv"
-	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/resourcevalidator"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
@@ -14,8 +12,96 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
 )
+
+// The seed resource's model: the plain structs with tfsdk tags that
+// kohaku_seed's plan, state and config are read into.
+
+type seedResourceModel struct {
+	ID             types.String       `tfsdk:"id"`
+	Host           types.String       `tfsdk:"host"`
+	Name           types.String       `tfsdk:"name"`
+	Pool           types.String       `tfsdk:"pool"`
+	Format         types.String       `tfsdk:"format"`
+	InstanceID     types.String       `tfsdk:"instance_id"`
+	Hostname       types.String       `tfsdk:"hostname"`
+	FQDN           types.String       `tfsdk:"fqdn"`
+	MetaData       map[string]string  `tfsdk:"meta_data"`
+	User           *seedUserModel     `tfsdk:"user"`
+	WriteFiles     []seedFileModel    `tfsdk:"write_files"`
+	SharedFolders  []seedMountModel   `tfsdk:"shared_folders"`
+	NVIDIA         *seedNVIDIAModel   `tfsdk:"nvidia_driver"`
+	GuestAgent     types.Bool         `tfsdk:"guest_agent"`
+	Network        []seedNetworkModel `tfsdk:"network"`
+	NetworkConfig  types.String       `tfsdk:"network_config"`
+	UserData       types.String       `tfsdk:"user_data"`
+	UserDataBase64 types.String       `tfsdk:"user_data_base64"`
+	UserDataWO     types.String       `tfsdk:"user_data_wo"`
+	VendorData     types.String       `tfsdk:"vendor_data"`
+	PhoneHome      types.Bool         `tfsdk:"phone_home"`
+	PhoneHomeAgent types.Bool         `tfsdk:"phone_home_reporter"`
+	PhoneHomeURL   types.String       `tfsdk:"phone_home_url"`
+	ReportChannel  types.Bool         `tfsdk:"report_channel"`
+
+	VolumeKey             types.String `tfsdk:"volume_key"`
+	VolumePath            types.String `tfsdk:"volume_path"`
+	SizeBytes             types.Int64  `tfsdk:"size_bytes"`
+	SHA256                types.String `tfsdk:"sha256"`
+	MACs                  types.List   `tfsdk:"macs"`
+	RenderedMetaData      types.String `tfsdk:"rendered_meta_data"`
+	RenderedUserData      types.String `tfsdk:"rendered_user_data"`
+	RenderedNetworkConfig types.String `tfsdk:"rendered_network_config"`
+	RenderedVendorData    types.String `tfsdk:"rendered_vendor_data"`
+	UserDataFromWriteOnly types.Bool   `tfsdk:"user_data_write_only"`
+}
+
+type seedUserModel struct {
+	Name               types.String   `tfsdk:"name"`
+	Sudo               types.String   `tfsdk:"sudo"`
+	Shell              types.String   `tfsdk:"shell"`
+	LockPassword       types.Bool     `tfsdk:"lock_password"`
+	Groups             []types.String `tfsdk:"groups"`
+	SSHAuthorizedKeys  []types.String `tfsdk:"ssh_authorized_keys"`
+	RootAuthorizedKeys types.Bool     `tfsdk:"root_authorized_keys"`
+	PermitRootLogin    types.Bool     `tfsdk:"permit_root_login"`
+}
+
+type seedFileModel struct {
+	Path          types.String `tfsdk:"path"`
+	Content       types.String `tfsdk:"content"`
+	ContentBase64 types.String `tfsdk:"content_base64"`
+	Permissions   types.String `tfsdk:"permissions"`
+	Owner         types.String `tfsdk:"owner"`
+	Append        types.Bool   `tfsdk:"append"`
+}
+
+type seedMountModel struct {
+	Type     types.String `tfsdk:"type"`
+	Tag      types.String `tfsdk:"tag"`
+	Path     types.String `tfsdk:"path"`
+	ReadOnly types.Bool   `tfsdk:"readonly"`
+	MSize    types.Int64  `tfsdk:"msize"`
+}
+
+type seedNVIDIAModel struct {
+	Version     types.String `tfsdk:"version"`
+	URLTemplate types.String `tfsdk:"url_template"`
+}
+
+type seedNetworkModel struct {
+	ID            types.String   `tfsdk:"id"`
+	MAC           types.String   `tfsdk:"mac"`
+	SetName       types.String   `tfsdk:"set_name"`
+	DHCP4         types.Bool     `tfsdk:"dhcp4"`
+	DHCP6         types.Bool     `tfsdk:"dhcp6"`
+	Addresses     []types.String `tfsdk:"addresses"`
+	Gateway4      types.String   `tfsdk:"gateway4"`
+	Gateway6      types.String   `tfsdk:"gateway6"`
+	Nameservers   []types.String `tfsdk:"nameservers"`
+	SearchDomains []types.String `tfsdk:"search_domains"`
+}
 
 // volumeNameRE is what Kohaku accepts as a volume name: safe as a file name
 // in a dir pool and in an import ID.
@@ -54,7 +140,7 @@ func (m *seedResourceModel) spec(wo types.String, phURL string) (*seed.Spec, dia
 		s.PhoneHome = &seed.PhoneHome{URL: phURL}
 		if m.PhoneHomeAgent.IsNull() || m.PhoneHomeAgent.ValueBool() {
 			s.PhoneHome.Reporter = true
-			s.PhoneHome.Token = phURL[strings.LastIndex(phURL, "/")+1:]
+			s.PhoneHome.Token = phonehome.TokenOf(phURL)
 		}
 	}
 	if u := m.User; u != nil {
@@ -154,87 +240,6 @@ func metaDataFile(f seed.Format) string   { return seedFiles[f].meta }
 func userDataFile(f seed.Format) string   { return seedFiles[f].user }
 func networkFile(f seed.Format) string    { return seedFiles[f].network }
 func vendorDataFile(f seed.Format) string { return seedFiles[f].vendor }
-
-// seedPathNames maps the seed package's input names to this schema's.
-var seedPathNames = map[string][]string{
-	"mounts":               {"shared_folders"},
-	"nvidia":               {"nvidia_driver"},
-	"root_authorized_keys": {"user", "root_authorized_keys"},
-	"permit_root_login":    {"user", "permit_root_login"},
-}
-
-// addSeedErrors turns the renderer's validation errors into attribute errors.
-func addSeedErrors(diags *diag.Diagnostics, err error) {
-	verrs := seed.ValidationErrors(err)
-	if len(verrs) == 0 {
-		diags.AddError("Rendering the seed", err.Error())
-		return
-	}
-	for _, ve := range verrs {
-		// The path leads the detail too: inside lists of objects Terraform
-		// can only point at the enclosing block.
-		p, ok := seedAttrPath(ve.Path)
-		where := ve.Path
-		if ok {
-			where = p.String()
-		}
-		detail := where + ": " + ve.Problem
-		if ve.Example != "" {
-			detail += ". For example: " + ve.Example
-		}
-		if ve.Err != nil && !strings.Contains(detail, ve.Err.Error()) {
-			detail += " (" + ve.Err.Error() + ")"
-		}
-		if ok {
-			diags.AddAttributeError(p, "Invalid seed input", detail)
-		} else {
-			diags.AddError("Invalid seed input", detail)
-		}
-	}
-}
-
-var pathSegRE = regexp.MustCompile(`^([a-z0-9_]+)((?:\[[^\]]*\])*)$`)
-var pathIdxRE = regexp.MustCompile(`\[([^\]]*)\]`)
-
-// seedAttrPath parses "network[0].addresses[1]" or `meta_data["k"]` into a
-// schema path. ok is false for paths with no attribute (e.g. "spec").
-func seedAttrPath(s string) (path.Path, bool) {
-	var p path.Path
-	first := true
-	for _, seg := range strings.Split(s, ".") {
-		mm := pathSegRE.FindStringSubmatch(seg)
-		if mm == nil {
-			return path.Empty(), false
-		}
-		names := []string{mm[1]}
-		if first {
-			if mapped, ok := seedPathNames[mm[1]]; ok {
-				names = mapped
-			}
-		}
-		for _, n := range names {
-			if first {
-				p = path.Root(n)
-				first = false
-			} else {
-				p = p.AtName(n)
-			}
-		}
-		for _, idx := range pathIdxRE.FindAllStringSubmatch(mm[2], -1) {
-			if i, err := strconv.Atoi(idx[1]); err == nil {
-				p = p.AtListIndex(i)
-			} else if k, err := strconv.Unquote(idx[1]); err == nil {
-				p = p.AtMapKey(k)
-			} else {
-				return path.Empty(), false
-			}
-		}
-	}
-	if first || s == "spec" || s == "phone_home" || strings.HasPrefix(s, "phone_home.") || strings.HasPrefix(s, "public_keys") {
-		return path.Empty(), false
-	}
-	return p, true
-}
 
 func strings_(in []types.String) []string {
 	if in == nil {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
+	"github.com/kohaku/terraform-provider-kohaku/internal/validation"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
@@ -35,97 +36,10 @@ var (
 	_ resource.ResourceWithConfigValidators = (*seedResource)(nil)
 )
 
-// maxSeedVolumeBytes bounds what Read downloads to check a seed's checksum.
-const maxSeedVolumeBytes = seed.MaxSeedBytes + 1<<20
-
 func newSeedResource() resource.Resource { return &seedResource{} }
 
 type seedResource struct {
 	data *providerData
-}
-
-type seedResourceModel struct {
-	ID             types.String       `tfsdk:"id"`
-	Host           types.String       `tfsdk:"host"`
-	Name           types.String       `tfsdk:"name"`
-	Pool           types.String       `tfsdk:"pool"`
-	Format         types.String       `tfsdk:"format"`
-	InstanceID     types.String       `tfsdk:"instance_id"`
-	Hostname       types.String       `tfsdk:"hostname"`
-	FQDN           types.String       `tfsdk:"fqdn"`
-	MetaData       map[string]string  `tfsdk:"meta_data"`
-	User           *seedUserModel     `tfsdk:"user"`
-	WriteFiles     []seedFileModel    `tfsdk:"write_files"`
-	SharedFolders  []seedMountModel   `tfsdk:"shared_folders"`
-	NVIDIA         *seedNVIDIAModel   `tfsdk:"nvidia_driver"`
-	GuestAgent     types.Bool         `tfsdk:"guest_agent"`
-	Network        []seedNetworkModel `tfsdk:"network"`
-	NetworkConfig  types.String       `tfsdk:"network_config"`
-	UserData       types.String       `tfsdk:"user_data"`
-	UserDataBase64 types.String       `tfsdk:"user_data_base64"`
-	UserDataWO     types.String       `tfsdk:"user_data_wo"`
-	VendorData     types.String       `tfsdk:"vendor_data"`
-	PhoneHome      types.Bool         `tfsdk:"phone_home"`
-	PhoneHomeAgent types.Bool         `tfsdk:"phone_home_reporter"`
-	PhoneHomeURL   types.String       `tfsdk:"phone_home_url"`
-	ReportChannel  types.Bool         `tfsdk:"report_channel"`
-
-	VolumeKey             types.String `tfsdk:"volume_key"`
-	VolumePath            types.String `tfsdk:"volume_path"`
-	SizeBytes             types.Int64  `tfsdk:"size_bytes"`
-	SHA256                types.String `tfsdk:"sha256"`
-	MACs                  types.List   `tfsdk:"macs"`
-	RenderedMetaData      types.String `tfsdk:"rendered_meta_data"`
-	RenderedUserData      types.String `tfsdk:"rendered_user_data"`
-	RenderedNetworkConfig types.String `tfsdk:"rendered_network_config"`
-	RenderedVendorData    types.String `tfsdk:"rendered_vendor_data"`
-	UserDataFromWriteOnly types.Bool   `tfsdk:"user_data_write_only"`
-}
-
-type seedUserModel struct {
-	Name               types.String   `tfsdk:"name"`
-	Sudo               types.String   `tfsdk:"sudo"`
-	Shell              types.String   `tfsdk:"shell"`
-	LockPassword       types.Bool     `tfsdk:"lock_password"`
-	Groups             []types.String `tfsdk:"groups"`
-	SSHAuthorizedKeys  []types.String `tfsdk:"ssh_authorized_keys"`
-	RootAuthorizedKeys types.Bool     `tfsdk:"root_authorized_keys"`
-	PermitRootLogin    types.Bool     `tfsdk:"permit_root_login"`
-}
-
-type seedFileModel struct {
-	Path          types.String `tfsdk:"path"`
-	Content       types.String `tfsdk:"content"`
-	ContentBase64 types.String `tfsdk:"content_base64"`
-	Permissions   types.String `tfsdk:"permissions"`
-	Owner         types.String `tfsdk:"owner"`
-	Append        types.Bool   `tfsdk:"append"`
-}
-
-type seedMountModel struct {
-	Type     types.String `tfsdk:"type"`
-	Tag      types.String `tfsdk:"tag"`
-	Path     types.String `tfsdk:"path"`
-	ReadOnly types.Bool   `tfsdk:"readonly"`
-	MSize    types.Int64  `tfsdk:"msize"`
-}
-
-type seedNVIDIAModel struct {
-	Version     types.String `tfsdk:"version"`
-	URLTemplate types.String `tfsdk:"url_template"`
-}
-
-type seedNetworkModel struct {
-	ID            types.String   `tfsdk:"id"`
-	MAC           types.String   `tfsdk:"mac"`
-	SetName       types.String   `tfsdk:"set_name"`
-	DHCP4         types.Bool     `tfsdk:"dhcp4"`
-	DHCP6         types.Bool     `tfsdk:"dhcp6"`
-	Addresses     []types.String `tfsdk:"addresses"`
-	Gateway4      types.String   `tfsdk:"gateway4"`
-	Gateway6      types.String   `tfsdk:"gateway6"`
-	Nameservers   []types.String `tfsdk:"nameservers"`
-	SearchDomains []types.String `tfsdk:"search_domains"`
 }
 
 func (r *seedResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -204,7 +118,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 					"shell":                schema.StringAttribute{Optional: true, Description: "Login shell. Default `/bin/bash`."},
 					"lock_password":        schema.BoolAttribute{Optional: true, Description: "Lock the password so only keys log in. Default `true`."},
 					"groups":               schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Supplementary groups."},
-					"ssh_authorized_keys":  schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Public keys allowed to log in as this user."},
+					"ssh_authorized_keys":  schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "OpenSSH public keys allowed to log in as this user, one per entry, as a line of `authorized_keys` (an options prefix and a comment are allowed). Anything else (a private key, an RFC 4716 key, two keys in one entry) is refused at plan."},
 					"root_authorized_keys": schema.BoolAttribute{Optional: true, Description: "Also authorize these keys for root (and keep cloud-init from fencing root off). Default `false`."},
 					"permit_root_login":    schema.BoolAttribute{Optional: true, Description: "Write an sshd drop-in with `PermitRootLogin prohibit-password` (keys only). Needs `root_authorized_keys`. Default `false`."},
 				},
@@ -223,7 +137,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			},
 			"shared_folders": schema.ListNestedAttribute{
 				Optional:    true,
-				Description: "Host folders shared with `kohaku_vm.shared_folder` that the guest mounts at first boot and on every boot after (fstab). 9p mounts use `trans=virtio,version=9p2000.L`." + contentChange,
+				Description: "Host folders shared with `kohaku_vm.shared_folder` that the guest mounts before any of your code runs: from cloud-init's `bootcmd` on every boot (network stage), which comes before `write_files`, users, the shell-script parts of your user data and `runcmd`, and through `/etc/fstab` entries with `nofail`. 9p mounts use `trans=virtio,version=9p2000.L`." + contentChange,
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"type": schema.StringAttribute{Optional: true, Description: "`9p` (default) or `virtiofs`.",
 						Validators: []validator.String{stringvalidator.OneOf(string(seed.Mount9P), string(seed.MountVirtioFS))}},
@@ -257,7 +171,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 					"dhcp4":          schema.BoolAttribute{Optional: true, Description: "Use DHCPv4."},
 					"dhcp6":          schema.BoolAttribute{Optional: true, Description: "Use DHCPv6."},
 					"addresses":      schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Static addresses in CIDR notation, IPv4 or IPv6, e.g. `[\"10.0.2.15/24\", \"2001:db8::5/64\"]`."},
-					"gateway4":       schema.StringAttribute{Optional: true, Description: "IPv4 default gateway; must lie in one of this NIC's IPv4 subnets."},
+					"gateway4":       schema.StringAttribute{Optional: true, Description: "IPv4 default gateway; must lie in one of this NIC's IPv4 subnets. Written so that ifupdown, netplan and networkd all apply it without net-tools (see \"How `network` reaches the guest\")."},
 					"gateway6":       schema.StringAttribute{Optional: true, Description: "IPv6 default gateway; must lie in one of this NIC's IPv6 subnets (or be link-local)."},
 					"nameservers":    schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "DNS servers."},
 					"search_domains": schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "DNS search domains."},
@@ -269,15 +183,15 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			},
 			"user_data": schema.StringAttribute{
 				Optional: true, Sensitive: true,
-				Description: "Your own user data as text (`#cloud-config`, a script, MIME multipart, ...). Carried byte for byte; when Kohaku also generates cloud-config the two are combined as MIME parts with a merge type that appends lists, so your `runcmd` and `write_files` add to Kohaku's. Exactly one of `user_data`, `user_data_base64`, `user_data_wo` may be set." + contentChange,
+				Description: "Your own user data as text (`#cloud-config`, a script, MIME multipart, ...). Carried byte for byte; when Kohaku also generates cloud-config the two are combined as MIME parts with a merge type that appends lists, so your `runcmd` and `write_files` add to Kohaku's. It must be a format cloud-init acts on: `#cloud-config`, a `#!` script, MIME multipart, `#include`, `#include-once`, `#cloud-boothook`, `#part-handler`, `#cloud-config-archive`, a `## template: jinja` header, or any of these gzip-compressed; anything else (`hello world`, YAML without the `#cloud-config` line, the obsolete `#upstart-job`) cloud-init would ignore, so it is refused at plan. Exactly one of `user_data`, `user_data_base64`, `user_data_wo` may be set." + contentChange,
 			},
 			"user_data_base64": schema.StringAttribute{
 				Optional: true, Sensitive: true,
-				Description: "Your own user data as standard base64, possibly gzip-compressed: for example the `rendered` output of the `cloudinit_config` data source with its defaults." + contentChange,
+				Description: "Your own user data as standard base64, possibly gzip-compressed: for example the `rendered` output of the `cloudinit_config` data source with its defaults. The decoded data must be one of the formats `user_data` accepts." + contentChange,
 			},
 			"user_data_wo": schema.StringAttribute{
 				Optional: true, Sensitive: true, WriteOnly: true,
-				Description: "Write-only user data (Terraform 1.11 and later): like `user_data`, but never stored in plan or state, so secrets in it stay out of state. The seed still notices a change, because the checksum of the rendered ISO is compared on every plan; `rendered_user_data` is left empty.",
+				Description: "Write-only user data (Terraform 1.11 and later): like `user_data`, but never stored in plan or state, so secrets in it stay out of state. Checked at plan like `user_data` when its value is known then. The seed still notices a change, because the checksum of the rendered ISO is compared on every plan; `rendered_user_data` is left empty.",
 			},
 			"phone_home": schema.BoolAttribute{
 				Optional: true, Computed: true,
@@ -293,7 +207,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"report_channel": schema.BoolAttribute{
 				Optional: true, Computed: true,
 				Default: booldefault.StaticBool(true),
-				Description: "Install Kohaku's first-boot reporter (a small python3 script run by a systemd unit after cloud-init's last stage; every cloud-init image has python3) and have it write its report, with cloud-init's own status and errors, SSH host keys, addresses and GPUs, to the VM's `org.kohaku.report.0` virtio-serial channel. `kohaku_vm` reads that channel over the libvirt connection during create (`wait_for = \"channel\"`, the `auto` choice), so a VM is ready when apply returns without any network path from the guest to Terraform. " +
+				Description: "Install Kohaku's first-boot reporter (a small python3 script run by a systemd unit after cloud-init's last stage; every cloud-init image has python3) and have it write its report, with cloud-init's own status and errors, SSH host keys, addresses, routes, DNS servers and GPUs, and a check of the guest against what this seed declares (addresses on the NIC with each MAC, default routes via the gateways, nameservers and search domains, hostname, mounted shares; see `on_config_mismatch` of `kohaku_vm`), to the VM's `org.kohaku.report.0` virtio-serial channel. `kohaku_vm` reads that channel over the libvirt connection during create (`wait_for = \"channel\"`, the `auto` choice), so a VM is ready when apply returns without any network path from the guest to Terraform. " +
 					"The report carries a token derived from this seed's inputs (not a secret: only the guest's root writes the channel), so a report from a guest booted with another seed is ignored; with `phone_home` it carries the phone-home token. Default `true`; `false` for images without python3 or systemd." + contentChange,
 			},
 			"phone_home_url": schema.StringAttribute{
@@ -348,6 +262,13 @@ func (r *seedResource) ValidateConfig(ctx context.Context, req resource.Validate
 		return
 	}
 	if err := seed.Validate(spec); err != nil {
+		if !m.UserDataWO.IsNull() { // spec carries it as UserData
+			for _, ve := range seed.ValidationErrors(err) {
+				if ve.Path.String() == "user_data" {
+					ve.Path = validation.Root("user_data_wo")
+				}
+			}
+		}
 		addSeedErrors(&resp.Diagnostics, err)
 	}
 }
@@ -481,7 +402,7 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		return
 	}
 	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	vol, iso, err := c.ReadVolume(ctx, pool, name, maxSeedVolumeBytes)
+	vol, iso, err := c.ReadVolume(ctx, pool, name, seed.MaxVolumeBytes)
 	if errors.Is(err, virt.ErrNotFound) {
 		tflog.Info(ctx, "seed volume is gone; removing it from state so the next apply recreates it", map[string]any{"pool": pool, "name": name})
 		resp.State.RemoveResource(ctx)

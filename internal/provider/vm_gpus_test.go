@@ -17,6 +17,7 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
 // fixtureHost serves the node-device XML of internal/vfio/testdata/<host>,
@@ -161,7 +162,7 @@ func TestExpandGPUs(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			h := newFixtureHost(t, c.host, c.drivers)
 			h.hidden = c.hidden
-			got, warnings, err := expandGPUs(context.Background(), c.entries, h.read)
+			got, warnings, err := vmlife.ExpandGPUs(context.Background(), c.entries, h.read)
 			if n := h.totalReads(); n != c.reads {
 				t.Errorf("%d node-device reads, want %d (%v)", n, c.reads, h.reads)
 			}
@@ -169,7 +170,7 @@ func TestExpandGPUs(t *testing.T) {
 				if err == nil {
 					t.Fatalf("no error; got %v", got)
 				}
-				var ee *gpuEntryError
+				var ee *vmlife.GPUEntryError
 				if !errors.As(err, &ee) {
 					t.Errorf("error %T is not a gpuEntryError", err)
 				}
@@ -216,7 +217,7 @@ func TestGPUGroupsHostdevs(t *testing.T) {
 	}
 	// The spec lists each gpus entry's own address and the raw hostdevs,
 	// as written; the old workaround also lists the audio function.
-	got := g.hostdevs([]string{"0000:03:00.0", "0000:FF:1F.7", "0000:03:00.1", "0000:01:00.0"})
+	got := g.Hostdevs([]string{"0000:03:00.0", "0000:FF:1F.7", "0000:03:00.1", "0000:01:00.0"})
 	want := []string{"0000:01:00.0", "0000:03:00.0", "0000:03:00.1", "0000:ff:1f.7"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %q, want %q", got, want)
@@ -225,15 +226,15 @@ func TestGPUGroupsHostdevs(t *testing.T) {
 	if err := domain.Validate(domain.Spec{Name: "x", Type: domain.TypeQEMU, VCPU: 1, MemoryMiB: 128, Kernel: "/k", Initrd: "/i", Hostdevs: got}); err != nil {
 		t.Errorf("domain refuses the expanded hostdevs: %v", err)
 	}
-	if got := (gpuGroups{}).hostdevs(nil); len(got) != 0 {
+	if got := (gpuGroups{}).Hostdevs(nil); len(got) != 0 {
 		t.Errorf("nothing expands to %q", got)
 	}
 	// The private record round-trips; no record is no key.
-	back := gpuGroupsFromPrivate(g.privateBytes())
+	back := gpuGroupsFromPrivate(privateGroups(g))
 	if !reflect.DeepEqual(back, g) {
-		t.Errorf("private record %s reads back as %v", g.privateBytes(), back)
+		t.Errorf("private record %s reads back as %v", privateGroups(g), back)
 	}
-	if b := (gpuGroups{}).privateBytes(); b != nil {
+	if b := privateGroups(gpuGroups{}); b != nil {
 		t.Errorf("empty groups store %q", b)
 	}
 	if got := gpuGroupsFromPrivate([]byte("not json")); len(got) != 0 {
@@ -349,14 +350,17 @@ func TestDefinitionChangedExpandsGPUs(t *testing.T) {
 	imported := base(strSet(), strSet(observed...))
 	plan := base(strSet("0000:03:00.0"), strSet())
 	var diags diag.Diagnostics
+	definitionChanged := func(plan, state *vmModel, groups gpuGroups, observed []string, diags *diag.Diagnostics) bool {
+		return vmlife.DefinitionChanged(plan.specFrom(ctx, diags).Spec, state.specFrom(ctx, diags).Spec, groups, observed)
+	}
 	pair := gpuGroups{"0000:03:00.0": observed}
-	if definitionChanged(ctx, plan, imported, pair, observed, &diags) {
+	if definitionChanged(plan, imported, pair, observed, &diags) {
 		t.Error("moving the group from hostdevs to gpus redefines the domain")
 	}
-	if !definitionChanged(ctx, plan, imported, gpuGroups{"0000:03:00.0": {"0000:03:00.0"}}, observed, &diags) {
+	if !definitionChanged(plan, imported, gpuGroups{"0000:03:00.0": {"0000:03:00.0"}}, observed, &diags) {
 		t.Error("a group that lost its audio function does not redefine the domain")
 	}
-	if !definitionChanged(ctx, plan, imported, pair, observed[:1], &diags) {
+	if !definitionChanged(plan, imported, pair, observed[:1], &diags) {
 		t.Error("a domain missing the audio function is not redefined")
 	}
 	if diags.HasError() {

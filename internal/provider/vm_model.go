@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
 // vmModel is kohaku_vm's state and plan. Nested values are kept as framework
@@ -43,6 +44,7 @@ type vmModel struct {
 	OverlayVolume     types.String   `tfsdk:"overlay_volume"`
 	WaitFor           types.String   `tfsdk:"wait_for"`
 	OnReadyFailure    types.String   `tfsdk:"on_ready_failure"`
+	OnConfigMismatch  types.String   `tfsdk:"on_config_mismatch"`
 	Guest             types.Object   `tfsdk:"guest"`
 	Timeouts          timeouts.Value `tfsdk:"timeouts"`
 }
@@ -104,24 +106,6 @@ func parseVolumeID(id string) (pool, volume string, ok bool) {
 		return "", "", false
 	}
 	return pool, volume, true
-}
-
-// parseGPUID splits a kohaku_gpu_binding id, "<pci address>" or
-// "<host>/<pci address>".
-func parseGPUID(id string) (host, address string) {
-	if i := strings.LastIndex(id, "/"); i >= 0 {
-		return id[:i], id[i+1:]
-	}
-	return "", id
-}
-
-// canonicalPCI returns the canonical form of an address, or s when it does
-// not parse (validation reports it).
-func canonicalPCI(s string) string {
-	if a, err := domain.ParsePCIAddress(s); err == nil {
-		return a.String()
-	}
-	return s
 }
 
 func (m *vmModel) disk(ctx context.Context, diags *diag.Diagnostics) *vmDiskModel {
@@ -311,7 +295,7 @@ func (m *vmModel) specFrom(ctx context.Context, diags *diag.Diagnostics) specInp
 		in.unknownAt("hostdev")
 	}
 	for _, g := range gpus {
-		_, addr := parseGPUID(g)
+		_, addr := vmlife.ParseGPUID(g)
 		s.Hostdevs = append(s.Hostdevs, addr)
 		in.Hostdevs = append(in.Hostdevs, hostdevOrigin{Attr: "gpus", Value: g})
 	}
@@ -364,6 +348,10 @@ func (m *vmModel) fromDomain(ctx context.Context, st *domainView, prior *vmModel
 	}
 	if m.OnReadyFailure.IsNull() || m.OnReadyFailure.IsUnknown() {
 		m.OnReadyFailure = types.StringValue(keepOnFailure)
+	}
+	m.OnConfigMismatch = prior.OnConfigMismatch
+	if m.OnConfigMismatch.IsNull() || m.OnConfigMismatch.IsUnknown() {
+		m.OnConfigMismatch = types.StringValue(mismatchWarn)
 	}
 	if m.Guest.IsUnknown() {
 		m.Guest = nullGuest()

@@ -7,6 +7,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
 // nicList builds a network_interface list from "type/source/model/mac"
@@ -103,10 +105,10 @@ func TestParseIDs(t *testing.T) {
 			t.Errorf("parseVolumeID(%q) accepted", bad)
 		}
 	}
-	if h, a := parseGPUID("gpu2/0000:01:00.0"); h != "gpu2" || a != "0000:01:00.0" {
-		t.Errorf("parseGPUID = %q, %q", h, a)
+	if h, a := vmlife.ParseGPUID("gpu2/0000:01:00.0"); h != "gpu2" || a != "0000:01:00.0" {
+		t.Errorf("ParseGPUID = %q, %q", h, a)
 	}
-	if h, a := parseGPUID("0000:01:00.0"); h != "" || a != "0000:01:00.0" {
-		t.Errorf("parseGPUID = %q, %q", h, a)
+	if h, a := vmlife.ParseGPUID("0000:01:00.0"); h != "" || a != "0000:01:00.0" {
+		t.Errorf("ParseGPUID = %q, %q", h, a)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
 // vmReadRPCs is how many libvirt calls refreshing one VM takes: the
@@ -102,7 +103,7 @@ func vmCheckReadRPCs(t *testing.T, env vmEnv, n int) resource.TestCheckFunc {
 			a := rs.Primary.Attributes
 			prior := &vmModel{Name: types.StringValue(a["name"]), OverlayVolume: types.StringValue(a["overlay_volume"])}
 			before := c.RPCs()
-			view, err := readVM(ctx, c, virt.DomainRef{UUID: a["uuid"], Name: a["name"]}, prior)
+			view, err := vmlife.Read(ctx, c, virt.DomainRef{UUID: a["uuid"], Name: a["name"]}, volumeRef(prior.OverlayVolume), false)
 			if err != nil {
 				return err
 			}

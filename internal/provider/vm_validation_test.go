@@ -77,6 +77,16 @@ func TestVMRejectsBadInputAtPlan(t *testing.T) {
   gpus = ["gpu2/0000:01:00.0"]`,
 			want: []string{`GPU on another host`, `"gpu2/0000:01:00.0" is bound on host "gpu2", but this VM is on host "gpu1"`},
 		},
+		"unknown on_config_mismatch": {
+			body: `on_config_mismatch = "error"`,
+			want: []string{`Invalid Attribute Value Match`, `on_config_mismatch`, `value must be one of: ["warn" "fail"], got: "error"`},
+		},
+		"on_config_mismatch fail with no wait": {
+			body: `
+  wait_for           = "none"
+  on_config_mismatch = "fail"`,
+			want: []string{`Invalid on_config_mismatch`, `on_config_mismatch = "fail" fails the create when the first-boot reporter finds`, `wait_for = "none" gets no such report`, `wait_for = "channel"`},
+		},
 		"negative shutdown timeout": {
 			body: `shutdown_timeout = "-1s"`,
 			want: []string{`Invalid duration`, `"-1s" is not a duration of zero or more`},
@@ -191,6 +201,8 @@ resource "kohaku_vm" "ok" {
   shared_folder = [{ source = "/srv/shared", tag = "kohaku_shared", access_mode = "mapped" }]
   hostdevs      = [terraform_data.later.output]
   gpus          = ["0000:02:00.0"]
+
+  on_config_mismatch = "fail"
 }
 `,
 			PlanOnly:           true,

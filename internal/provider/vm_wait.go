@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/objectplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
@@ -17,18 +18,19 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
 	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 	"github.com/kohaku/terraform-provider-kohaku/internal/ready"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
-// Values of wait_for and on_ready_failure.
+// Values of wait_for, on_ready_failure and on_config_mismatch.
 const (
 	waitAuto        = "auto"
 	keepOnFailure   = "keep"
 	deleteOnFailure = "destroy"
+	mismatchWarn    = "warn"
+	mismatchFail    = "fail"
 )
 
 // agentPollInterval is how often wait_for = "guest_agent" asks the guest.
@@ -37,6 +39,7 @@ const agentPollInterval = 2 * time.Second
 var (
 	guestAddressAttrTypes = map[string]attr.Type{"interface": types.StringType, "mac": types.StringType, "address": types.StringType}
 	guestGPUAttrTypes     = map[string]attr.Type{"name": types.StringType, "driver_version": types.StringType, "memory_mib": types.Int64Type}
+	guestRouteAttrTypes   = map[string]attr.Type{"destination": types.StringType, "gateway": types.StringType, "interface": types.StringType}
 	guestAttrTypes        = map[string]attr.Type{
 		"ready_via":         types.StringType,
 		"seconds_to_ready":  types.Float64Type,
@@ -49,6 +52,8 @@ var (
 		"cloud_init_errors": types.ListType{ElemType: types.StringType},
 		"addresses":         types.ListType{ElemType: types.ObjectType{AttrTypes: guestAddressAttrTypes}},
 		"gpus":              types.ListType{ElemType: types.ObjectType{AttrTypes: guestGPUAttrTypes}},
+		"routes":            types.ListType{ElemType: types.ObjectType{AttrTypes: guestRouteAttrTypes}},
+		"dns_servers":       types.ListType{ElemType: types.StringType},
 	}
 )
 
@@ -63,7 +68,7 @@ func waitSchema() map[string]schema.Attribute {
 				"`phone_home` waits for the guest's HTTP call to the provider (the seed's `phone_home`; needs the provider's `phone_home` block and a network path from the guest to it). " +
 				"`guest_agent` asks the QEMU guest agent, through libvirt, until cloud-init has written `/run/cloud-init/result.json` (needs qemu-guest-agent in the image and `guest_agent = true`; polls every 2 s). " +
 				"`none` returns as soon as the domain runs. " +
-				"`auto` (default) picks, in this order of preference, `channel` when the seed has the first-boot reporter, `phone_home` when the seed phones home and the provider listens, else `none`. A report of cloud-init errors fails the create, naming each failing module; a degraded boot is a warning. " +
+				"`auto` (default) picks, in this order of preference, `channel` when the seed has the first-boot reporter, `phone_home` when the seed phones home and the provider listens, else `none`. A report of cloud-init errors fails the create, naming each failing module; a degraded boot is a warning, and so is a guest that lacks something its seed declared (see `on_config_mismatch`). " +
 				"Only create waits: a change is stored without touching the VM.",
 			Validators: []validator.String{stringvalidator.OneOf(waitAuto, string(ready.ModeChannel), string(ready.ModePhoneHome), string(ready.ModeGuestAgent), string(ready.ModeNone))},
 		},
@@ -72,6 +77,15 @@ func waitSchema() map[string]schema.Attribute {
 			Default:     stringdefault.StaticString(keepOnFailure),
 			Description: "What happens when the wait fails (timeout, or cloud-init reports errors): `keep` (default) keeps the VM for inspection and records it as tainted, so the next apply replaces it; `destroy` removes the domain and the volumes this create made. Either way the error names the VM, the URL the guest should have reached, how long it waited, whether the domain still runs and the last lines of its serial console.",
 			Validators:  []validator.String{stringvalidator.OneOf(keepOnFailure, deleteOnFailure)},
+		},
+		"on_config_mismatch": schema.StringAttribute{
+			Optional: true, Computed: true,
+			Default: stringdefault.StaticString(mismatchWarn),
+			Description: "What create does when the guest is not configured as its seed declared. The seed's first-boot reporter compares what the seed declared with what the guest has: each declared address on the interface with the declared MAC (a DHCP NIC needs an address of that family), an IPv4 and IPv6 default route via each declared gateway, the declared nameservers and search domains in use (`/etc/resolv.conf`, or systemd-resolved's), the hostname, and each shared folder mounted. " +
+				"`warn` (default): a mismatch makes the readiness degraded, a warning that names what is missing (e.g. `no IPv4 default route via 10.0.2.2 on enp1s0 (52:54:00:12:34:56)`), and create succeeds. " +
+				"`fail`: a mismatch fails the create like a cloud-init error, and `on_ready_failure` decides whether the VM is kept (tainted) or destroyed. " +
+				"Applies when the seed has the first-boot reporter, whichever way its report comes (`channel`, `phone_home`, or `guest_agent`, which reads the reporter's `/run/kohaku/report.json` too); `wait_for = \"none\"` checks nothing, so `fail` is refused with it. Only create checks: a change is stored without touching the VM.",
+			Validators: []validator.String{stringvalidator.OneOf(mismatchWarn, mismatchFail)},
 		},
 		"guest": schema.SingleNestedAttribute{
 			Computed:      true,
@@ -93,6 +107,13 @@ func waitSchema() map[string]schema.Attribute {
 						"mac":       schema.StringAttribute{Computed: true, Description: "Its MAC address."},
 						"address":   schema.StringAttribute{Computed: true, Description: "Address with prefix length, e.g. `10.0.2.15/24`."},
 					}}},
+				"routes": schema.ListNestedAttribute{Computed: true, Description: "The guest's routes of both families (main table, without loopback), as the first-boot reporter saw them; a default route has destination `0.0.0.0/0` or `::/0`.",
+					NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+						"destination": schema.StringAttribute{Computed: true, Description: "Destination prefix, e.g. `0.0.0.0/0` or `10.0.2.0/24`."},
+						"gateway":     schema.StringAttribute{Computed: true, Description: "Next hop; empty for a directly connected network."},
+						"interface":   schema.StringAttribute{Computed: true, Description: "Interface name in the guest."},
+					}}},
+				"dns_servers": schema.ListAttribute{Computed: true, ElementType: types.StringType, Description: "Nameservers the guest uses, from `/etc/resolv.conf` or, behind systemd-resolved's stub, from resolved."},
 				"gpus": schema.ListNestedAttribute{Computed: true, Description: "GPUs the guest sees through nvidia-smi (empty without the NVIDIA driver).",
 					NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 						"name":           schema.StringAttribute{Computed: true, Description: "GPU name."},
@@ -104,17 +125,17 @@ func waitSchema() map[string]schema.Attribute {
 	}
 }
 
-// inspectSeed reads a seed volume back: its MACs and phone-home URL.
-func inspectSeed(ctx context.Context, c *virt.Client, pool, volume string) (*seed.Inspection, error) {
-	iso, err := c.DownloadVolume(ctx, pool, volume, maxSeedDownload)
-	if err != nil {
-		return nil, fmt.Errorf("reading seed %s/%s: %w", pool, volume, err)
+// validateWaitConfig refuses at plan a setting that could never act:
+// on_config_mismatch = "fail" with a wait that gets no report to check.
+func validateWaitConfig(cfg *vmModel, diags *diag.Diagnostics) {
+	if cfg.OnConfigMismatch.ValueString() != mismatchFail || cfg.WaitFor.IsUnknown() {
+		return
 	}
-	in, err := seed.Inspect(iso)
-	if err != nil {
-		return nil, fmt.Errorf("seed %s/%s: %w", pool, volume, err)
+	if w := cfg.WaitFor.ValueString(); w == string(ready.ModeNone) {
+		diags.AddAttributeError(path.Root("on_config_mismatch"), "Invalid on_config_mismatch",
+			fmt.Sprintf("on_config_mismatch = \"fail\" fails the create when the first-boot reporter finds the guest not configured as its seed declared, but wait_for = %q gets no such report, so nothing would be checked. "+
+				"Use wait_for = \"auto\" (or \"channel\", \"guest_agent\") with a seed that has report_channel = true, for example:\n  wait_for           = \"channel\"\n  on_config_mismatch = \"fail\"", w))
 	}
-	return in, nil
 }
 
 // vmWait is a readiness wait set up before the domain starts, so that a
@@ -122,8 +143,11 @@ func inspectSeed(ctx context.Context, c *virt.Client, pool, volume string) (*see
 type vmWait struct {
 	mode   ready.Mode
 	url    string
-	token  string // the report token of wait_for = "channel"
+	token  string // the seed's report token (channel and guest agent)
 	waiter *phonehome.Waiter
+	// failOnMismatch turns a guest that lacks what its seed declared into
+	// a failed wait (on_config_mismatch = "fail").
+	failOnMismatch bool
 }
 
 func (w *vmWait) close() {
@@ -139,7 +163,11 @@ func (r *vmResource) prepareWait(plan *vmModel, in *seed.Inspection, warn func(s
 	if mode == "" || mode == waitAuto {
 		mode = string(autoWait(in))
 	}
-	w := &vmWait{mode: ready.Mode(mode)}
+	w := &vmWait{mode: ready.Mode(mode), failOnMismatch: plan.OnConfigMismatch.ValueString() == mismatchFail}
+	if in != nil {
+		// The guest agent reads the reporter's report too, when there is one.
+		w.token = in.ReportToken
+	}
 	switch w.mode {
 	case ready.ModeChannel:
 		if in == nil || in.ReportToken == "" {
@@ -159,11 +187,10 @@ func (r *vmResource) prepareWait(plan *vmModel, in *seed.Inspection, warn func(s
 		return nil, errors.New("the seed phones home, but the provider has no phone_home block to listen with: add phone_home = { listen_address = \"127.0.0.1:8787\", base_url = \"http://10.0.2.2:8787\" } (the base_url the seed was made with), or set wait_for = \"channel\", \"guest_agent\" or \"none\"")
 	}
 	w.url = in.PhoneHomeURL
-	if !strings.HasPrefix(w.url, trimSlash(ph.baseURL)+phonehome.PathPrefix) {
-		warn(fmt.Sprintf("The seed phones home to %s, but this provider's phone_home.base_url is %s: the call may not reach this provider.", redactURL(w.url), ph.baseURL))
+	if !phonehome.Under(w.url, ph.baseURL) {
+		warn(fmt.Sprintf("The seed phones home to %s, but this provider's phone_home.base_url is %s: the call may not reach this provider.", phonehome.Redact(w.url), ph.baseURL))
 	}
-	token := w.url[strings.LastIndex(w.url, "/")+1:]
-	waiter, err := ph.server().Register(token)
+	waiter, err := ph.server().Register(phonehome.TokenOf(w.url))
 	if err != nil {
 		return nil, fmt.Errorf("listening for the guest on %s: %w", ph.listen, err)
 	}
@@ -196,25 +223,30 @@ func (w *vmWait) wait(ctx context.Context, c *virt.Client, name, serialLog strin
 	case ready.ModePhoneHome:
 		out, err = ready.WaitPhoneHome(ctx, w.waiter)
 	case ready.ModeGuestAgent:
-		out, err = ready.PollGuestAgent(ctx, c, name, agentPollInterval)
+		out, err = ready.PollGuestAgentReport(ctx, c, name, agentPollInterval, w.token)
 	case ready.ModeChannel:
-		out, err = ready.WaitChannel(ctx, c, name, domain.ReportChannel, w.token)
+		out, err = ready.WaitChannel(ctx, c, name, phonehome.ReportChannel, w.token)
 	default:
 		return nil, nil
 	}
-	var we *ready.WaitError
-	if errors.As(err, &we) {
-		steady, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		we.VM, we.URL, we.SerialLog = name, w.url, serialLog
-		if st, serr := c.DomainState(steady, name); serr == nil {
-			we.DomainState = st
-		}
-		if c.Endpoint().Transport == virt.TransportUnix {
-			we.SerialTail = ready.Tail(serialLog, 15)
-		}
+	if err == nil {
+		err = w.mismatch(name, out)
 	}
-	return out, err
+	return out, ready.Story(ctx, err, c, name, w.url, serialLog, c.Endpoint().Transport == virt.TransportUnix)
+}
+
+// mismatch is the failed wait of on_config_mismatch = "fail" when the guest
+// lacks what its seed declared; nil otherwise (create's ready.Check then
+// turns a mismatch into a warning). cloud-init's own errors are left to
+// ready.Check, so they are reported first.
+func (w *vmWait) mismatch(name string, out *ready.Outcome) error {
+	if !w.failOnMismatch || out == nil {
+		return nil
+	}
+	if _, err := ready.Check(name, out.Report); err != nil {
+		return nil
+	}
+	return ready.CheckDeclared(name, out.Report)
 }
 
 // guestValue turns the guest's report into the guest attribute.
@@ -224,7 +256,7 @@ func guestValue(mode ready.Mode, out *ready.Outcome) types.Object {
 	for k, v := range rep.HostKeys {
 		keys[k] = types.StringValue(v)
 	}
-	var addrs, gpus []attr.Value
+	var addrs, gpus, routes []attr.Value
 	for _, a := range rep.Addresses {
 		addrs = append(addrs, types.ObjectValueMust(guestAddressAttrTypes, map[string]attr.Value{
 			"interface": types.StringValue(a.Interface), "mac": types.StringValue(a.MAC), "address": types.StringValue(a.Address),
@@ -233,6 +265,11 @@ func guestValue(mode ready.Mode, out *ready.Outcome) types.Object {
 	for _, g := range rep.GPUs {
 		gpus = append(gpus, types.ObjectValueMust(guestGPUAttrTypes, map[string]attr.Value{
 			"name": types.StringValue(g.Name), "driver_version": types.StringValue(g.DriverVersion), "memory_mib": types.Int64Value(int64(g.MemoryMiB)),
+		}))
+	}
+	for _, r := range rep.Routes {
+		routes = append(routes, types.ObjectValueMust(guestRouteAttrTypes, map[string]attr.Value{
+			"destination": types.StringValue(r.Destination), "gateway": types.StringValue(r.Gateway), "interface": types.StringValue(r.Interface),
 		}))
 	}
 	status, recoverable := "", []string{}
@@ -256,15 +293,9 @@ func guestValue(mode ready.Mode, out *ready.Outcome) types.Object {
 		"cloud_init_errors": stringList(recoverable),
 		"addresses":         types.ListValueMust(types.ObjectType{AttrTypes: guestAddressAttrTypes}, addrs),
 		"gpus":              types.ListValueMust(types.ObjectType{AttrTypes: guestGPUAttrTypes}, gpus),
+		"routes":            types.ListValueMust(types.ObjectType{AttrTypes: guestRouteAttrTypes}, routes),
+		"dns_servers":       stringList(append([]string{}, rep.DNSServers...)),
 	})
 }
 
 func nullGuest() types.Object { return types.ObjectNull(guestAttrTypes) }
-
-// redactURL keeps a phone-home token out of messages.
-func redactURL(u string) string {
-	if i := strings.Index(u, phonehome.PathPrefix); i >= 0 {
-		return u[:i+len(phonehome.PathPrefix)] + "<token>"
-	}
-	return u
-}

@@ -4,7 +4,7 @@
 variable "ssh_public_key" {
   type        = string
   description = "Public key allowed to log in as kohaku, e.g. file(\"~/.ssh/id_ed25519.pub\")."
-  default     = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleKeyOnlyForTheDocs0000000000000000 you@laptop"
+  default     = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJfaz/mJ/6BFYscLuJLZ6JlVggOhzDZ+dRREhnzJc1sZ you@laptop"
 }
 
 resource "kohaku_seed" "web" {

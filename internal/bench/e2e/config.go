@@ -90,7 +90,7 @@ resource "terraform_data" "v" {
 `, n)
 }
 
-const sshKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleKeyOnlyForTheDocs0000000000000000 bench@kohaku"
+const sshKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJfaz/mJ/6BFYscLuJLZ6JlVggOhzDZ+dRREhnzJc1sZ bench@kohaku"
 
 // cliConfig serves the provider from dir without any registry access.
 func cliConfig(dir string) string {

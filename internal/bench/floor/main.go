@@ -330,7 +330,7 @@ func cleanup(c *virt.Client, sp libvirt.StoragePool, pairs []*pair) {
 	}
 }
 
-const sshKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleKeyOnlyForTheDocs0000000000000000 bench@kohaku"
+const sshKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJfaz/mJ/6BFYscLuJLZ6JlVggOhzDZ+dRREhnzJc1sZ bench@kohaku"
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {

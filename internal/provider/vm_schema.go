@@ -1,0 +1,262 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/objectplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+)
+
+func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
+	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
+	resp.Schema = schema.Schema{
+		Description: "A VM: a libvirt domain with a boot disk (a qcow2 overlay on a base image, an existing volume, or direct kernel boot), an optional cloud-init seed as a read-only CD-ROM, network interfaces, shared folders and PCI devices passed through with VFIO. " +
+			"Create defines the domain and starts it; a failure rolls back everything the create made. Changes to hardware (vCPUs, memory, interfaces, shared folders, PCI devices) are made in place by redefining the domain with the same UUID and restarting it if it runs. " +
+			"Destroy shuts the guest down (ACPI, then forced off after `shutdown_timeout`), undefines the domain with its NVRAM, and deletes the volumes this resource created - never the base image or the seed.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				Computed:      true,
+				Description:   "The domain's UUID.",
+				PlanModifiers: keep,
+			},
+			"uuid": schema.StringAttribute{
+				Computed:      true,
+				Description:   "The domain's UUID, chosen by libvirt when the VM is created. It stays the same across in-place updates.",
+				PlanModifiers: keep,
+			},
+			"host": schema.StringAttribute{
+				Optional:      true,
+				Description:   "Key of the provider's `hosts` map to create the VM on. Empty means the provider's default connection. Changing it replaces the VM.",
+				PlanModifiers: replace,
+			},
+			"name": schema.StringAttribute{
+				Required:      true,
+				Description:   "Domain name, unique on the host: letters, digits, `.`, `_` and `-`, at most 63 characters, starting with a letter or digit. Create fails if a domain of that name already exists. Changing it replaces the VM.",
+				PlanModifiers: replace,
+			},
+			"type": schema.StringAttribute{
+				Optional:      true,
+				Computed:      true,
+				Default:       stringdefault.StaticString(string(domain.TypeKVM)),
+				Description:   "Domain type: `kvm` (hardware virtualisation, the default) or `qemu` (software emulation with TCG, for hosts where KVM is missing or does not work, such as nested hosts). Changing it replaces the VM.",
+				PlanModifiers: replace,
+			},
+			"vcpu": schema.Int64Attribute{
+				Optional:    true,
+				Computed:    true,
+				Default:     int64default.StaticInt64(vmDefaultVCPU),
+				Description: fmt.Sprintf("Number of virtual CPUs, 1 to %d. Default `%d`. Changed in place: the domain is redefined and, if it runs, restarted.", domain.MaxVCPU, vmDefaultVCPU),
+			},
+			"memory_mib": schema.Int64Attribute{
+				Optional:    true,
+				Computed:    true,
+				Default:     int64default.StaticInt64(vmDefaultMemoryMiB),
+				Description: fmt.Sprintf("Memory in MiB, at least %d. Default `%d`. Changed in place: the domain is redefined and, if it runs, restarted.", domain.MinMemoryMiB, vmDefaultMemoryMiB),
+			},
+			"machine": schema.StringAttribute{
+				Optional:      true,
+				Computed:      true,
+				Default:       stringdefault.StaticString(string(domain.MachineQ35)),
+				Description:   "QEMU machine family: `q35` (PCI Express, the default; needed for GPU passthrough) or `pc` (legacy i440fx). libvirt picks the newest version of the family the host has. Changing it replaces the VM.",
+				PlanModifiers: replace,
+			},
+			"firmware": schema.StringAttribute{
+				Optional:      true,
+				Computed:      true,
+				Default:       stringdefault.StaticString(string(domain.FirmwareBIOS)),
+				Description:   "Firmware: `bios` (SeaBIOS, the default) or `uefi` (OVMF chosen by libvirt, secure boot off, with a per-VM NVRAM file that destroy removes). Changing it replaces the VM.",
+				PlanModifiers: replace,
+			},
+			"cpu_mode": schema.StringAttribute{
+				Optional:    true,
+				Computed:    true,
+				Description: "CPU model the guest sees: `host-passthrough` (the default for `kvm`), `host-model`, or `maximum` (everything the accelerator offers; the default for `qemu`, which cannot pass the host CPU through). Changed in place: the domain is redefined and, if it runs, restarted.",
+			},
+			"disk": schema.SingleNestedAttribute{
+				Optional: true,
+				Description: "The boot disk, attached as virtio `vda`. Either `base_volume`: the VM gets its own qcow2 overlay volume `<name>-root.qcow2` in `pool`, backed by the base image, which stays untouched and can be shared by many VMs; destroy deletes the overlay. " +
+					"Or `volume`: an existing volume in `pool` is used as it is and never deleted. Without a disk the VM boots `kernel` and `initrd` alone. Any change to the disk replaces the VM.",
+				PlanModifiers: []planmodifier.Object{objectplanmodifier.RequiresReplace()},
+				Attributes: map[string]schema.Attribute{
+					"base_volume": schema.StringAttribute{
+						Optional:    true,
+						Description: "Name of the base image volume (for example a cloud image in qcow2 or raw) the overlay is backed by. Exactly one of `base_volume` and `volume` is set.",
+						Validators:  []validator.String{stringvalidator.LengthAtLeast(1)},
+					},
+					"base_pool": schema.StringAttribute{
+						Optional:    true,
+						Computed:    true,
+						Default:     stringdefault.StaticString(vmDefaultPool),
+						Description: "Storage pool of `base_volume`. Default `default`.",
+						Validators:  []validator.String{stringvalidator.LengthAtLeast(1)},
+					},
+					"volume": schema.StringAttribute{
+						Optional:    true,
+						Description: "Name of an existing volume in `pool` to boot from as it is (qcow2 or raw, as libvirt reports it). The VM writes to it, and destroy leaves it in place.",
+						Validators:  []validator.String{stringvalidator.LengthAtLeast(1)},
+					},
+					"pool": schema.StringAttribute{
+						Optional:    true,
+						Computed:    true,
+						Default:     stringdefault.StaticString(vmDefaultPool),
+						Description: "Storage pool the overlay is created in, or that holds `volume`. Default `default`.",
+						Validators:  []validator.String{stringvalidator.LengthAtLeast(1)},
+					},
+					"size_gib": schema.Int64Attribute{
+						Optional:    true,
+						Description: "Virtual size of the overlay in GiB, at least the base image's size; the guest grows its filesystem into the extra space (cloud-init's growpart does). Default: the base image's size. Only with `base_volume`.",
+						Validators:  []validator.Int64{int64validator.AtLeast(1)},
+					},
+				},
+			},
+			"kernel": schema.StringAttribute{
+				Optional:    true,
+				Description: "Absolute host path of a kernel to boot directly (direct kernel boot), with or without a disk. Changed in place: the domain is redefined and, if it runs, restarted.",
+			},
+			"initrd": schema.StringAttribute{
+				Optional:    true,
+				Description: "Absolute host path of the initrd for `kernel`; required when there is no disk. Changed in place like `kernel`.",
+			},
+			"cmdline": schema.StringAttribute{
+				Optional:    true,
+				Description: "Kernel command line for `kernel`, for example `root=/dev/vda rw console=ttyS0`. Changed in place like `kernel`.",
+			},
+			"seed_id": schema.StringAttribute{
+				Optional: true,
+				Description: "The `id` of a `kohaku_seed` (`<pool>/<volume>`): the cloud-init seed ISO, attached as a read-only CD-ROM on the machine's natural bus (SATA on `q35`, IDE on `pc`). " +
+					"Network interfaces without a `mac` take the MAC addresses the seed's network configuration matches, in order. The seed volume is never deleted by this resource. Changing it replaces the VM.",
+				PlanModifiers: replace,
+				Validators:    []validator.String{volumeIDValidator{what: "a kohaku_seed id"}},
+			},
+			"network_interface": schema.ListNestedAttribute{
+				Optional:    true,
+				Description: "Network interfaces, in guest order. Changed in place: the domain is redefined and, if it runs, restarted.",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"type": schema.StringAttribute{
+						Required:    true,
+						Description: "`network` (a libvirt virtual network named by `source`), `bridge` (a host bridge named by `source`) or `user` (user-mode networking: no setup on the host, outbound only, the host is 10.0.2.2).",
+					},
+					"source": schema.StringAttribute{
+						Optional:    true,
+						Description: "The libvirt network or host bridge name; not set for `user`.",
+					},
+					"model": schema.StringAttribute{
+						Optional:    true,
+						Computed:    true,
+						Default:     stringdefault.StaticString("virtio"),
+						Description: "Emulated device: `virtio` (the default), `e1000e`, `e1000` or `rtl8139`.",
+					},
+					"mac": schema.StringAttribute{
+						Optional:    true,
+						Computed:    true,
+						Description: "MAC address. Default: the seed's MAC for this interface when `seed_id` is set and the seed names one, otherwise the address libvirt assigns (52:54:00:...), which is read back. An interface keeps its address when others are added or removed.",
+					},
+				}},
+			},
+			"shared_folder": schema.ListNestedAttribute{
+				Optional:    true,
+				Description: "Host directories the guest mounts by tag (for example `mount -t 9p -o trans=virtio,version=9p2000.L kohaku_shared /mnt`). Changed in place: the domain is redefined and, if it runs, restarted.",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"source": schema.StringAttribute{
+						Required:    true,
+						Description: "Absolute path of the host directory. On a local host (`qemu:///system`) it must exist when the VM is created or updated.",
+					},
+					"tag": schema.StringAttribute{
+						Required:    true,
+						Description: fmt.Sprintf("Mount tag the guest uses, unique per VM: at most %d bytes for 9p, %d for virtiofs.", domain.Max9pTagLen, domain.MaxVirtiofsTagLen),
+					},
+					"driver": schema.StringAttribute{
+						Optional:    true,
+						Computed:    true,
+						Default:     stringdefault.StaticString(string(domain.Share9p)),
+						Description: "`9p` (virtio-9p, the default) or `virtiofs` (needs virtiofsd on the host; Kohaku adds the shared memory backing it needs).",
+					},
+					"access_mode": schema.StringAttribute{
+						Optional:    true,
+						Computed:    true,
+						Default:     stringdefault.StaticString(string(domain.AccessPassthrough)),
+						Description: "How guest file ownership maps onto the host: `passthrough` (the default; the only mode virtiofs has), `mapped` (ownership kept in extended attributes) or `squash`.",
+					},
+					"read_only": schema.BoolAttribute{
+						Optional:    true,
+						Computed:    true,
+						Default:     booldefault.StaticBool(false),
+						Description: "Export the directory read-only (9p only). Default `false`.",
+					},
+				}},
+			},
+			"gpus": schema.SetAttribute{
+				Optional:    true,
+				ElementType: types.StringType,
+				Description: "`id`s of `kohaku_gpu_binding` resources (`<pci address>` or `<host>/<pci address>`). Each binding is passed through whole: create and update read the device's IOMMU group from the host and add one `<hostdev managed='no'>` (the binding, not libvirt, moves devices to vfio-pci) for every function of the group that is on vfio-pci, such as a GPU and its HDMI audio, so the other functions need no `hostdevs` entry. PCI bridges in the group stay out, as the binding leaves them on their own driver. " +
+					"A device that is not on vfio-pci is refused: bind it with `kohaku_gpu_binding` first. Refresh reports the group's functions under their `gpus` entry, not in `hostdevs`. Changed in place: the domain is redefined and, if it runs, restarted.",
+			},
+			"hostdevs": schema.SetAttribute{
+				Optional:    true,
+				ElementType: types.StringType,
+				Description: "Further host PCI functions to pass through, as `DDDD:BB:SS.F` (for example `0000:01:00.1`), attached like `gpus` but one function each and unchecked: something else must bind them to vfio-pci first. The functions a `gpus` entry brings need no entry here (one listed in both is passed through once). After an import every passed-through device shows here; moving the devices of a binding to `gpus` then changes nothing on the host. Changed in place like `gpus`.",
+			},
+			"guest_agent": schema.BoolAttribute{
+				Optional:    true,
+				Computed:    true,
+				Default:     booldefault.StaticBool(true),
+				Description: "Add the virtio-serial channel the QEMU guest agent talks on. Default `true`. Changed in place: the domain is redefined and, if it runs, restarted.",
+			},
+			"serial_log_path": schema.StringAttribute{
+				Optional:    true,
+				Computed:    true,
+				Description: "Host file the serial console is appended to. Default `/var/log/libvirt/qemu/<name>-serial.log`. Changed in place: the domain is redefined and, if it runs, restarted.",
+			},
+			"autostart": schema.BoolAttribute{
+				Optional:    true,
+				Computed:    true,
+				Default:     booldefault.StaticBool(false),
+				Description: "Start the VM when the host's libvirt starts. Default `false`. Changed in place.",
+			},
+			"running": schema.BoolAttribute{
+				Optional:    true,
+				Computed:    true,
+				Default:     booldefault.StaticBool(true),
+				Description: "Whether the VM should run. Default `true`. Changed in place: `false` shuts the guest down (ACPI, forced off after `shutdown_timeout`), `true` starts it. A VM stopped outside Terraform shows as a change back to `true`.",
+			},
+			"shutdown_timeout": schema.StringAttribute{
+				Optional:    true,
+				Computed:    true,
+				Default:     stringdefault.StaticString(vmDefaultShutdownTimeout),
+				Description: "How long the guest gets to power off after an ACPI shutdown request (when it is stopped, restarted for an update, or destroyed) before it is forced off, as a Go duration. `0s` forces it off at once. Always bounded by the operation's timeout. Default `30s`. Changed in place.",
+				Validators:  []validator.String{nonNegativeDuration},
+			},
+			"overlay_volume": schema.StringAttribute{
+				Computed:      true,
+				Description:   "`<pool>/<volume>` of the overlay volume this resource created for the disk, which destroy deletes. Unset when the VM has none (an existing `volume`, or no disk).",
+				PlanModifiers: keep,
+			},
+		},
+		Blocks: map[string]schema.Block{
+			"timeouts": timeouts.Block(ctx, timeouts.Opts{
+				Create: true, Update: true, Delete: true,
+				CreateDescription: "How long creating may take, including starting the VM. Default `10m`.",
+				UpdateDescription: "How long an update may take, including a restart. Default `10m`.",
+				DeleteDescription: "How long destroying may take, including the graceful shutdown. Default `5m`.",
+			}),
+		},
+	}
+	for name, a := range waitSchema() {
+		resp.Schema.Attributes[name] = a
+	}
+}
