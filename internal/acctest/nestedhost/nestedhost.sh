@@ -67,18 +67,9 @@ select_instance() { # $1 = intel | virtio
 uri() { printf 'qemu+tcp://127.0.0.1:%s/system' "$PORT"; }
 
 # ---------------------------------------------------------------- logging
-log() { printf 'nestedhost%s: %s\n' "${INSTANCE:+[$INSTANCE]}" "$*" >&2; }
-die() { printf 'nestedhost%s: ERROR: %s\n' "${INSTANCE:+[$INSTANCE]}" "$*" >&2; exit 1; }
-
-T_START=$EPOCHREALTIME
-PHASE=""
-PHASE_T0=""
-elapsed() { # seconds since $1 (an EPOCHREALTIME value), 1 decimal
-	local now=$EPOCHREALTIME
-	awk -v a="$1" -v b="$now" 'BEGIN { printf "%.1f", b - a }'
-}
-phase() { PHASE=$1; PHASE_T0=$EPOCHREALTIME; log "[$PHASE] ..."; }
-phase_done() { log "[$PHASE] $1 ($(elapsed "$PHASE_T0")s)"; }
+log_tag() { printf 'nestedhost%s' "${INSTANCE:+[$INSTANCE]}"; }
+# shellcheck source=../hostlib.sh
+. "${SELF%/*}/../hostlib.sh"
 
 need_root() { [[ $(id -u) == 0 ]] || die "must run as root (mmdebstrap --mode=root, QEMU)"; }
 

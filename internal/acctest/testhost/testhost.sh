@@ -12,14 +12,18 @@ usage: testhost.sh COMMAND
 
   up      install packages, configure and start libvirtd (unix socket and
           qemu+tcp://127.0.0.1/system), create the storage pools and build or
-          reuse the cached Debian 12 guest image. Idempotent: a second run only
-          reports what it found.
+          reuse the cached Debian 12 and Debian 13 guest images. Idempotent: a
+          second run only reports what it found.
   status  report what is up; exit 0 when everything `up` makes is there, else 1
   env     print `export` lines for a test run: eval "$(testhost.sh env)"
   image   build (or find) the cached guest image only
+  image-debian13
+          the same for the Debian 13 image (cloud-init 25.x, netplan + networkd)
   smoke   boot the cached image once under TCG with a NoCloud seed and check that
           cloud-init ran (runcmd marker, MAC-matched static netplan v2 address,
           virtio-9p mount, phone_home, final message); cleans up after itself
+  smoke-debian13
+          the same with the Debian 13 image
   down    stop the libvirtd that `up` started (by its pid file); caches stay
   restart SIGKILL the libvirtd that `up` started (by its pid file) and start it
           again the way `up` does: the fault tests' "libvirtd killed mid-apply".
@@ -72,18 +76,9 @@ SELF=$(readlink -f "${BASH_SOURCE[0]}")
 readonly SELF
 
 # ---------------------------------------------------------------- logging
-log() { printf 'testhost: %s\n' "$*" >&2; }
-die() { printf 'testhost: ERROR: %s\n' "$*" >&2; exit 1; }
-
-T_START=$EPOCHREALTIME
-PHASE=""
-PHASE_T0=""
-elapsed() { # elapsed seconds since $1 (an EPOCHREALTIME value), 1 decimal
-	local now=$EPOCHREALTIME
-	awk -v a="$1" -v b="$now" 'BEGIN { printf "%.1f", b - a }'
-}
-phase() { PHASE=$1; PHASE_T0=$EPOCHREALTIME; log "[$PHASE] ..."; }
-phase_done() { log "[$PHASE] $1 ($(elapsed "$PHASE_T0")s)"; }
+log_tag() { printf testhost; }
+# shellcheck source=../hostlib.sh
+. "${SELF%/*}/../hostlib.sh"
 
 need_root() { [[ $(id -u) == 0 ]] || die "must run as root (this script configures the whole machine)"; }
 
@@ -174,7 +169,62 @@ image_build_into() { # $1 = empty work dir; leaves rootfs.qcow2 vmlinuz initrd.i
 }
 # --- END IMAGE RECIPE ---
 
-recipe_text() { sed -n '/^# --- BEGIN IMAGE RECIPE ---$/,/^# --- END IMAGE RECIPE ---$/p' "$SELF"; }
+# Debian 13, the second guest generation: cloud-init 25.x renders network-config with
+# netplan for systemd-networkd (systemd-resolved for DNS); no ifupdown, dhclient or
+# net-tools. Its own recipe and cache key (this block plus image_build_into, which
+# builds it with these IMAGE_DEBIAN13_* values in place of Debian 12's: see
+# image_build_gen_into). TESTHOST_GEN=debian13 selects it in the shared functions.
+# --- BEGIN IMAGE RECIPE debian13 ---
+readonly IMAGE_DEBIAN13_SUITE=trixie
+readonly IMAGE_DEBIAN13_VARIANT=minbase
+readonly IMAGE_DEBIAN13_SIZE=3G
+readonly IMAGE_DEBIAN13_INCLUDE=systemd-sysv,udev,cloud-init,iproute2,netplan.io,systemd-resolved,openssh-server,qemu-guest-agent,initramfs-tools,zstd,curl,ca-certificates,netbase,kmod,python3
+readonly IMAGE_DEBIAN13_KERNEL=linux-image-amd64
+
+image_debian13_customize() { # $1 = unpacked root tree
+	local t=$1
+	printf '/dev/vda / ext4 defaults 0 1\n' >"$t/etc/fstab"
+	printf 'debian\n' >"$t/etc/hostname"
+	printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\nff02::1\t\tip6-allnodes\nff02::2\t\tip6-allrouters\n' >"$t/etc/hosts"
+	# resolved's stub (not the build host's copy); networkd is disabled by default in Debian
+	ln -sfn ../run/systemd/resolve/stub-resolv.conf "$t/etc/resolv.conf"
+	chroot "$t" systemctl enable -q systemd-networkd.service systemd-resolved.service serial-getty@ttyS0.service
+	# minbase trixie has no locales (locale-gen fails) and no resize2fs
+	cat >"$t/etc/cloud/cloud.cfg.d/99-kohaku-testhost.cfg" <<'CFG'
+datasource_list: [ NoCloud, ConfigDrive, None ]
+locale: C.UTF-8
+resize_rootfs: false
+ssh_genkeytypes: [ ed25519, ecdsa ]
+CFG
+	: >"$t/etc/machine-id"
+	rm -f "$t/var/lib/dbus/machine-id" "$t"/etc/ssh/ssh_host_*
+	compgen -G "$t/usr/lib/modules/*/kernel/fs/9p/9p.ko*" >/dev/null || { echo "no 9p module in guest kernel" >&2; return 1; }
+	compgen -G "$t/usr/lib/modules/*/kernel/net/9p/9pnet_virtio.ko*" >/dev/null || { echo "no 9pnet_virtio module in guest kernel" >&2; return 1; }
+	compgen -G "$t/etc/systemd/system/*.wants/cloud-init*.service" >/dev/null || { echo "cloud-init units not enabled" >&2; return 1; }
+	[[ -x $t/usr/sbin/netplan && -L $t/etc/systemd/system/multi-user.target.wants/systemd-networkd.service ]] || { echo "netplan or networkd missing" >&2; return 1; }
+	[[ ! -e $t/usr/sbin/ifup && ! -e $t/usr/sbin/route && ! -e $t/sbin/ifup ]] || { echo "ifupdown or net-tools in the image" >&2; return 1; }
+}
+# --- END IMAGE RECIPE debian13 ---
+
+# image_build_gen_into builds generation $TESTHOST_GEN with image_build_into in a fresh
+# bash, where IMAGE_* (readonly here) hold that generation's IMAGE_<GEN>_* values and
+# image_customize is image_<gen>_customize.
+image_build_gen_into() { # $1 = empty work dir
+	local g=$TESTHOST_GEN v n vars=("MIRROR=$MIRROR")
+	for v in SUITE VARIANT SIZE INCLUDE KERNEL; do
+		n=IMAGE_${g^^}_$v
+		vars+=("IMAGE_$v=${!n}")
+	done
+	env "${vars[@]}" bash -euo pipefail -c "$(declare -f image_build_into "image_${g}_customize")
+image_customize() { image_${g}_customize \"\$@\"; }
+image_build_into \"\$1\"" image-build "$1"
+}
+
+recipe_text() { # of Debian 12, or of generation $TESTHOST_GEN plus the build function it reuses
+	local g=${TESTHOST_GEN:+ $TESTHOST_GEN}
+	sed -n "/^# --- BEGIN IMAGE RECIPE$g ---\$/,/^# --- END IMAGE RECIPE$g ---\$/p" "$SELF"
+	[[ -z $g ]] || declare -f image_build_into
+}
 image_key() { recipe_text | sha256sum | cut -c1-16; }
 image_dir() { printf '%s/%s' "$CACHE_ROOT" "$(image_key)"; }
 image_complete() { # $1 = dir
@@ -492,12 +542,12 @@ ensure_pools() {
 }
 
 ensure_image_pool() {
-	local dir r
+	local dir r pool=$IMAGE_POOL${TESTHOST_GEN:+-$TESTHOST_GEN}
 	dir=$(image_dir)
-	r=$(ensure_pool "$IMAGE_POOL" "$dir" replace)
-	[[ $r == *": found" ]] || vsh pool-refresh "$IMAGE_POOL" >/dev/null
-	vsh vol-info --pool "$IMAGE_POOL" rootfs.qcow2 >/dev/null ||
-		die "pool $IMAGE_POOL has no volume rootfs.qcow2"
+	r=$(ensure_pool "$pool" "$dir" replace)
+	[[ $r == *": found" ]] || vsh pool-refresh "$pool" >/dev/null
+	vsh vol-info --pool "$pool" rootfs.qcow2 >/dev/null ||
+		die "pool $pool has no volume rootfs.qcow2"
 	phase_done "$r (path $dir)"
 }
 
@@ -554,7 +604,7 @@ ensure_image() {
 	[[ -e $dir ]] && { log "removing incomplete $dir"; rm -rf --one-file-system "$dir"; }
 	remove_build_leftovers
 	tmp=$(mktemp -d "$CACHE_ROOT/.build-$key-XXXXXX")
-	log "building image $key with mmdebstrap ($IMAGE_SUITE, $MIRROR); log: $LOG_DIR/image-build.log"
+	log "building image $key with mmdebstrap (${TESTHOST_GEN:-$IMAGE_SUITE}, $MIRROR); log: $LOG_DIR/image-build.log"
 	# A separate bash, so that set -e holds inside the build (it is off under `if !`),
 	# in its own session, so that an interrupt stops the whole build (mmdebstrap
 	# unmounts what it mounted) before its work dir is removed.
@@ -598,6 +648,8 @@ cmd_up() {
 	phase pools; ensure_pools
 	phase image; ensure_image
 	phase image-pool; ensure_image_pool
+	phase image-debian13; TESTHOST_GEN=debian13 ensure_image
+	phase image-pool-debian13; TESTHOST_GEN=debian13 ensure_image_pool
 	log "up: done in $(elapsed "$T_START")s; next: eval \"\$(bash $SELF env)\""
 }
 
@@ -615,7 +667,7 @@ cmd_image() {
 }
 
 cmd_status() {
-	local ok=0 pid dir p
+	local ok=0 pid dir dir13 p v
 	if p=$(missing_packages | tr '\n' ' '); [[ -z $p ]]; then
 		log "packages: all ${#HOST_PACKAGES[@]} installed"
 	else
@@ -630,8 +682,10 @@ cmd_status() {
 	if virsh_ok "$URI_TLS_CHECK"; then log "$URI_TLS: answers"; else log "$URI_TLS: no answer"; ok=1; fi
 	dir=$(image_dir)
 	if image_complete "$dir"; then log "image: $dir"; else log "image: missing ($dir)"; ok=1; fi
+	dir13=$(TESTHOST_GEN=debian13 image_dir)
+	if image_complete "$dir13"; then log "image debian13: $dir13"; else log "image debian13: missing ($dir13)"; ok=1; fi
 	if virsh_ok "$URI_UNIX"; then
-		for p in "default:$DEFAULT_POOL_PATH" "$TEST_POOL:$TEST_POOL_PATH" "$IMAGE_POOL:$dir"; do
+		for p in "default:$DEFAULT_POOL_PATH" "$TEST_POOL:$TEST_POOL_PATH" "$IMAGE_POOL:$dir" "$IMAGE_POOL-debian13:$dir13"; do
 			local n=${p%%:*} wantp=${p#*:} st path
 			st=$(pool_field "$n" State); path=$(pool_path "$n")
 			if [[ $st == running && $path == "$wantp" ]]; then
@@ -640,11 +694,13 @@ cmd_status() {
 				log "pool $n: ${st:-undefined} ${path:+at $path}${path:+ }(want running at $wantp)"; ok=1
 			fi
 		done
-		if vsh vol-info --pool "$IMAGE_POOL" rootfs.qcow2 >/dev/null 2>&1; then
-			log "volume $IMAGE_POOL/rootfs.qcow2: present"
-		else
-			log "volume $IMAGE_POOL/rootfs.qcow2: missing"; ok=1
-		fi
+		for v in "$IMAGE_POOL" "$IMAGE_POOL-debian13"; do
+			if vsh vol-info --pool "$v" rootfs.qcow2 >/dev/null 2>&1; then
+				log "volume $v/rootfs.qcow2: present"
+			else
+				log "volume $v/rootfs.qcow2: missing"; ok=1
+			fi
+		done
 	fi
 	if ((ok == 0)); then log "status: up"; else log "status: NOT up (run: bash $SELF up)"; fi
 	return "$ok"
@@ -666,6 +722,18 @@ export KOHAKU_TEST_BASE_VOLUME=rootfs.qcow2
 export KOHAKU_TEST_KERNEL=$dir/vmlinuz
 export KOHAKU_TEST_INITRD=$dir/initrd.img
 EOF
+	# the Debian 13 generation (cloud-init 25.x, netplan + networkd)
+	dir=$(TESTHOST_GEN=debian13 image_dir)
+	if image_complete "$dir"; then
+		cat <<EOF
+export KOHAKU_TEST_GEN2_IMAGE_POOL=$IMAGE_POOL-debian13
+export KOHAKU_TEST_GEN2_BASE_VOLUME=rootfs.qcow2
+export KOHAKU_TEST_GEN2_KERNEL=$dir/vmlinuz
+export KOHAKU_TEST_GEN2_INITRD=$dir/initrd.img
+EOF
+	else
+		log "image $dir (debian13) not built: KOHAKU_TEST_GEN2_* not set (run 'bash $SELF up')"
+	fi
 }
 
 cmd_down() {
@@ -904,7 +972,9 @@ main() {
 	smoke) cmd_smoke ;;
 	down) cmd_down ;;
 	restart) cmd_restart ;;
-	_image-build) image_build_into "$1" ;; # internal: used by ensure_image
+	image-debian13) TESTHOST_GEN=debian13 cmd_image ;;
+	smoke-debian13) TESTHOST_GEN=debian13 cmd_smoke ;;
+	_image-build) if [[ -n ${TESTHOST_GEN:-} ]]; then image_build_gen_into "$1"; else image_build_into "$1"; fi ;; # internal: used by ensure_image
 	-h | --help | help) usage ;;
 	*) usage >&2; exit 2 ;;
 	esac
