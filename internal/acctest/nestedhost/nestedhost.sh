@@ -195,52 +195,6 @@ image_complete() { # $1 = dir
 	for f in rootfs.raw vmlinuz initrd.img recipe.txt; do [[ -s $1/$f ]] || return 1; done
 }
 
-# ---------------------------------------------------------------- host packages
-# Same approach as testhost.sh: install only what is missing, never let a
-# postinst start a daemon, apt-get update only when the lists are missing or stale.
-pkg_installed() { [[ $(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null) == installed ]]; }
-
-ensure_packages() {
-	local missing=() p
-	for p in "${HOST_PACKAGES[@]}"; do pkg_installed "$p" || missing+=("$p"); done
-	if ((${#missing[@]} == 0)); then
-		phase_done "all ${#HOST_PACKAGES[@]} packages already installed"
-		return 0
-	fi
-	log "installing: ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	local policy_added=0
-	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-		chmod 755 /usr/sbin/policy-rc.d
-		policy_added=1
-	fi
-	local need_update=0 rc=0
-	if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
-		need_update=1
-	else
-		for p in "${missing[@]}"; do
-			apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [^(]' || { need_update=1; break; }
-		done
-	fi
-	((need_update)) && { apt-get update -qq || rc=$?; }
-	if ((rc == 0)); then
-		apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$LOG_DIR/apt.log" 2>&1 || rc=$?
-		if ((rc != 0 && need_update == 0)); then
-			log "install failed (stale lists?): apt-get update and retry"
-			rc=0
-			apt-get update -qq || rc=$?
-			((rc == 0)) && { apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$LOG_DIR/apt.log" 2>&1 || rc=$?; }
-		fi
-	fi
-	((policy_added)) && rm -f /usr/sbin/policy-rc.d
-	if ((rc != 0)); then
-		tail -n 20 "$LOG_DIR/apt.log" >&2 || true
-		die "apt-get install failed (full log: $LOG_DIR/apt.log)"
-	fi
-	phase_done "installed ${#missing[@]} packages: ${missing[*]}"
-}
-
 # ---------------------------------------------------------------- image
 ensure_image() {
 	local key dir tmp
