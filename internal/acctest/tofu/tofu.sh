@@ -73,9 +73,9 @@ env)
 	# resolves an unqualified provider to registry.opentofu.org, so the
 	# in-process provider is served under that address.
 	printf 'export TF_ACC_TERRAFORM_PATH=%q\nexport TF_ACC_PROVIDER_HOST=registry.opentofu.org\nexport TF_ACC_PROVIDER_NAMESPACE=hashicorp\n' "$BIN"
-	# A CLI config of its own (empty): OpenTofu prints a warning before its
-	# version when TF_CLI_CONFIG_FILE names a missing file (Terraform says
-	# nothing), and terraform-exec then cannot parse `tofu version`.
+	# A CLI config of its own (empty): when TF_CLI_CONFIG_FILE names a missing
+	# file OpenTofu warns on stdout, before its version (Terraform warns on
+	# stderr), and terraform-exec then cannot parse `tofu version`.
 	: >"$CACHE_ROOT/empty.tofurc"
 	printf 'export TF_CLI_CONFIG_FILE=%q\n' "$CACHE_ROOT/empty.tofurc"
 	;;
