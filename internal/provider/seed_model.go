@@ -220,13 +220,35 @@ func (m *seedResourceModel) setRendered(res *seed.Result, writeOnly bool) {
 	m.InstanceID = types.StringValue(res.InstanceID)
 	m.MACs = stringList(res.MACs)
 	m.RenderedMetaData = types.StringValue(string(res.Files[metaDataFile(res.Format)]))
-	m.RenderedNetworkConfig = types.StringValue(string(res.Files[networkFile(res.Format)]))
-	m.RenderedVendorData = types.StringValue(string(res.Files[vendorDataFile(res.Format)]))
+	m.RenderedNetworkConfig = nullIfNone(string(res.Files[networkFile(res.Format)]))
+	m.RenderedVendorData = nullIfNone(string(res.Files[vendorDataFile(res.Format)]))
 	m.UserDataFromWriteOnly = types.BoolValue(writeOnly)
 	if writeOnly {
-		m.RenderedUserData = types.StringValue("")
+		m.RenderedUserData = types.StringNull()
 	} else {
-		m.RenderedUserData = types.StringValue(string(res.Files[userDataFile(res.Format)]))
+		m.RenderedUserData = nullIfNone(string(res.Files[userDataFile(res.Format)]))
+	}
+}
+
+// nullIfNone is null for a document or URL the seed does not have. Null,
+// not "": Terraform lists an empty string in every create plan, and as
+// "(sensitive value)" with a sensitivity notice for sensitive attributes,
+// although there is nothing to see.
+func nullIfNone(s string) types.String {
+	if s == "" {
+		return types.StringNull()
+	}
+	return types.StringValue(s)
+}
+
+// dropEmptyDocuments turns the "" that earlier versions stored for a
+// missing document or URL into null, so a refresh of such a state plans no
+// change when the plan computes null.
+func (m *seedResourceModel) dropEmptyDocuments() {
+	for _, v := range []*types.String{&m.PhoneHomeURL, &m.RenderedUserData, &m.RenderedNetworkConfig, &m.RenderedVendorData} {
+		if !v.IsUnknown() && v.ValueString() == "" {
+			*v = types.StringNull()
+		}
 	}
 }
 

@@ -191,7 +191,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			},
 			"user_data_wo": schema.StringAttribute{
 				Optional: true, Sensitive: true, WriteOnly: true,
-				Description: "Write-only user data (Terraform 1.11 and later): like `user_data`, but never stored in plan or state, so secrets in it stay out of state. Checked at plan like `user_data` when its value is known then. The seed still notices a change, because the checksum of the rendered ISO is compared on every plan; `rendered_user_data` is left empty.",
+				Description: "Write-only user data (Terraform 1.11 and later): like `user_data`, but never stored in plan or state, so secrets in it stay out of state. Checked at plan like `user_data` when its value is known then. The seed still notices a change, because the checksum of the rendered ISO is compared on every plan; `rendered_user_data` is left null.",
 			},
 			"phone_home": schema.BoolAttribute{
 				Optional: true, Computed: true,
@@ -212,7 +212,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			},
 			"phone_home_url": schema.StringAttribute{
 				Computed: true, Sensitive: true,
-				Description: "The URL the guest phones home to (it holds the seed's secret token); empty without `phone_home`. It is kept across updates of the seed.",
+				Description: "The URL the guest phones home to (it holds the seed's secret token); null without `phone_home`. It is kept across updates of the seed.",
 			},
 			"vendor_data": schema.StringAttribute{
 				Optional: true, Sensitive: true,
@@ -228,12 +228,12 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Description: "MAC address of each structured `network` entry, in order. `kohaku_vm` reads them from the seed itself, so a VM needs only `seed_id`.",
 			},
 			"rendered_meta_data":      schema.StringAttribute{Computed: true, Description: "The meta-data document (`meta_data.json` for ConfigDrive)."},
-			"rendered_user_data":      schema.StringAttribute{Computed: true, Sensitive: true, Description: "The user-data document as written into the ISO. Empty when `user_data_wo` is used."},
-			"rendered_network_config": schema.StringAttribute{Computed: true, Description: "The network configuration document, empty when there is none."},
-			"rendered_vendor_data":    schema.StringAttribute{Computed: true, Sensitive: true, Description: "The vendor data document, empty when there is none."},
+			"rendered_user_data":      schema.StringAttribute{Computed: true, Sensitive: true, Description: "The user-data document as written into the ISO. Null when `user_data_wo` is used."},
+			"rendered_network_config": schema.StringAttribute{Computed: true, Description: "The network configuration document, null when there is none."},
+			"rendered_vendor_data":    schema.StringAttribute{Computed: true, Sensitive: true, Description: "The vendor data document, null when there is none."},
 			"user_data_write_only": schema.BoolAttribute{
 				Computed:    true,
-				Description: "Whether the seed's user data came from `user_data_wo` (so `rendered_user_data` is empty by design).",
+				Description: "Whether the seed's user data came from `user_data_wo` (so `rendered_user_data` is null by design).",
 			},
 		},
 	}
@@ -320,7 +320,7 @@ func (r *seedResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 		resp.Diagnostics.AddWarning("Seed "+cfg.Name.ValueString(), w)
 	}
 	plan.setRendered(res, !cfg.UserDataWO.IsNull())
-	plan.PhoneHomeURL = types.StringValue(phURL)
+	plan.PhoneHomeURL = nullIfNone(phURL)
 	if state != nil && state.SHA256.Equal(plan.SHA256) {
 		// Nothing to upload: keep what the host reported.
 		plan.VolumeKey, plan.VolumePath = state.VolumeKey, state.VolumePath
@@ -365,7 +365,7 @@ func (r *seedResource) upload(ctx context.Context, c *virt.Client, plan *seedRes
 		}
 		phURL = plan.PhoneHomeURL.ValueString()
 	} else {
-		plan.PhoneHomeURL = types.StringValue("")
+		plan.PhoneHomeURL = types.StringNull()
 	}
 	spec, d := plan.spec(wo, phURL)
 	diags.Append(d...)
@@ -425,13 +425,13 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 			state.InstanceID = types.StringValue(in.InstanceID)
 			state.MACs = stringList(in.MACs)
 			state.RenderedMetaData = types.StringValue(string(in.Files[metaDataFile(in.Format)]))
-			state.RenderedNetworkConfig = types.StringValue(string(in.Files[networkFile(in.Format)]))
-			state.RenderedUserData = types.StringValue(string(in.Files[userDataFile(in.Format)]))
-			state.RenderedVendorData = types.StringValue(string(in.Files[vendorDataFile(in.Format)]))
+			state.RenderedNetworkConfig = nullIfNone(string(in.Files[networkFile(in.Format)]))
+			state.RenderedUserData = nullIfNone(string(in.Files[userDataFile(in.Format)]))
+			state.RenderedVendorData = nullIfNone(string(in.Files[vendorDataFile(in.Format)]))
 			state.UserDataFromWriteOnly = types.BoolValue(false)
 			state.GuestAgent = types.BoolValue(true)
 			state.PhoneHome = types.BoolValue(in.PhoneHomeURL != "")
-			state.PhoneHomeURL = types.StringValue(in.PhoneHomeURL)
+			state.PhoneHomeURL = nullIfNone(in.PhoneHomeURL)
 			// Without phone home the setting is moot: report its default.
 			state.PhoneHomeAgent = types.BoolValue(in.PhoneHomeURL == "" || strings.Contains(string(in.Files[userDataFile(in.Format)]), seed.ReporterScriptPath))
 			state.ReportChannel = types.BoolValue(in.ReportToken != "")
@@ -439,6 +439,7 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 			resp.Diagnostics.AddWarning("Volume is not a seed Kohaku can read", fmt.Sprintf("%s/%s: %v", pool, name, err))
 		}
 	}
+	state.dropEmptyDocuments()
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
 }
 

@@ -261,7 +261,7 @@ func TestAccSeed_writeOnlyUserData(t *testing.T) {
 				Config: cfg(secret),
 				Check: resource.ComposeAggregateTestCheckFunc(noSecretInState,
 					resource.TestCheckResourceAttr(addr, "user_data_write_only", "true"),
-					resource.TestCheckResourceAttr(addr, "rendered_user_data", "")),
+					resource.TestCheckNoResourceAttr(addr, "rendered_user_data")),
 			},
 			{Config: cfg(secret), PlanOnly: true},
 			{

@@ -210,7 +210,7 @@ provider "kohaku" {
 	for _, seed := range []string{"kohaku_seed.unix", "kohaku_seed.tcp"} {
 		checks = append(checks,
 			statecheck.ExpectKnownValue(seed, tfjsonpath.New("report_channel"), knownvalue.Bool(true)),
-			statecheck.ExpectKnownValue(seed, tfjsonpath.New("phone_home_url"), knownvalue.StringExact("")))
+			statecheck.ExpectKnownValue(seed, tfjsonpath.New("phone_home_url"), knownvalue.Null()))
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
