@@ -41,6 +41,7 @@ type vmModel struct {
 	Autostart         types.Bool     `tfsdk:"autostart"`
 	Running           types.Bool     `tfsdk:"running"`
 	ShutdownTimeout   types.String   `tfsdk:"shutdown_timeout"`
+	DestroyShutdown   types.String   `tfsdk:"destroy_shutdown"`
 	OverlayVolume     types.String   `tfsdk:"overlay_volume"`
 	WaitFor           types.String   `tfsdk:"wait_for"`
 	OnReadyFailure    types.String   `tfsdk:"on_ready_failure"`
@@ -340,6 +341,11 @@ func (m *vmModel) fromDomain(ctx context.Context, st *domainView, prior *vmModel
 	if m.ShutdownTimeout.IsNull() || m.ShutdownTimeout.IsUnknown() {
 		m.ShutdownTimeout = types.StringValue(vmDefaultShutdownTimeout)
 	}
+	// How destroy stops the guest lives only in Terraform, like the timeout.
+	m.DestroyShutdown = prior.DestroyShutdown
+	if m.DestroyShutdown.IsNull() || m.DestroyShutdown.IsUnknown() {
+		m.DestroyShutdown = types.StringValue(string(vmlife.DestroyAuto))
+	}
 	m.Timeouts = prior.Timeouts
 	// Readiness settings and the guest's report live only in Terraform.
 	m.WaitFor, m.OnReadyFailure, m.Guest = prior.WaitFor, prior.OnReadyFailure, prior.Guest
@@ -499,4 +505,13 @@ func diskFromDomain(ctx context.Context, d *domain.Disk, st *domainView, prior *
 	v, dd := types.ObjectValueFrom(ctx, vmDiskAttrTypes, out)
 	diags.Append(dd...)
 	return v
+}
+
+// vmDestroyModes are the values of destroy_shutdown.
+func vmDestroyModes() []string {
+	out := make([]string, len(vmlife.DestroyModes))
+	for i, m := range vmlife.DestroyModes {
+		out[i] = string(m)
+	}
+	return out
 }

@@ -447,7 +447,7 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 		if ue.View != nil {
 			var m vmModel
 			m.fromDomain(ctx, ue.View, &state, &resp.Diagnostics)
-			m.ShutdownTimeout, m.Timeouts = plan.ShutdownTimeout, plan.Timeouts
+			m.ShutdownTimeout, m.DestroyShutdown, m.Timeouts = plan.ShutdownTimeout, plan.DestroyShutdown, plan.Timeouts
 			resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 		}
 		return
@@ -483,7 +483,11 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 		grace, _ = time.ParseDuration(vmDefaultShutdownTimeout)
 	}
 	done, err := vmlife.Delete(ctx, c, vmlife.Doomed{Ref: ref, Overlay: volumeRef(state.OverlayVolume),
-		Protected: protectedVolumes(ctx, &state, &resp.Diagnostics), Grace: grace})
+		Protected: protectedVolumes(ctx, &state, &resp.Diagnostics),
+		Mode:      vmlife.DestroyMode(state.DestroyShutdown.ValueString()), ShutdownTimeout: grace})
+	if done.Why != "" {
+		tflog.Info(ctx, "stopping the guest for destroy", map[string]any{"name": ref.Name, "grace": done.Grace.String(), "why": done.Why})
+	}
 	if done.Forced {
 		tflog.Info(ctx, "the guest did not power off within the shutdown timeout and was forced off", map[string]any{"name": ref.Name, "shutdown_timeout": grace.String()})
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
 func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
@@ -27,7 +28,7 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 	resp.Schema = schema.Schema{
 		Description: "A VM: a libvirt domain with a boot disk (a qcow2 overlay on a base image, an existing volume, or direct kernel boot), an optional cloud-init seed as a read-only CD-ROM, network interfaces, shared folders and PCI devices passed through with VFIO. " +
 			"Create defines the domain and starts it; a failure rolls back everything the create made. Changes to hardware (vCPUs, memory, interfaces, shared folders, PCI devices) are made in place by redefining the domain with the same UUID and restarting it if it runs. " +
-			"Destroy shuts the guest down (ACPI, then forced off after `shutdown_timeout`), undefines the domain with its NVRAM, and deletes the volumes this resource created - never the base image or the seed.",
+			"Destroy stops the guest (at once when every disk goes with the VM, else ACPI first and forced off after `shutdown_timeout`; see `destroy_shutdown`), undefines the domain with its NVRAM, and deletes the volumes this resource created - never the base image or the seed.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed:      true,
@@ -240,6 +241,13 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 				Default:     stringdefault.StaticString(vmDefaultShutdownTimeout),
 				Description: "How long the guest gets to power off after an ACPI shutdown request (when it is stopped, restarted for an update, or destroyed) before it is forced off, as a Go duration. `0s` forces it off at once. Always bounded by the operation's timeout. Default `30s`. Changed in place.",
 				Validators:  []validator.String{nonNegativeDuration},
+			},
+			"destroy_shutdown": schema.StringAttribute{
+				Optional:    true,
+				Computed:    true,
+				Default:     stringdefault.StaticString(string(vmlife.DestroyAuto)),
+				Description: "How destroy stops a running guest. `auto` (default): when everything the guest writes goes with the VM (its boot disk is the overlay this resource made, shared folders are read-only or absent), the guest is powered off at once, since a clean shutdown would protect nothing and a guest that ignores ACPI would hold destroy for the whole `shutdown_timeout`; when data outlives the VM (an existing `disk.volume`, a writable shared folder), the guest is asked to shut down (ACPI) first and forced off after `shutdown_timeout`. `graceful`: always ask first. `force`: always power off at once. Stops and update restarts always ask first. Changed in place, without touching the domain.",
+				Validators:  []validator.String{stringvalidator.OneOf(vmDestroyModes()...)},
 			},
 			"overlay_volume": schema.StringAttribute{
 				Computed:      true,

@@ -18,22 +18,28 @@ type Doomed struct {
 	// Protected are volumes never to delete whatever the domain's metadata
 	// says: the base image, an existing boot volume, the seed.
 	Protected []domain.VolumeRef
-	// Grace is how long the guest gets to power off before it is forced.
-	Grace time.Duration
+	// Mode and ShutdownTimeout decide how long a running guest gets to
+	// power off before it is forced (see DestroyGrace).
+	Mode            DestroyMode
+	ShutdownTimeout time.Duration
 }
 
 // Deleted says how a delete went, beyond success.
 type Deleted struct {
 	// Forced is set when the guest did not power off within Grace.
 	Forced bool
+	// Grace is how long the guest was given to power off cleanly, and Why
+	// says why (0 when the domain was not there to stop).
+	Grace time.Duration
+	Why   string
 	// Spared are owned volumes left alone because they are protected.
 	Spared []domain.VolumeRef
 }
 
-// Delete shuts the domain down (ACPI, forced off after Grace), undefines it
-// with its NVRAM and deletes the volumes it owns, never a protected one. A
-// domain already gone leaves only its volumes to delete. Failures are
-// *StepError.
+// Delete stops the domain (at once, or ACPI first and forced off after the
+// grace DestroyGrace gives for what outlives it), undefines it with its
+// NVRAM and deletes the volumes it owns, never a protected one. A domain
+// already gone leaves only its volumes to delete. Failures are *StepError.
 func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 	out := &Deleted{}
 	var owned []domain.VolumeRef
@@ -53,11 +59,12 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 					owned = append(owned, v)
 				}
 			}
-			how, err := h.StopDomain(ctx, d.Ref, d.Grace)
+			out.Grace, out.Why = DestroyGrace(d.Mode, d.ShutdownTimeout, Survivors(view.Observed.Spec, owned))
+			how, err := h.StopDomain(ctx, d.Ref, out.Grace)
 			if err != nil {
 				return out, stepErr("shut down", err)
 			}
-			out.Forced = how == virt.StopForced && d.Grace > 0
+			out.Forced = how == virt.StopForced && out.Grace > 0
 			if err := h.UndefineDomain(context.WithoutCancel(ctx), d.Ref); err != nil {
 				return out, stepErr("undefine", err)
 			}
@@ -73,4 +80,26 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 		}
 	}
 	return out, nil
+}
+
+// Survivors names what a domain's guest writes that outlives the domain:
+// a boot disk it does not own (an existing volume or file) and every
+// writable shared folder. The seed is read-only and the base image sits
+// under an overlay the guest never writes through, so neither counts.
+func Survivors(spec domain.Spec, owned []domain.VolumeRef) []string {
+	var out []string
+	if d := spec.Disk; d != nil {
+		switch {
+		case d.Volume != "" && !ContainsVolume(owned, domain.VolumeRef{Pool: d.Pool, Volume: d.Volume}):
+			out = append(out, "boot volume "+d.Pool+"/"+d.Volume)
+		case d.Volume == "" && d.Path != "":
+			out = append(out, "boot disk "+d.Path)
+		}
+	}
+	for _, f := range spec.SharedFolders {
+		if !f.ReadOnly {
+			out = append(out, "shared folder "+f.Source)
+		}
+	}
+	return out
 }

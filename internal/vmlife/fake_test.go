@@ -28,6 +28,8 @@ type fakeHost struct {
 	// startsDead makes StartDomain succeed while the domain stays off.
 	startsDead bool
 	ops        []string
+	// graces are the grace periods StopDomain was called with.
+	graces []time.Duration
 }
 
 type fakeDomain struct {
@@ -140,17 +142,21 @@ func (h *fakeHost) SetAutostart(_ context.Context, ref virt.DomainRef, on bool) 
 	return virt.ErrDomainNotFound
 }
 
-func (h *fakeHost) StopDomain(_ context.Context, ref virt.DomainRef, _ time.Duration) (virt.StopResult, error) {
+func (h *fakeHost) StopDomain(_ context.Context, ref virt.DomainRef, grace time.Duration) (virt.StopResult, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.op("StopDomain"); err != nil {
 		return 0, err
 	}
+	h.graces = append(h.graces, grace)
 	d := h.byRef(ref)
 	if d == nil || !d.active {
 		return virt.StopNotRunning, nil
 	}
 	d.active = false
+	if grace == 0 {
+		return virt.StopForced, nil
+	}
 	return virt.StopGraceful, nil
 }
 

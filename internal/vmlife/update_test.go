@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
@@ -194,6 +195,68 @@ func TestDeleteShutsDownAndSparesProtected(t *testing.T) {
 	done, err = Delete(context.Background(), h2, Doomed{Ref: ch2.Ref, Overlay: ch2.Overlay, Protected: []domain.VolumeRef{*ch2.Overlay}})
 	if err != nil || len(done.Spared) != 1 || !strings.Contains(h2.state(), "volume default/vm-root.qcow2") {
 		t.Errorf("protected volume: err %v spared %v host %s", err, done.Spared, h2.state())
+	}
+}
+
+// Destroy asks the guest to shut down only when something it writes
+// outlives it; otherwise the guest is powered off at once.
+func TestDeleteWaitsOnlyWhenDataOutlivesTheVM(t *testing.T) {
+	t.Parallel()
+	const timeout = 30 * time.Second
+	for _, c := range []struct {
+		name      string
+		shares    []domain.SharedFolder
+		mode      DestroyMode
+		wantGrace time.Duration
+		why       string
+	}{
+		{"overlay only", nil, DestroyAuto, 0, "every disk goes with the VM"},
+		{"writable share", sharedFolders("/srv/data"), DestroyAuto, timeout, "shared folder /srv/data"},
+		{"read-only share", []domain.SharedFolder{{Driver: domain.Share9p, Source: "/srv/ro", Tag: "ro", AccessMode: domain.AccessMapped, ReadOnly: true}}, DestroyAuto, 0, "every disk"},
+		{"graceful asked for", nil, DestroyGraceful, timeout, "graceful"},
+		{"force asked for", sharedFolders("/srv/data"), DestroyForce, 0, "force"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newFakeHost()
+			p := createPlan(h, "vm")
+			p.Spec.SharedFolders = c.shares
+			view, err := Create(context.Background(), h, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done, err := Delete(context.Background(), h, Doomed{Ref: view.Status.DomainRef, Overlay: view.Overlay, Mode: c.mode, ShutdownTimeout: timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(h.graces, []time.Duration{c.wantGrace}) || done.Grace != c.wantGrace || !strings.Contains(done.Why, c.why) {
+				t.Errorf("StopDomain graces %v, done %v (%q); want %v (...%s...)", h.graces, done.Grace, done.Why, c.wantGrace, c.why)
+			}
+			if done.Forced {
+				t.Errorf("a guest given no grace is not reported as 'did not power off in time'")
+			}
+			if got := h.state(); got != baseOnly {
+				t.Errorf("host after delete:\n%s", got)
+			}
+		})
+	}
+}
+
+func TestSurvivors(t *testing.T) {
+	t.Parallel()
+	owned := []domain.VolumeRef{{Pool: "default", Volume: "vm-root.qcow2"}}
+	spec := domain.Spec{Disk: &domain.Disk{Source: domain.Source{Pool: "default", Volume: "vm-root.qcow2"}}}
+	if got := Survivors(spec, owned); len(got) != 0 {
+		t.Errorf("an owned overlay outlives nothing: %q", got)
+	}
+	spec.Disk.Volume = "data.qcow2"
+	spec.SharedFolders = append(sharedFolders("/a"), domain.SharedFolder{Source: "/ro", ReadOnly: true})
+	want := []string{"boot volume default/data.qcow2", "shared folder /a"}
+	if got := Survivors(spec, owned); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	spec.Disk = &domain.Disk{Source: domain.Source{Path: "/var/lib/vm/disk.img"}}
+	if got := Survivors(spec, owned); len(got) == 0 || got[0] != "boot disk /var/lib/vm/disk.img" {
+		t.Errorf("a disk file outlives the VM: %q", got)
 	}
 }
 

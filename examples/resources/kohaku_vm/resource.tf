@@ -61,8 +61,8 @@ output "gpu_worker_known_hosts" {
 }
 
 # Direct kernel boot under software emulation (type "qemu") for a host
-# without usable KVM, with user-mode networking and no disk of its own to
-# keep: an existing volume is used as it is and left in place on destroy.
+# without usable KVM, with user-mode networking and no disk of its own: an
+# existing volume is used as it is and left in place on destroy.
 resource "kohaku_vm" "tiny" {
   name       = "tiny-1"
   type       = "qemu"
@@ -82,6 +82,11 @@ resource "kohaku_vm" "tiny" {
   # No seed here: ask the guest agent whether cloud-init finished.
   wait_for = "guest_agent"
 
-  # Stop without waiting for the guest to power off.
-  shutdown_timeout = "0s"
+  # tiny-1.qcow2 outlives the VM, so destroy (destroy_shutdown = "auto", the
+  # default) asks the guest to power off cleanly first and forces it off
+  # after shutdown_timeout. A VM whose every disk goes with it, and no
+  # writable shared folder, is powered off at once. "graceful" always asks,
+  # "force" never does.
+  shutdown_timeout = "60s"
+  destroy_shutdown = "auto"
 }
