@@ -91,6 +91,48 @@ func TestAccHostDataSource_tlsUntrustedServer(t *testing.T) {
 		regexp.QuoteMeta(filepath.Join(pki, "cacert.pem"))))
 }
 
+// no_verify against a libvirtd whose certificate the client does not
+// trust (its cacert.pem is another CA's): the same files are refused
+// without the flag and connect with it; libvirtd still checks the client
+// certificate, so the session is real.
+func TestAccHostDataSource_tlsNoVerify(t *testing.T) {
+	local := acctest.URI(t)
+	uri := acctest.Env(t, "KOHAKU_TEST_TLS_URI")
+	good := acctest.Env(t, "KOHAKU_TEST_TLS_PKI")
+	pki := t.TempDir()
+	for _, f := range []string{"clientcert.pem", "clientkey.pem"} {
+		b, err := os.ReadFile(filepath.Join(good, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(pki, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeOtherCA(t, filepath.Join(pki, "cacert.pem"))
+	noVerify := fmt.Sprintf(`
+provider "kohaku" {
+  uri = %q
+  tls = {
+    pki_path  = %q
+    no_verify = true
+  }
+}
+data "kohaku_host" "this" {}
+`, uri, pki)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		Steps: []resource.TestStep{
+			{Config: tlsConfig(uri, pki), ExpectError: regexp.MustCompile(`(?s)certificate\s+of\s+127\.0\.0\.1:16514\s+is\s+not\s+trusted`)},
+			{
+				Config:            noVerify,
+				ConfigStateChecks: hostChecks(t, local, "data.kohaku_host.this"),
+				Check:             resource.TestCheckResourceAttr("data.kohaku_host.this", "uri", uri),
+			},
+		},
+	})
+}
+
 // A pki_path without the client files fails before dialing, naming the
 // files that are missing.
 func TestAccHostDataSource_tlsMissingFiles(t *testing.T) {
