@@ -20,30 +20,37 @@ import (
 // kohaku_seed's plan, state and config are read into.
 
 type seedResourceModel struct {
-	ID             types.String       `tfsdk:"id"`
-	Host           types.String       `tfsdk:"host"`
-	Name           types.String       `tfsdk:"name"`
-	Pool           types.String       `tfsdk:"pool"`
-	Format         types.String       `tfsdk:"format"`
-	InstanceID     types.String       `tfsdk:"instance_id"`
-	Hostname       types.String       `tfsdk:"hostname"`
-	FQDN           types.String       `tfsdk:"fqdn"`
-	MetaData       map[string]string  `tfsdk:"meta_data"`
-	User           *seedUserModel     `tfsdk:"user"`
-	WriteFiles     []seedFileModel    `tfsdk:"write_files"`
-	SharedFolders  []seedMountModel   `tfsdk:"shared_folders"`
-	NVIDIA         *seedNVIDIAModel   `tfsdk:"nvidia_driver"`
-	GuestAgent     types.Bool         `tfsdk:"guest_agent"`
-	Network        []seedNetworkModel `tfsdk:"network"`
-	NetworkConfig  types.String       `tfsdk:"network_config"`
-	UserData       types.String       `tfsdk:"user_data"`
-	UserDataBase64 types.String       `tfsdk:"user_data_base64"`
-	UserDataWO     types.String       `tfsdk:"user_data_wo"`
-	VendorData     types.String       `tfsdk:"vendor_data"`
-	PhoneHome      types.Bool         `tfsdk:"phone_home"`
-	PhoneHomeAgent types.Bool         `tfsdk:"phone_home_reporter"`
-	PhoneHomeURL   types.String       `tfsdk:"phone_home_url"`
-	ReportChannel  types.Bool         `tfsdk:"report_channel"`
+	ID              types.String       `tfsdk:"id"`
+	Host            types.String       `tfsdk:"host"`
+	Name            types.String       `tfsdk:"name"`
+	Pool            types.String       `tfsdk:"pool"`
+	Format          types.String       `tfsdk:"format"`
+	InstanceID      types.String       `tfsdk:"instance_id"`
+	Hostname        types.String       `tfsdk:"hostname"`
+	FQDN            types.String       `tfsdk:"fqdn"`
+	MetaData        map[string]string  `tfsdk:"meta_data"`
+	User            *seedUserModel     `tfsdk:"user"`
+	Users           []seedAccountModel `tfsdk:"users"`
+	Timezone        types.String       `tfsdk:"timezone"`
+	Locale          types.String       `tfsdk:"locale"`
+	Packages        []types.String     `tfsdk:"packages"`
+	PackageUpdate   types.Bool         `tfsdk:"package_update"`
+	PackageUpgrade  types.Bool         `tfsdk:"package_upgrade"`
+	SSHPasswordAuth types.Bool         `tfsdk:"ssh_pwauth"`
+	WriteFiles      []seedFileModel    `tfsdk:"write_files"`
+	SharedFolders   []seedMountModel   `tfsdk:"shared_folders"`
+	NVIDIA          *seedNVIDIAModel   `tfsdk:"nvidia_driver"`
+	GuestAgent      types.Bool         `tfsdk:"guest_agent"`
+	Network         []seedNetworkModel `tfsdk:"network"`
+	NetworkConfig   types.String       `tfsdk:"network_config"`
+	UserData        types.String       `tfsdk:"user_data"`
+	UserDataBase64  types.String       `tfsdk:"user_data_base64"`
+	UserDataWO      types.String       `tfsdk:"user_data_wo"`
+	VendorData      types.String       `tfsdk:"vendor_data"`
+	PhoneHome       types.Bool         `tfsdk:"phone_home"`
+	PhoneHomeAgent  types.Bool         `tfsdk:"phone_home_reporter"`
+	PhoneHomeURL    types.String       `tfsdk:"phone_home_url"`
+	ReportChannel   types.Bool         `tfsdk:"report_channel"`
 
 	VolumeKey             types.String `tfsdk:"volume_key"`
 	VolumePath            types.String `tfsdk:"volume_path"`
@@ -66,6 +73,61 @@ type seedUserModel struct {
 	SSHAuthorizedKeys  []types.String `tfsdk:"ssh_authorized_keys"`
 	RootAuthorizedKeys types.Bool     `tfsdk:"root_authorized_keys"`
 	PermitRootLogin    types.Bool     `tfsdk:"permit_root_login"`
+	PasswordHash       types.String   `tfsdk:"password_hash"`
+	PasswordHashWO     types.String   `tfsdk:"password_hash_wo"`
+}
+
+// seedAccountModel is one entry of users.
+type seedAccountModel struct {
+	Name              types.String   `tfsdk:"name"`
+	Sudo              types.String   `tfsdk:"sudo"`
+	Shell             types.String   `tfsdk:"shell"`
+	LockPassword      types.Bool     `tfsdk:"lock_password"`
+	Groups            []types.String `tfsdk:"groups"`
+	SSHAuthorizedKeys []types.String `tfsdk:"ssh_authorized_keys"`
+	PasswordHash      types.String   `tfsdk:"password_hash"`
+	PasswordHashWO    types.String   `tfsdk:"password_hash_wo"`
+}
+
+// account is the seed account of a user or users entry: the write-only hash
+// (wo, from the configuration) wins over the stored one.
+func account(name, sudo, shell types.String, lock types.Bool, groups, keys []types.String, hash, wo types.String) seed.User {
+	u := seed.User{
+		Name:              name.ValueString(),
+		Shell:             shell.ValueString(),
+		Groups:            strings_(groups),
+		SSHAuthorizedKeys: strings_(keys),
+		PasswordHash:      hash.ValueString(),
+	}
+	if !wo.IsNull() && !wo.IsUnknown() {
+		u.PasswordHash = wo.ValueString()
+	}
+	if !sudo.IsNull() {
+		v := sudo.ValueString()
+		u.Sudo = &v
+	}
+	if !lock.IsNull() {
+		v := lock.ValueBool()
+		u.LockPassword = &v
+	}
+	return u
+}
+
+// writeOnlyIn reports whether cfg carries any write-only value that ends
+// up in the user data (so rendered_user_data must stay out of state).
+func writeOnlyIn(cfg *seedResourceModel) bool {
+	if !cfg.UserDataWO.IsNull() {
+		return true
+	}
+	if u := cfg.User; u != nil && !u.PasswordHashWO.IsNull() {
+		return true
+	}
+	for _, a := range cfg.Users {
+		if !a.PasswordHashWO.IsNull() {
+			return true
+		}
+	}
+	return false
 }
 
 type seedFileModel struct {
@@ -114,10 +176,12 @@ func configValidatorAtMostOneOf(paths ...path.Expression) resource.ConfigValidat
 // placeholderPhoneHomeURL stands in for the real URL when only validating.
 const placeholderPhoneHomeURL = "http://phone-home.invalid:8787/v1/phone-home/validation-placeholder-token-000000000000"
 
-// spec translates the model into the seed package's input. wo is the
-// write-only user data from the configuration (null outside apply and plan);
-// phURL is the phone-home URL, used when phone_home is on.
-func (m *seedResourceModel) spec(wo types.String, phURL string) (*seed.Spec, diag.Diagnostics) {
+// spec translates the model into the seed package's input. cfg is the
+// configuration, the only place write-only values (user_data_wo, the
+// password_hash_wo of user and users) are found, and only during plan and
+// apply; m itself when m is the configuration. phURL is the phone-home URL,
+// used when phone_home is on.
+func (m *seedResourceModel) spec(cfg *seedResourceModel, phURL string) (*seed.Spec, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	s := &seed.Spec{
 		Name:           m.Name.ValueString(),
@@ -133,8 +197,8 @@ func (m *seedResourceModel) spec(wo types.String, phURL string) (*seed.Spec, dia
 		VendorData:     []byte(m.VendorData.ValueString()),
 		ReportChannel:  m.ReportChannel.IsNull() || m.ReportChannel.ValueBool(),
 	}
-	if !wo.IsNull() {
-		s.UserData = []byte(wo.ValueString())
+	if !cfg.UserDataWO.IsNull() {
+		s.UserData = []byte(cfg.UserDataWO.ValueString())
 	}
 	if m.PhoneHome.ValueBool() && phURL != "" {
 		s.PhoneHome = &seed.PhoneHome{URL: phURL}
@@ -144,22 +208,28 @@ func (m *seedResourceModel) spec(wo types.String, phURL string) (*seed.Spec, dia
 		}
 	}
 	if u := m.User; u != nil {
-		s.User = &seed.User{
-			Name:              u.Name.ValueString(),
-			Shell:             u.Shell.ValueString(),
-			Groups:            strings_(u.Groups),
-			SSHAuthorizedKeys: strings_(u.SSHAuthorizedKeys),
+		var wo types.String = types.StringNull()
+		if cfg.User != nil {
+			wo = cfg.User.PasswordHashWO
 		}
-		if !u.Sudo.IsNull() {
-			v := u.Sudo.ValueString()
-			s.User.Sudo = &v
-		}
-		if !u.LockPassword.IsNull() {
-			v := u.LockPassword.ValueBool()
-			s.User.LockPassword = &v
-		}
+		a := account(u.Name, u.Sudo, u.Shell, u.LockPassword, u.Groups, u.SSHAuthorizedKeys, u.PasswordHash, wo)
+		s.User = &a
 		s.RootAuthorizedKeys = u.RootAuthorizedKeys.ValueBool()
 		s.PermitRootLogin = u.PermitRootLogin.ValueBool()
+	}
+	for i, a := range m.Users {
+		wo := types.StringNull()
+		if i < len(cfg.Users) {
+			wo = cfg.Users[i].PasswordHashWO
+		}
+		s.Users = append(s.Users, account(a.Name, a.Sudo, a.Shell, a.LockPassword, a.Groups, a.SSHAuthorizedKeys, a.PasswordHash, wo))
+	}
+	s.Timezone, s.Locale = m.Timezone.ValueString(), m.Locale.ValueString()
+	s.Packages = strings_(m.Packages)
+	s.PackageUpdate, s.PackageUpgrade = m.PackageUpdate.ValueBool(), m.PackageUpgrade.ValueBool()
+	if !m.SSHPasswordAuth.IsNull() {
+		v := m.SSHPasswordAuth.ValueBool()
+		s.SSHPasswordAuth = &v
 	}
 	for i, f := range m.WriteFiles {
 		file := seed.File{

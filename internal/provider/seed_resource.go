@@ -121,7 +121,47 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 					"ssh_authorized_keys":  schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "OpenSSH public keys allowed to log in as this user, one per entry, as a line of `authorized_keys` (an options prefix and a comment are allowed). Anything else (a private key, an RFC 4716 key, two keys in one entry) is refused at plan."},
 					"root_authorized_keys": schema.BoolAttribute{Optional: true, Description: "Also authorize these keys for root (and keep cloud-init from fencing root off). Default `false`."},
 					"permit_root_login":    schema.BoolAttribute{Optional: true, Description: "Write an sshd drop-in with `PermitRootLogin prohibit-password` (keys only). Needs `root_authorized_keys`. Default `false`."},
+					"password_hash":        passwordHashAttribute(),
+					"password_hash_wo":     passwordHashWOAttribute(),
 				},
+			},
+			"users": schema.ListNestedAttribute{
+				Optional:    true,
+				Description: "Further accounts the generated cloud-config creates after `user` (cloud-init `users`), each with its own keys, groups, sudo rule, shell and password. Checked at plan: names, groups, keys and password hashes; an account declared twice is refused." + contentChange,
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"name":                schema.StringAttribute{Required: true, Description: "Account name, e.g. `alice`."},
+					"sudo":                schema.StringAttribute{Optional: true, Description: "sudo rule, e.g. `ALL=(ALL) ALL`. Default: none (unlike `user`)."},
+					"shell":               schema.StringAttribute{Optional: true, Description: "Login shell. Default `/bin/bash`."},
+					"lock_password":       schema.BoolAttribute{Optional: true, Description: "Lock the password so only keys log in. Default `true`, or `false` when a password hash is given."},
+					"groups":              schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Supplementary groups (created when missing)."},
+					"ssh_authorized_keys": schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "OpenSSH public keys allowed to log in as this account, one per entry."},
+					"password_hash":       passwordHashAttribute(),
+					"password_hash_wo":    passwordHashWOAttribute(),
+				}},
+			},
+			"timezone": schema.StringAttribute{
+				Optional:    true,
+				Description: "Time zone of the guest, a name of the tz database such as `Europe/Berlin` or `UTC` (cloud-init `timezone`), checked at plan against the tz database built into the provider." + contentChange,
+			},
+			"locale": schema.StringAttribute{
+				Optional:    true,
+				Description: "System locale such as `en_US.UTF-8` (cloud-init `locale`; the image needs the distribution's locale tools, Debian's `locales`)." + contentChange,
+			},
+			"packages": schema.ListAttribute{
+				Optional: true, ElementType: types.StringType,
+				Description: "Packages cloud-init installs at first boot with the image's package manager, each a name or `name=version` (cloud-init `packages`). cloud-init refreshes the package index first whenever this is set, so the guest needs a reachable package source. Listed before `runcmd` runs and before your shell-script parts; the NVIDIA driver's build tools join this list once each." + contentChange,
+			},
+			"package_update": schema.BoolAttribute{
+				Optional:    true,
+				Description: "Refresh the package index at first boot (cloud-init `package_update`). Default `false`." + contentChange,
+			},
+			"package_upgrade": schema.BoolAttribute{
+				Optional:    true,
+				Description: "Upgrade every installed package at first boot (cloud-init `package_upgrade`). Default `false`." + contentChange,
+			},
+			"ssh_pwauth": schema.BoolAttribute{
+				Optional:    true,
+				Description: "Allow (`true`) or refuse (`false`) SSH password logins (cloud-init `ssh_pwauth`, sshd's `PasswordAuthentication`). Unset: the image's setting." + contentChange,
 			},
 			"write_files": schema.ListNestedAttribute{
 				Optional:    true,
@@ -233,7 +273,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"rendered_vendor_data":    schema.StringAttribute{Computed: true, Sensitive: true, Description: "The vendor data document, null when there is none."},
 			"user_data_write_only": schema.BoolAttribute{
 				Computed:    true,
-				Description: "Whether the seed's user data came from `user_data_wo` (so `rendered_user_data` is null by design).",
+				Description: "Whether the seed's user data holds write-only values (`user_data_wo`, or a `password_hash_wo` of `user` or `users`), so `rendered_user_data` is null by design.",
 			},
 		},
 	}
@@ -256,7 +296,7 @@ func (r *seedResource) ValidateConfig(ctx context.Context, req resource.Validate
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	spec, diags := m.spec(m.UserDataWO, placeholderPhoneHomeURL)
+	spec, diags := m.spec(&m, placeholderPhoneHomeURL)
 	resp.Diagnostics.Append(diags...)
 	if diags.HasError() {
 		return
@@ -306,7 +346,7 @@ func (r *seedResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 		}
 		phURL = state.PhoneHomeURL.ValueString()
 	}
-	spec, diags := cfg.spec(cfg.UserDataWO, phURL)
+	spec, diags := cfg.spec(&cfg, phURL)
 	resp.Diagnostics.Append(diags...)
 	if diags.HasError() {
 		return
@@ -319,7 +359,7 @@ func (r *seedResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 	for _, w := range res.Warnings {
 		resp.Diagnostics.AddWarning("Seed "+cfg.Name.ValueString(), w)
 	}
-	plan.setRendered(res, !cfg.UserDataWO.IsNull())
+	plan.setRendered(res, writeOnlyIn(&cfg))
 	plan.PhoneHomeURL = nullIfNone(phURL)
 	if state != nil && state.SHA256.Equal(plan.SHA256) {
 		// Nothing to upload: keep what the host reported.
@@ -339,7 +379,7 @@ func (r *seedResource) Create(ctx context.Context, req resource.CreateRequest, r
 	if c == nil {
 		return
 	}
-	res := r.upload(ctx, c, &plan, cfg.UserDataWO, &resp.Diagnostics)
+	res := r.upload(ctx, c, &plan, &cfg, &resp.Diagnostics)
 	if res == nil {
 		return
 	}
@@ -348,7 +388,7 @@ func (r *seedResource) Create(ctx context.Context, req resource.CreateRequest, r
 
 // upload renders the seed and stores it as plan's volume, filling the
 // computed attributes. It returns nil after adding a diagnostic.
-func (r *seedResource) upload(ctx context.Context, c *virt.Client, plan *seedResourceModel, wo types.String, diags *diag.Diagnostics) *seed.Result {
+func (r *seedResource) upload(ctx context.Context, c *virt.Client, plan, cfg *seedResourceModel, diags *diag.Diagnostics) *seed.Result {
 	phURL := ""
 	if plan.PhoneHome.ValueBool() {
 		if plan.PhoneHomeURL.IsUnknown() || plan.PhoneHomeURL.ValueString() == "" {
@@ -367,7 +407,7 @@ func (r *seedResource) upload(ctx context.Context, c *virt.Client, plan *seedRes
 	} else {
 		plan.PhoneHomeURL = types.StringNull()
 	}
-	spec, d := plan.spec(wo, phURL)
+	spec, d := plan.spec(cfg, phURL)
 	diags.Append(d...)
 	if d.HasError() {
 		return nil
@@ -387,7 +427,7 @@ func (r *seedResource) upload(ctx context.Context, c *virt.Client, plan *seedRes
 	plan.ID = types.StringValue(pool + "/" + name)
 	plan.VolumeKey = types.StringValue(vol.Key)
 	plan.VolumePath = types.StringValue(vol.Path)
-	plan.setRendered(res, !wo.IsNull())
+	plan.setRendered(res, writeOnlyIn(cfg))
 	return res
 }
 
@@ -466,7 +506,7 @@ func (r *seedResource) Update(ctx context.Context, req resource.UpdateRequest, r
 		addError(&resp.Diagnostics, fmt.Sprintf("Replacing the content of seed %s/%s", pool, name), err)
 		return
 	}
-	if r.upload(ctx, c, &plan, cfg.UserDataWO, &resp.Diagnostics) == nil {
+	if r.upload(ctx, c, &plan, &cfg, &resp.Diagnostics) == nil {
 		// The old content is gone and the new one did not land: drop the
 		// resource so the next apply creates it, rather than keep a lie.
 		resp.State.RemoveResource(ctx)
@@ -510,5 +550,20 @@ func (r *seedResource) ImportState(ctx context.Context, req resource.ImportState
 	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), name)...)
 	if host != "" {
 		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
+	}
+}
+
+func passwordHashAttribute() schema.StringAttribute {
+	return schema.StringAttribute{
+		Optional: true, Sensitive: true,
+		Description: "crypt(3) hash of the account's password, as `mkpasswd --method=SHA-512` or `openssl passwd -6` prints it (`$6$...`; also `$5$`, `$y$` yescrypt, `$2b$` bcrypt), set even when the image already has the account (cloud-init `hashed_passwd`). Unlocks the password unless `lock_password = true`. A plain password is refused at plan. Kept in state: use `password_hash_wo` to keep it out. Conflicts with `password_hash_wo`.",
+		Validators:  []validator.String{stringvalidator.ConflictsWith(path.MatchRelative().AtParent().AtName("password_hash_wo"))},
+	}
+}
+
+func passwordHashWOAttribute() schema.StringAttribute {
+	return schema.StringAttribute{
+		Optional: true, Sensitive: true, WriteOnly: true,
+		Description: "Write-only `password_hash` (Terraform 1.11 and later): never stored in plan or state, so the seed's `rendered_user_data` is left null. A change is still noticed, because the checksum of the rendered ISO is compared on every plan.",
 	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // With Terraform and the provider both logging at TRACE, the phone-home
-// token and user data never reach the logs.
+// token, user data and password hashes never reach the logs.
 func TestAccSeed_secretsStayOutOfTraceLogs(t *testing.T) {
 	pool := acctest.Env(t, "KOHAKU_TEST_POOL")
 	logs := t.TempDir()
@@ -25,6 +25,8 @@ func TestAccSeed_secretsStayOutOfTraceLogs(t *testing.T) {
 	name := "kohaku-acc-seed-secrets.iso"
 	woSecret := "wo-secret-5e1f0c"
 	udSecret := "ud-secret-93ab7d"
+	hashSecret := "$6$rounds=4096$trace$h4shS3cr3tNeverLogged0123456789abcdefABCDEF./"
+	storedHash := "$6$rounds=4096$trace$st0redH4shS3cr3t0123456789abcdefABCDEF./"
 	var token string
 	// Secrets come in through variables, as they would in real use (the
 	// test harness itself logs the configuration text).
@@ -38,15 +40,29 @@ variable "vendor" {
   type      = string
   sensitive = true
 }
+variable "hash" {
+  type      = string
+  sensitive = true
+  ephemeral = true
+}
+variable "stored_hash" {
+  type      = string
+  sensitive = true
+}
 resource "kohaku_seed" "test" {
   name         = %q
   pool         = %q
   phone_home   = true
   user_data_wo = "#cloud-config\nwrite_files:\n  - path: /root/wo\n    content: ${var.wo}\n"
   vendor_data  = "#cloud-config\nruncmd:\n  - echo ${var.vendor}\n"
+  users = [
+    { name = "alice", password_hash_wo = var.hash },
+    { name = "bob", password_hash = var.stored_hash },
+  ]
 }
 `, name, pool)
-	vars := config.Variables{"wo": config.StringVariable(woSecret), "vendor": config.StringVariable(udSecret)}
+	vars := config.Variables{"wo": config.StringVariable(woSecret), "vendor": config.StringVariable(udSecret),
+		"hash": config.StringVariable(hashSecret), "stored_hash": config.StringVariable(storedHash)}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy:             checkVolumeGone(t, pool, name),
@@ -76,7 +92,8 @@ resource "kohaku_seed" "test" {
 		}
 		total += len(b)
 		all.Write(b)
-		for what, secret := range map[string]string{"the phone-home token": token, "write-only user data": woSecret, "vendor data": udSecret} {
+		for what, secret := range map[string]string{"the phone-home token": token, "write-only user data": woSecret, "vendor data": udSecret,
+			"a write-only password hash": hashSecret, "a password hash": storedHash} {
 			if i := strings.Index(string(b), secret); i >= 0 {
 				lo := max(0, i-300)
 				t.Errorf("%s appears in %s:\n...%s...", what, filepath.Base(f), b[lo:min(len(b), i+100)])

@@ -48,6 +48,36 @@ func TestSeedRejectsBadInputAtPlan(t *testing.T) {
   user_data_base64 = "I2Nsb3VkLWNvbmZpZwo="`,
 			want: `(?s)user_data`,
 		},
+		"plain password": {
+			body: `users = [{ name = "alice" }, { name = "bob", password_hash = "hunter2" }]`,
+			want: `(?s)users\[1\]\.password_hash.*not a crypt\(3\) hash.*mkpasswd`,
+		},
+		"plain write-only password": {
+			body: `user = { name = "kohaku", password_hash_wo = "hunter2" }`,
+			want: `(?s)user\.password_hash.*not a crypt\(3\) hash`,
+		},
+		"both password forms": {
+			body: `users = [{ name = "bob", password_hash = "$6$a$b", password_hash_wo = "$6$a$b" }]`,
+			want: `(?s)Invalid Attribute Combination.*users\[0\]\.password_hash_wo.*users\[0\]\.password_hash`,
+		},
+		"account twice": {
+			body: `
+  user  = { name = "kohaku" }
+  users = [{ name = "kohaku" }]`,
+			want: `(?s)users\[0\]\.name.*already declared by user`,
+		},
+		"unknown time zone": {
+			body: `timezone = "Europe/Atlantis"`,
+			want: `(?s)timezone.*Europe/Atlantis.*tz database.*Europe/Berlin`,
+		},
+		"bad locale": {
+			body: `locale = "English"`,
+			want: `(?s)locale.*en_US\.UTF-8`,
+		},
+		"package with a space": {
+			body: `packages = ["htop", "jq curl"]`,
+			want: `(?s)packages\[1\].*not a package name`,
+		},
 		"relative mount point": {
 			body: `shared_folders = [{ tag = "kohaku_shared", path = "shared" }]`,
 			want: `(?s)shared_folders\[0\]\.path`,

@@ -31,7 +31,10 @@ import (
 // (cloud-config + shell script, gzip + base64 as the cloudinit_config data
 // source renders it) carries a text/x-shellscript part that writes what the
 // guest has (ip -j addr/route, resolv.conf, resolvectl, hostname, the user,
-// its keys, the write_files files, the mounts) into the 9p share, and the
+// its keys, the write_files files, the mounts; the second account of
+// `users` with its groups, key, sudo rule and password hash, given
+// write-only on NoCloud; the time zone; sshd's PasswordAuthentication from
+// ssh_pwauth) into the 9p share, and the
 // test reads it on the host. Each guest reaches ready over the report
 // channel (the default wait). Two boots per generation, one after the other:
 // NoCloud with two NICs (static IPv4 + IPv6 with both gateways, DNS and a
@@ -153,6 +156,14 @@ cat /home/kohaku/.ssh/authorized_keys > $d/authorized_keys
 cat /etc/kohaku-w16g /etc/kohaku-w16g-mime > $d/write_files
 grep " $d " /proc/mounts > $d/mounts
 cat /etc/network/interfaces.d/* /etc/netplan/*.yaml /run/systemd/network/* > $d/rendered-network 2>&1
+getent passwd alice > $d/passwd-alice
+getent shadow alice | cut -d: -f2 > $d/shadow-alice
+id -nG alice > $d/groups-alice
+cat /home/alice/.ssh/authorized_keys > $d/authorized_keys-alice
+grep -h '^alice ' /etc/sudoers.d/* > $d/sudoers-alice
+cat /etc/timezone > $d/localtime
+date +%Z >> $d/localtime
+grep -rhi '^PasswordAuthentication' /etc/ssh/sshd_config /etc/ssh/sshd_config.d > $d/sshd-pwauth
 sync
 `
 
@@ -195,7 +206,7 @@ func guestKey(t *testing.T) string {
 	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp))) + " w16g@kohaku"
 }
 
-func guestNetConfig(env vmEnv, prefix, format, share, key, userData string, nics []guestNIC) string {
+func guestNetConfig(env vmEnv, prefix, format, share, key, aliceKey, userData string, nics []guestNIC) string {
 	var nets, ifaces strings.Builder
 	for _, n := range nics {
 		nets.WriteString(n.hcl())
@@ -216,6 +227,15 @@ resource "kohaku_seed" "test" {
     name                = "kohaku"
     ssh_authorized_keys = [%[6]q]
   }
+  users = [{
+    name                = "alice"
+    groups              = ["adm"]
+    sudo                = "ALL=(ALL) ALL"
+    ssh_authorized_keys = [%[16]q]
+    %[17]s = %[18]q
+  }]
+  timezone   = %[19]q
+  ssh_pwauth = false
   network = [
 %[7]s  ]
   shared_folders   = [{ tag = "kohaku_shared", path = %[8]q }]
@@ -247,7 +267,22 @@ resource "kohaku_vm" "test" {
   }
 }
 `, env.URI, prefix, env.Pool, format, guestHostname, key, nets.String(), guestShare, userData,
-		env.Kernel, env.Initrd, env.ImagePool, env.Base, ifaces.String(), share)
+		env.Kernel, env.Initrd, env.ImagePool, env.Base, ifaces.String(), share,
+		aliceKey, guestPasswordAttr(format), guestPasswordHash, guestTimezone)
+}
+
+// The second account, alice: the NoCloud boot gives her password hash
+// write-only, the ConfigDrive boot as a stored attribute.
+const (
+	guestPasswordHash = "$6$rounds=4096$w16gsalt$6D3ZBr5n9iPj1X0g1yBc0m9kWfZ3a2yq8oQp1rT4uV7wX0yZ2aB4cD6eF8gH0iJ2kL4mN6oP8qR0sT2uV4wX6."
+	guestTimezone     = "Asia/Tokyo"
+)
+
+func guestPasswordAttr(format string) string {
+	if format == "nocloud" {
+		return "password_hash_wo"
+	}
+	return "password_hash"
 }
 
 func testGuestNetwork(t *testing.T, env vmEnv, short string, second guestNIC) {
@@ -262,20 +297,22 @@ func testGuestNetwork(t *testing.T, env vmEnv, short string, second guestNIC) {
 		t.Run(b.format, func(t *testing.T) {
 			prefix := vmTestPrefix(t, env, short+b.format[:2])
 			share := t.TempDir()
-			key := guestKey(t)
+			key, aliceKey := guestKey(t), guestKey(t)
 			addr := "kohaku_vm.test"
 			resource.Test(t, resource.TestCase{
 				ProtoV6ProviderFactories: protoV6Providers,
 				CheckDestroy:             vmCheckNothingLeft(env, prefix),
 				Steps: []resource.TestStep{{
-					Config: guestNetConfig(env, prefix, b.format, share, key, guestUserData(t), b.nics),
+					Config: guestNetConfig(env, prefix, b.format, share, key, aliceKey, guestUserData(t), b.nics),
 					ConfigStateChecks: []statecheck.StateCheck{
 						statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("ready_via"), knownvalue.StringExact("channel")),
 						statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("cloud_init_status"), knownvalue.StringExact("done")),
 						statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("hostname"), knownvalue.StringExact(guestHostname)),
+						// A write-only password hash keeps the user data out of state.
+						statecheck.ExpectKnownValue("kohaku_seed.test", tfjsonpath.New("user_data_write_only"), knownvalue.Bool(b.format == "nocloud")),
 					},
 					Check: func(*terraform.State) error {
-						err := checkGuestEvidence(share, key, b.nics)
+						err := checkGuestEvidence(share, key, aliceKey, b.nics)
 						if err != nil {
 							logGuestEvidence(t, share)
 						}
@@ -370,7 +407,7 @@ func dnsInUse(resolvConf, resolvectl []byte) (servers, search []string) {
 
 // checkGuestEvidence compares what the guest wrote into the share with what
 // the seed declared; it reports every mismatch, not only the first.
-func checkGuestEvidence(share, key string, nics []guestNIC) error {
+func checkGuestEvidence(share, key, aliceKey string, nics []guestNIC) error {
 	var errs []string
 	fail := func(format string, a ...any) { errs = append(errs, fmt.Sprintf(format, a...)) }
 	read := func(file string) []byte {
@@ -447,6 +484,15 @@ func checkGuestEvidence(share, key string, nics []guestNIC) error {
 		{"authorized_keys", regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(key) + `$`)},
 		{"write_files", regexp.MustCompile(`^written by write_files\nwritten by the MIME cloud-config part\n$`)},
 		{"mounts", regexp.MustCompile(`^kohaku_shared ` + guestShare + ` 9p .*trans=virtio`)},
+		// users: the second account with its shell, groups, key, sudo rule
+		// and password hash; the time zone; password logins refused.
+		{"passwd-alice", regexp.MustCompile(`^alice:x:\d+:\d+::/home/alice:/bin/bash\n$`)},
+		{"shadow-alice", regexp.MustCompile(`^` + regexp.QuoteMeta(guestPasswordHash) + `\n$`)},
+		{"groups-alice", regexp.MustCompile(`^alice( \S+)* adm( \S+)*\n$|^alice adm\n$`)},
+		{"authorized_keys-alice", regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(aliceKey) + `$`)},
+		{"sudoers-alice", regexp.MustCompile(`^alice ALL=\(ALL\) ALL\n$`)},
+		{"localtime", regexp.MustCompile(`^` + guestTimezone + `\nJST\n$`)},
+		{"sshd-pwauth", regexp.MustCompile(`(?i)^PasswordAuthentication no\n`)},
 	} {
 		if b := read(c.file); b != nil && !c.want.Match(b) {
 			fail("%s from the guest is %q, want it to match %s", c.file, b, c.want)

@@ -50,6 +50,16 @@ func fullSpec(f Format) *Spec {
 		User:               &User{Name: "kohaku", Groups: []string{"docker", "video"}, SSHAuthorizedKeys: []string{keyEd25519}},
 		RootAuthorizedKeys: true,
 		PermitRootLogin:    true,
+		Users: []User{
+			{Name: "alice", Groups: []string{"adm"}, Sudo: ptr("ALL=(ALL) ALL"), SSHAuthorizedKeys: []string{keyRSA},
+				PasswordHash: "$6$rounds=4096$kohakusalt$2qJGf0S3lVqO7Y9pC3cQ0eG1y7ZC9P5u0d3W5yJ0b8N2m1Yk7bqD0xZ3H9aX6vQ8rW4tE1uI2oP5aS7dF9gH0j."},
+			{Name: "svc-batch", Shell: "/usr/sbin/nologin"},
+		},
+		Timezone:        "Asia/Tokyo",
+		Locale:          "en_US.UTF-8",
+		Packages:        []string{"htop", "curl", "jq=1.6-2.1"},
+		PackageUpdate:   true,
+		SSHPasswordAuth: ptr(false),
 		WriteFiles: []File{
 			{Path: "/etc/kohaku/agent.toml", Content: []byte("endpoint = \"http://10.0.2.2:8080\"\nenabled: yes\n"), Permissions: "0640", Owner: "kohaku:kohaku"},
 			{Path: "/usr/local/bin/blob", Content: []byte{0x7f, 'E', 'L', 'F', 0, 1, 2, 0xff}, Permissions: "755"},

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
 )
 
 // PhoneHomePost is what the phone_home module posts, in this order.
@@ -167,40 +169,30 @@ func renderCloudConfig(pl *plan) ([]byte, error) {
 		m.set("disable_root", ybool(false))
 	}
 
-	if u := s.User; u != nil {
+	if s.User != nil || len(s.Users) > 0 {
 		// "default" keeps the image's default user (which gets public_keys).
 		users := yseq(ystr("default"))
-		um := newMap().set("name", ystr(u.Name))
-		sudo := DefaultSudo
-		if u.Sudo != nil {
-			sudo = *u.Sudo
+		if u := s.User; u != nil {
+			users.Content = append(users.Content, accountNode(u, DefaultSudo))
+			if s.RootAuthorizedKeys {
+				users.Content = append(users.Content, newMap().
+					set("name", ystr("root")).
+					set("ssh_authorized_keys", ystrs(u.SSHAuthorizedKeys)).node())
+			}
 		}
-		if sudo != "" {
-			um.set("sudo", ystr(sudo))
-		}
-		shell := u.Shell
-		if shell == "" {
-			shell = DefaultShell
-		}
-		um.set("shell", ystr(shell))
-		lock := true
-		if u.LockPassword != nil {
-			lock = *u.LockPassword
-		}
-		um.set("lock_passwd", ybool(lock))
-		if len(u.Groups) > 0 {
-			um.set("groups", ystrs(u.Groups))
-		}
-		if len(u.SSHAuthorizedKeys) > 0 {
-			um.set("ssh_authorized_keys", ystrs(u.SSHAuthorizedKeys))
-		}
-		users.Content = append(users.Content, um.node())
-		if s.RootAuthorizedKeys {
-			users.Content = append(users.Content, newMap().
-				set("name", ystr("root")).
-				set("ssh_authorized_keys", ystrs(u.SSHAuthorizedKeys)).node())
+		for i := range s.Users {
+			users.Content = append(users.Content, accountNode(&s.Users[i], ""))
 		}
 		m.set("users", users)
+	}
+	if s.SSHPasswordAuth != nil {
+		m.set("ssh_pwauth", ybool(*s.SSHPasswordAuth))
+	}
+	if s.Timezone != "" {
+		m.set("timezone", ystr(s.Timezone))
+	}
+	if s.Locale != "" {
+		m.set("locale", ystr(s.Locale))
 	}
 
 	files := yseq()
@@ -254,8 +246,14 @@ func renderCloudConfig(pl *plan) ([]byte, error) {
 		m.set("write_files", files)
 	}
 
-	if s.NVIDIA != nil {
-		m.set("packages", ystrs(NVIDIAPackages))
+	if pk := packageList(s); len(pk.Content) > 0 {
+		m.set("packages", pk)
+	}
+	if s.PackageUpdate {
+		m.set("package_update", ybool(true))
+	}
+	if s.PackageUpgrade {
+		m.set("package_upgrade", ybool(true))
 	}
 
 	boot := append(mountCommands(s.Mounts), resolvConfCommands(pl.nics)...)
@@ -299,4 +297,68 @@ func renderCloudConfig(pl *plan) ([]byte, error) {
 		return nil, fmt.Errorf("encoding cloud-config: %w", err)
 	}
 	return append([]byte("#cloud-config\n"), body...), nil
+}
+
+// accountNode is one cloud-init users entry; defaultSudo applies when the
+// account says nothing about sudo.
+func accountNode(u *User, defaultSudo string) *yaml.Node {
+	um := newMap().set("name", ystr(u.Name))
+	sudo := defaultSudo
+	if u.Sudo != nil {
+		sudo = *u.Sudo
+	}
+	if sudo != "" {
+		um.set("sudo", ystr(sudo))
+	}
+	shell := u.Shell
+	if shell == "" {
+		shell = DefaultShell
+	}
+	um.set("shell", ystr(shell))
+	lock := u.PasswordHash == ""
+	if u.LockPassword != nil {
+		lock = *u.LockPassword
+	}
+	um.set("lock_passwd", ybool(lock))
+	if u.PasswordHash != "" {
+		// hashed_passwd, not passwd: applied to an account the image
+		// already has too.
+		um.set("hashed_passwd", ystr(u.PasswordHash))
+	}
+	if len(u.Groups) > 0 {
+		um.set("groups", ystrs(u.Groups))
+	}
+	if len(u.SSHAuthorizedKeys) > 0 {
+		um.set("ssh_authorized_keys", ystrs(u.SSHAuthorizedKeys))
+	}
+	return um.node()
+}
+
+// packageList is cloud-init's packages: the NVIDIA driver's build tools
+// first, then the spec's, each once; "name=version" becomes the
+// [name, version] pair cloud-init installs a version from.
+func packageList(s *Spec) *yaml.Node {
+	out := yseq()
+	seen := map[string]bool{}
+	add := func(p string) {
+		name, version, pinned := strings.Cut(p, "=")
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		if pinned {
+			out.Content = append(out.Content, ystrs([]string{name, version}))
+			return
+		}
+		out.Content = append(out.Content, ystr(name))
+	}
+	if s.NVIDIA != nil {
+		for _, p := range NVIDIAPackages {
+			add(p)
+		}
+	}
+	for _, p := range s.Packages {
+		add(p)
+	}
+	return out
 }

@@ -88,6 +88,7 @@ func prepare(s *Spec) (*plan, error) {
 	}
 
 	validateUser(s, p)
+	validateSystem(s, p)
 	validateFiles(s, p)
 	validateMounts(s, p)
 	validateNVIDIA(s, p)

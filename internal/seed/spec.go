@@ -94,6 +94,23 @@ type Spec struct {
 
 	// User is the login user to create.
 	User *User
+	// Users are further accounts to create after User. Unlike User's, their
+	// Sudo defaults to no rule.
+	Users []User
+	// Timezone is a tz database name ("Europe/Berlin"), cloud-init timezone.
+	Timezone string
+	// Locale is the system locale ("en_US.UTF-8"), cloud-init locale.
+	Locale string
+	// Packages are installed at first boot (cloud-init packages): a name,
+	// or "name=version" for a version. cloud-init refreshes the package
+	// index first whenever there are packages.
+	Packages []string
+	// PackageUpdate refreshes the package index at first boot;
+	// PackageUpgrade upgrades every installed package.
+	PackageUpdate, PackageUpgrade bool
+	// SSHPasswordAuth sets sshd's PasswordAuthentication (cloud-init
+	// ssh_pwauth); nil leaves the image's setting.
+	SSHPasswordAuth *bool
 	// RootAuthorizedKeys gives root the login user's SSH keys (and sets
 	// disable_root: false so cloud-init does not fence them off).
 	RootAuthorizedKeys bool
@@ -152,6 +169,11 @@ type User struct {
 	Groups []string
 	// SSHAuthorizedKeys for the account.
 	SSHAuthorizedKeys []string
+	// PasswordHash is a crypt(3) hash ("$6$...", "$y$...", as mkpasswd
+	// prints it), applied even to an account that exists (cloud-init
+	// hashed_passwd). It unlocks the password unless LockPassword says
+	// otherwise.
+	PasswordHash string
 }
 
 // File is one write_files entry.

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
+	_ "time/tzdata" // time zone names are checked without the host's tz database
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -50,30 +52,25 @@ func Validate(s *Spec) error {
 
 func validateUser(s *Spec, p *problems) {
 	u := s.User
+	seen := map[string]string{}
 	if u != nil {
-		switch {
-		case u.Name == "":
-			p.add("user.name", "is required", `"kohaku"`)
-		case u.Name == "root":
+		validateAccount(u, "user", p)
+		if u.Name == "root" {
 			p.add("user.name", `"root" cannot be the login user; use root_authorized_keys to give root the keys`, `"kohaku"`)
-		case !userNameRe.MatchString(u.Name):
-			p.add("user.name", fmt.Sprintf("%q is not a valid user name (lower-case letters, digits, '_' and '-', at most 32, not starting with a digit or '-')", u.Name), `"kohaku"`)
 		}
-		if u.Sudo != nil && strings.ContainsAny(*u.Sudo, "\r\n\x00") {
-			p.add("user.sudo", "must be a single sudoers rule on one line", `"ALL=(ALL) NOPASSWD:ALL"`)
+		seen[u.Name] = "user"
+	}
+	for i, a := range s.Users {
+		at := fmt.Sprintf("users[%d]", i)
+		validateAccount(&a, at, p)
+		switch {
+		case a.Name == "root":
+			p.add(at+".name", `"root" is not an account the seed creates; use user.root_authorized_keys to give root keys`, `"alice"`)
+		case seen[a.Name] != "" && a.Name != "":
+			p.add(at+".name", fmt.Sprintf("%q is already declared by %s: each account once", a.Name, seen[a.Name]), `"alice"`)
 		}
-		if u.Shell != "" && !guestPathRe.MatchString(u.Shell) {
-			p.add("user.shell", fmt.Sprintf("%q is not an absolute path", u.Shell), `"/bin/bash"`)
-		}
-		for i, g := range u.Groups {
-			if !groupRe.MatchString(g) {
-				p.add(fmt.Sprintf("user.groups[%d]", i), fmt.Sprintf("%q is not a valid group name", g), `"docker"`)
-			}
-		}
-		for i, k := range u.SSHAuthorizedKeys {
-			if msg := sshKeyProblem(k); msg != "" {
-				p.add(fmt.Sprintf("user.ssh_authorized_keys[%d]", i), msg, `"ssh-ed25519 AAAAC3Nza... user@host"`)
-			}
+		if a.Name != "" && seen[a.Name] == "" {
+			seen[a.Name] = at
 		}
 	}
 	if s.RootAuthorizedKeys && (u == nil || len(u.SSHAuthorizedKeys) == 0) {
@@ -81,6 +78,85 @@ func validateUser(s *Spec, p *problems) {
 	}
 	if s.PermitRootLogin && !s.RootAuthorizedKeys {
 		p.add("permit_root_login", "needs root_authorized_keys = true: root login is key-only (PermitRootLogin prohibit-password)", "root_authorized_keys = true")
+	}
+}
+
+// validateAccount checks one account of user or users, at its path.
+func validateAccount(u *User, at string, p *problems) {
+	switch {
+	case u.Name == "":
+		p.add(at+".name", "is required", `"kohaku"`)
+	case u.Name != "root" && !userNameRe.MatchString(u.Name):
+		p.add(at+".name", fmt.Sprintf("%q is not a valid user name (lower-case letters, digits, '_' and '-', at most 32, not starting with a digit or '-')", u.Name), `"kohaku"`)
+	}
+	if u.Sudo != nil && strings.ContainsAny(*u.Sudo, "\r\n\x00") {
+		p.add(at+".sudo", "must be a single sudoers rule on one line", `"ALL=(ALL) NOPASSWD:ALL"`)
+	}
+	if u.Shell != "" && !guestPathRe.MatchString(u.Shell) {
+		p.add(at+".shell", fmt.Sprintf("%q is not an absolute path", u.Shell), `"/bin/bash"`)
+	}
+	for i, g := range u.Groups {
+		if !groupRe.MatchString(g) {
+			p.add(fmt.Sprintf("%s.groups[%d]", at, i), fmt.Sprintf("%q is not a valid group name", g), `"docker"`)
+		}
+	}
+	for i, k := range u.SSHAuthorizedKeys {
+		if msg := sshKeyProblem(k); msg != "" {
+			p.add(fmt.Sprintf("%s.ssh_authorized_keys[%d]", at, i), msg, `"ssh-ed25519 AAAAC3Nza... user@host"`)
+		}
+	}
+	if u.PasswordHash != "" {
+		if msg := passwordHashProblem(u.PasswordHash); msg != "" {
+			p.add(at+".password_hash", msg, `"$6$rounds=4096$mysalt$..." (mkpasswd --method=SHA-512 --rounds=4096)`)
+		}
+	}
+}
+
+// cryptHashRe is a crypt(3) hash of a scheme a Linux guest's libcrypt
+// verifies: MD5 ($1$), SHA-256 ($5$), SHA-512 ($6$), yescrypt ($y$),
+// gost-yescrypt ($gy$), scrypt ($7$), bcrypt ($2a$/$2b$/$2y$).
+var cryptHashRe = regexp.MustCompile(`^\$(1|5|6|y|gy|7|2[aby])\$[./A-Za-z0-9$=,]+$`)
+
+// passwordHashProblem says what is wrong with a password hash, or "".
+func passwordHashProblem(h string) string {
+	switch {
+	case !strings.HasPrefix(h, "$"):
+		return "is not a crypt(3) hash (it does not start with $): a plain password would be refused by the guest's login or stored as is; give its hash instead"
+	case !cryptHashRe.MatchString(h):
+		return "is not a crypt(3) hash of a scheme Linux verifies ($6$ SHA-512, $5$ SHA-256, $y$ yescrypt, $2b$ bcrypt, ...), or holds characters a hash never has"
+	}
+	return ""
+}
+
+var (
+	// localeRe: C, POSIX, or language[_TERRITORY][.codeset][@modifier].
+	localeRe = regexp.MustCompile(`^(C|POSIX|[a-z]{2,3}(_[A-Z]{2})?)(\.[A-Za-z0-9-]+)?(@[A-Za-z]+)?$`)
+	// packageRe: a package name (Debian's and RPM's characters) with an
+	// optional =version.
+	packageRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9+._-]*(=[A-Za-z0-9.+~:_-]+)?$`)
+)
+
+// validateSystem checks timezone, locale and packages.
+func validateSystem(s *Spec, p *problems) {
+	if tz := s.Timezone; tz != "" {
+		if _, err := time.LoadLocation(tz); err != nil || tz == "Local" || strings.HasPrefix(tz, "/") {
+			p.add("timezone", fmt.Sprintf("%q is not a time zone of the tz database", tz), `"Europe/Berlin" or "UTC"`)
+		}
+	}
+	if s.Locale != "" && !localeRe.MatchString(s.Locale) {
+		p.add("locale", fmt.Sprintf("%q is not a locale name (language_TERRITORY.codeset)", s.Locale), `"en_US.UTF-8"`)
+	}
+	seen := map[string]int{}
+	for i, pkg := range s.Packages {
+		at := fmt.Sprintf("packages[%d]", i)
+		name, _, _ := strings.Cut(pkg, "=")
+		switch {
+		case !packageRe.MatchString(pkg):
+			p.add(at, fmt.Sprintf("%q is not a package name, or name=version", pkg), `"htop" or "nvidia-container-toolkit=1.17.8-1"`)
+		case seen[name] > 0:
+			p.add(at, fmt.Sprintf("package %q is already listed at packages[%d]", name, seen[name]-1), `each package once`)
+		}
+		seen[name] = i + 1
 	}
 }
 

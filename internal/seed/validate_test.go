@@ -22,6 +22,38 @@ func gz(t testing.TB, b []byte) []byte {
 	return buf.Bytes()
 }
 
+// What users write in the wild passes: hashes as mkpasswd, openssl passwd
+// and Python's crypt print them, zone names with their odd characters,
+// locales with modifiers, RPM package names.
+func TestSystemConveniencesAccepted(t *testing.T) {
+	t.Parallel()
+	s := &Spec{
+		Name: "vm1",
+		User: &User{Name: "kohaku", PasswordHash: "$y$j9T$F5Jx5fExrKuPp53xLKQ..1$X3DX6M94c7o.9agCG9G317fhZg9SqC.5i5rd.RhAtQ7"},
+		Users: []User{
+			{Name: "a", PasswordHash: "$6$rounds=4096$saltsalt$2qJGf0S3lVqO7Y9pC3cQ0eG1y7ZC9P5u0d3W5yJ0b8N2m1Yk7bqD0xZ3H9aX6vQ8rW4tE1uI2oP5aS7dF9gH0j."},
+			{Name: "b", PasswordHash: "$5$saltsalt$Ph0ULkvJKc4b2t8G2xGgR1c9n1T2dTqCk3k0aTq2mM2"},
+			{Name: "c", PasswordHash: "$2b$12$R9h/cIPz0gi.URNNX3kh2OPST9/PgBkqquzi.Ss7KIUgO2t0jWMUW"},
+		},
+		Timezone: "America/Argentina/Buenos_Aires",
+		Locale:   "de_DE.UTF-8@euro",
+		Packages: []string{"NetworkManager", "python3.11", "g++", "nvidia-container-toolkit=1.17.8-1", "libfoo1=2:1.0~rc1+dfsg-1"},
+	}
+	if err := Validate(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, tz := range []string{"UTC", "Etc/GMT+5", "Asia/Tokyo"} {
+		if err := Validate(&Spec{Name: "vm1", Timezone: tz}); err != nil {
+			t.Errorf("%s: %v", tz, err)
+		}
+	}
+	for _, l := range []string{"C", "C.UTF-8", "POSIX", "ar_PS", "ja_JP.eucJP"} {
+		if err := Validate(&Spec{Name: "vm1", Locale: l}); err != nil {
+			t.Errorf("%s: %v", l, err)
+		}
+	}
+}
+
 func TestValidationErrors(t *testing.T) {
 	t.Parallel()
 	nic := func(n NIC) func(*Spec) { return func(s *Spec) { s.Network = []NIC{n} } }
@@ -47,6 +79,23 @@ func TestValidationErrors(t *testing.T) {
 		{"user group", func(s *Spec) { s.User = &User{Name: "u", Groups: []string{"a b"}} }, "user.groups[0]", "group name"},
 		{"user key", func(s *Spec) { s.User = &User{Name: "u", SSHAuthorizedKeys: []string{"ssh-ed25519 A", "nokey"}} }, "user.ssh_authorized_keys[1]", "OpenSSH"},
 		{"root keys without user keys", func(s *Spec) { s.RootAuthorizedKeys = true }, "root_authorized_keys", "needs user.ssh_authorized_keys"},
+		{"users name missing", func(s *Spec) { s.Users = []User{{Name: "a"}, {}} }, "users[1].name", "is required"},
+		{"users root", func(s *Spec) { s.Users = []User{{Name: "root"}} }, "users[0].name", "root_authorized_keys"},
+		{"users twice", func(s *Spec) { s.User = &User{Name: "kohaku"}; s.Users = []User{{Name: "kohaku"}} }, "users[0].name", "already declared by user"},
+		{"users group", func(s *Spec) { s.Users = []User{{Name: "a", Groups: []string{"Wheel!"}}} }, "users[0].groups[0]", "group name"},
+		{"users key", func(s *Spec) {
+			s.Users = []User{{Name: "a", SSHAuthorizedKeys: []string{"-----BEGIN OPENSSH PRIVATE KEY-----"}}}
+		}, "users[0].ssh_authorized_keys[0]", ""},
+		{"plain password", func(s *Spec) { s.Users = []User{{Name: "a", PasswordHash: "hunter2"}} }, "users[0].password_hash", "not a crypt(3) hash"},
+		{"unknown hash scheme", func(s *Spec) { s.User = &User{Name: "a", PasswordHash: "$9$abc$def"} }, "user.password_hash", "scheme"},
+		{"hash with a colon", func(s *Spec) { s.User = &User{Name: "a", PasswordHash: "$6$salt$ab:cd"} }, "user.password_hash", "characters"},
+		{"timezone unknown", func(s *Spec) { s.Timezone = "Mars/Olympus_Mons" }, "timezone", "tz database"},
+		{"timezone Local", func(s *Spec) { s.Timezone = "Local" }, "timezone", "tz database"},
+		{"timezone path", func(s *Spec) { s.Timezone = "/usr/share/zoneinfo/UTC" }, "timezone", "tz database"},
+		{"locale", func(s *Spec) { s.Locale = "english" }, "locale", "not a locale name"},
+		{"package spaces", func(s *Spec) { s.Packages = []string{"htop", "jq curl"} }, "packages[1]", "not a package name"},
+		{"package option", func(s *Spec) { s.Packages = []string{"--allow-unauthenticated"} }, "packages[0]", "not a package name"},
+		{"package twice", func(s *Spec) { s.Packages = []string{"jq", "jq=1.6"} }, "packages[1]", "already listed at packages[0]"},
 		{"permit root without keys", func(s *Spec) { s.PermitRootLogin = true }, "permit_root_login", "needs root_authorized_keys"},
 		{"file relative", func(s *Spec) { s.WriteFiles = []File{{Path: "etc/x"}} }, "write_files[0].path", "absolute file path"},
 		{"file perms", func(s *Spec) { s.WriteFiles = []File{{Path: "/x", Permissions: "rw-r--r--"}} }, "write_files[0].permissions", "octal mode"},

@@ -1,10 +1,18 @@
-# A NoCloud seed for one VM: a login user with a key, a static address on the
-# NIC whose MAC is derived from the seed's name, two 9p shared folders, and a
-# file. kohaku_vm reads the MAC back from the seed, so the VM needs only seed_id.
+# A NoCloud seed for one VM: a login user with a key and two more accounts,
+# time zone, locale and packages, a static address on the NIC whose MAC is
+# derived from the seed's name, two 9p shared folders, and a file. kohaku_vm
+# reads the MAC back from the seed, so the VM needs only seed_id.
 variable "ssh_public_key" {
   type        = string
   description = "Public key allowed to log in as kohaku, e.g. file(\"~/.ssh/id_ed25519.pub\")."
   default     = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJfaz/mJ/6BFYscLuJLZ6JlVggOhzDZ+dRREhnzJc1sZ you@laptop"
+}
+
+variable "alice_password_hash" {
+  type        = string
+  description = "crypt(3) hash of alice's password, e.g. from mkpasswd --method=SHA-512."
+  sensitive   = true
+  ephemeral   = true
 }
 
 resource "kohaku_seed" "web" {
@@ -16,6 +24,24 @@ resource "kohaku_seed" "web" {
     name                = "kohaku"
     ssh_authorized_keys = [var.ssh_public_key]
   }
+
+  # Further accounts, each with its own keys, groups, sudo rule and password
+  # hash (mkpasswd --method=SHA-512; a plain password is refused at plan).
+  users = [
+    {
+      name                = "alice"
+      groups              = ["adm", "video"]
+      sudo                = "ALL=(ALL) ALL"
+      ssh_authorized_keys = [var.ssh_public_key]
+      password_hash_wo    = var.alice_password_hash # never stored in state
+    },
+    { name = "batch", shell = "/usr/sbin/nologin" },
+  ]
+
+  timezone   = "Asia/Tokyo"
+  locale     = "en_US.UTF-8"
+  packages   = ["htop", "jq"]
+  ssh_pwauth = false
 
   network = [{
     addresses   = ["10.0.2.15/24"]
