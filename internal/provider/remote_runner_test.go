@@ -73,7 +73,10 @@ func sshValues(t *testing.T, sshd *acctest.SSHD, hostKey string) (uri string, se
 }
 
 // remoteProviders is the provider block of a remote run: the ssh host's
-// credentials come from KOHAKU_SSH_*, the tls host's from variables.
+// credentials come from KOHAKU_SSH_*, the tls host's (a host of the hosts
+// map) from variables. Not a provider alias: terraform-plugin-testing serves
+// one in-process provider to every alias, so the last alias configured
+// would win for all (in real use each alias is a process of its own).
 const remoteProviders = `
 variable "ssh_uri" { type = string }
 variable "tls_uri" { type = string }
@@ -87,15 +90,16 @@ variable "client_key" {
 provider "kohaku" {
   uri = var.ssh_uri
   ssh = { use_agent = false }
-}
 
-provider "kohaku" {
-  alias = "tls"
-  uri   = var.tls_uri
-  tls = {
-    ca_cert     = var.ca_cert
-    client_cert = var.client_cert
-    client_key  = var.client_key
+  hosts = {
+    tls = {
+      uri = var.tls_uri
+      tls = {
+        ca_cert     = var.ca_cert
+        client_cert = var.client_cert
+        client_key  = var.client_key
+      }
+    }
   }
 }
 `
@@ -138,9 +142,9 @@ func TestAccRemoteRunner_noFiles(t *testing.T) {
 	share := t.TempDir()
 	cfg := remoteProviders +
 		readyResources(env, prefix+"s-", share, "ssh", "", "", "  timeouts {\n    create = \"40m\"\n  }") +
-		readyResources(env, prefix+"t-", t.TempDir(), "tls", "kohaku.tls", "", "  running  = false\n  wait_for = \"none\"") + `
+		readyResources(env, prefix+"t-", t.TempDir(), "tls", "", `  host = "tls"`, "  running  = false\n  wait_for = \"none\"\n  host     = \"tls\"") + `
 data "kohaku_host" "tls" {
-  provider = kohaku.tls
+  host = "tls"
 }
 `
 	keyPEM, _ := os.ReadFile(filepath.Join(acctest.Env(t, "KOHAKU_TEST_TLS_PKI"), "clientkey.pem"))

@@ -185,19 +185,28 @@ func TestAccReady_channel(t *testing.T) {
 	prefix := vmTestPrefix(t, env, "ch")
 	shareUnix, shareTCP := t.TempDir(), t.TempDir()
 	wait := "  timeouts {\n    create = \"15m\"\n  }"
+	// The tcp connection is a host of the hosts map, not a provider alias:
+	// terraform-plugin-testing serves one in-process provider to every
+	// alias, so the last configured alias would win for all of them (in
+	// real use each alias is a process of its own). The data source shows
+	// which connection the "tcp" resources get.
 	cfg := fmt.Sprintf(`
 provider "kohaku" {
-  uri = %q
+  uri   = %q
+  hosts = { tcp = { uri = %q } }
 }
 
-provider "kohaku" {
-  alias = "tcp"
-  uri   = %q
+data "kohaku_host" "tcp" {
+  host = "tcp"
 }
 `, env.URI, tcpURI) +
 		readyResources(env, prefix+"u-", shareUnix, "unix", "", "", wait) +
-		readyResources(env, prefix+"t-", shareTCP, "tcp", "kohaku.tcp", "", wait)
-	var checks []statecheck.StateCheck
+		readyResources(env, prefix+"t-", shareTCP, "tcp", "", `  host = "tcp"`, wait+"\n  host = \"tcp\"")
+	checks := []statecheck.StateCheck{
+		statecheck.ExpectKnownValue("data.kohaku_host.tcp", tfjsonpath.New("uri"), knownvalue.StringExact(tcpURI)),
+		statecheck.ExpectKnownValue("kohaku_vm.tcp", tfjsonpath.New("host"), knownvalue.StringExact("tcp")),
+		statecheck.ExpectKnownValue("kohaku_seed.tcp", tfjsonpath.New("host"), knownvalue.StringExact("tcp")),
+	}
 	for _, addr := range []string{"kohaku_vm.unix", "kohaku_vm.tcp"} {
 		checks = append(checks,
 			statecheck.ExpectKnownValue(addr, tfjsonpath.New("wait_for"), knownvalue.StringExact("auto")),
