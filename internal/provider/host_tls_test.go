@@ -75,18 +75,7 @@ func TestAccHostDataSource_tlsRefusedClientCert(t *testing.T) {
 // A cacert.pem that did not sign libvirtd's certificate: refused on our
 // side, and the diagnostic says the server is not trusted.
 func TestAccHostDataSource_tlsUntrustedServer(t *testing.T) {
-	good := acctest.Env(t, "KOHAKU_TEST_TLS_PKI")
-	pki := t.TempDir()
-	for _, f := range []string{"clientcert.pem", "clientkey.pem"} {
-		b, err := os.ReadFile(filepath.Join(good, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(pki, f), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeOtherCA(t, filepath.Join(pki, "cacert.pem"))
+	pki := untrustingPKI(t)
 	tlsRefused(t, pki, regexp.MustCompile(`(?s)transport tls.*certificate\s+of\s+127\.0\.0\.1:16514\s+is\s+not\s+trusted.*`+
 		regexp.QuoteMeta(filepath.Join(pki, "cacert.pem"))))
 }
@@ -98,18 +87,7 @@ func TestAccHostDataSource_tlsUntrustedServer(t *testing.T) {
 func TestAccHostDataSource_tlsNoVerify(t *testing.T) {
 	local := acctest.URI(t)
 	uri := acctest.Env(t, "KOHAKU_TEST_TLS_URI")
-	good := acctest.Env(t, "KOHAKU_TEST_TLS_PKI")
-	pki := t.TempDir()
-	for _, f := range []string{"clientcert.pem", "clientkey.pem"} {
-		b, err := os.ReadFile(filepath.Join(good, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(pki, f), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeOtherCA(t, filepath.Join(pki, "cacert.pem"))
+	pki := untrustingPKI(t)
 	noVerify := fmt.Sprintf(`
 provider "kohaku" {
   uri = %q
@@ -139,6 +117,26 @@ func TestAccHostDataSource_tlsMissingFiles(t *testing.T) {
 	acctest.URI(t)
 	pki := t.TempDir()
 	tlsRefused(t, pki, regexp.MustCompile(`(?s)transport tls.*`+regexp.QuoteMeta(filepath.Join(pki, "clientcert.pem"))+`.*tls\.pki_path`))
+}
+
+// untrustingPKI is a pki_path with the test host's good client
+// certificate and key, and the cacert.pem of a CA that did not sign
+// libvirtd's certificate.
+func untrustingPKI(t *testing.T) string {
+	t.Helper()
+	good := acctest.Env(t, "KOHAKU_TEST_TLS_PKI")
+	pki := t.TempDir()
+	for _, f := range []string{"clientcert.pem", "clientkey.pem"} {
+		b, err := os.ReadFile(filepath.Join(good, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(pki, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeOtherCA(t, filepath.Join(pki, "cacert.pem"))
+	return pki
 }
 
 // writeOtherCA writes a self-signed CA certificate nobody used to sign

@@ -64,20 +64,14 @@ type seedResourceModel struct {
 	UserDataFromWriteOnly types.Bool   `tfsdk:"user_data_write_only"`
 }
 
+// seedUserModel is the login user: an account with root's keys.
 type seedUserModel struct {
-	Name               types.String   `tfsdk:"name"`
-	Sudo               types.String   `tfsdk:"sudo"`
-	Shell              types.String   `tfsdk:"shell"`
-	LockPassword       types.Bool     `tfsdk:"lock_password"`
-	Groups             []types.String `tfsdk:"groups"`
-	SSHAuthorizedKeys  []types.String `tfsdk:"ssh_authorized_keys"`
-	RootAuthorizedKeys types.Bool     `tfsdk:"root_authorized_keys"`
-	PermitRootLogin    types.Bool     `tfsdk:"permit_root_login"`
-	PasswordHash       types.String   `tfsdk:"password_hash"`
-	PasswordHashWO     types.String   `tfsdk:"password_hash_wo"`
+	seedAccountModel
+	RootAuthorizedKeys types.Bool `tfsdk:"root_authorized_keys"`
+	PermitRootLogin    types.Bool `tfsdk:"permit_root_login"`
 }
 
-// seedAccountModel is one entry of users.
+// seedAccountModel is one entry of users, and the account part of user.
 type seedAccountModel struct {
 	Name              types.String   `tfsdk:"name"`
 	Sudo              types.String   `tfsdk:"sudo"`
@@ -89,25 +83,25 @@ type seedAccountModel struct {
 	PasswordHashWO    types.String   `tfsdk:"password_hash_wo"`
 }
 
-// account is the seed account of a user or users entry: the write-only hash
-// (wo, from the configuration) wins over the stored one.
-func account(name, sudo, shell types.String, lock types.Bool, groups, keys []types.String, hash, wo types.String) seed.User {
+// account is the seed's account; wo, the write-only hash from the
+// configuration, wins over the stored one.
+func (a *seedAccountModel) account(wo types.String) seed.User {
 	u := seed.User{
-		Name:              name.ValueString(),
-		Shell:             shell.ValueString(),
-		Groups:            strings_(groups),
-		SSHAuthorizedKeys: strings_(keys),
-		PasswordHash:      hash.ValueString(),
+		Name:              a.Name.ValueString(),
+		Shell:             a.Shell.ValueString(),
+		Groups:            strings_(a.Groups),
+		SSHAuthorizedKeys: strings_(a.SSHAuthorizedKeys),
+		PasswordHash:      a.PasswordHash.ValueString(),
 	}
 	if !wo.IsNull() && !wo.IsUnknown() {
 		u.PasswordHash = wo.ValueString()
 	}
-	if !sudo.IsNull() {
-		v := sudo.ValueString()
+	if !a.Sudo.IsNull() {
+		v := a.Sudo.ValueString()
 		u.Sudo = &v
 	}
-	if !lock.IsNull() {
-		v := lock.ValueBool()
+	if !a.LockPassword.IsNull() {
+		v := a.LockPassword.ValueBool()
 		u.LockPassword = &v
 	}
 	return u
@@ -208,11 +202,11 @@ func (m *seedResourceModel) spec(cfg *seedResourceModel, phURL string) (*seed.Sp
 		}
 	}
 	if u := m.User; u != nil {
-		var wo types.String = types.StringNull()
+		wo := types.StringNull()
 		if cfg.User != nil {
 			wo = cfg.User.PasswordHashWO
 		}
-		a := account(u.Name, u.Sudo, u.Shell, u.LockPassword, u.Groups, u.SSHAuthorizedKeys, u.PasswordHash, wo)
+		a := u.account(wo)
 		s.User = &a
 		s.RootAuthorizedKeys = u.RootAuthorizedKeys.ValueBool()
 		s.PermitRootLogin = u.PermitRootLogin.ValueBool()
@@ -222,7 +216,7 @@ func (m *seedResourceModel) spec(cfg *seedResourceModel, phURL string) (*seed.Sp
 		if i < len(cfg.Users) {
 			wo = cfg.Users[i].PasswordHashWO
 		}
-		s.Users = append(s.Users, account(a.Name, a.Sudo, a.Shell, a.LockPassword, a.Groups, a.SSHAuthorizedKeys, a.PasswordHash, wo))
+		s.Users = append(s.Users, a.account(wo))
 	}
 	s.Timezone, s.Locale = m.Timezone.ValueString(), m.Locale.ValueString()
 	s.Packages = strings_(m.Packages)

@@ -112,32 +112,17 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"user": schema.SingleNestedAttribute{
 				Optional:    true,
 				Description: "A login user the generated cloud-config creates (cloud-init `users`)." + contentChange,
-				Attributes: map[string]schema.Attribute{
-					"name":                 schema.StringAttribute{Required: true, Description: "Account name, e.g. `kohaku`."},
-					"sudo":                 schema.StringAttribute{Optional: true, Description: "sudo rule. Default `ALL=(ALL) NOPASSWD:ALL`; `\"\"` for none."},
-					"shell":                schema.StringAttribute{Optional: true, Description: "Login shell. Default `/bin/bash`."},
-					"lock_password":        schema.BoolAttribute{Optional: true, Description: "Lock the password so only keys log in. Default `true`."},
-					"groups":               schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Supplementary groups."},
-					"ssh_authorized_keys":  schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "OpenSSH public keys allowed to log in as this user, one per entry, as a line of `authorized_keys` (an options prefix and a comment are allowed). Anything else (a private key, an RFC 4716 key, two keys in one entry) is refused at plan."},
+				Attributes: withAttributes(accountAttributes("kohaku", "sudo rule. Default `ALL=(ALL) NOPASSWD:ALL`; `\"\"` for none."), map[string]schema.Attribute{
 					"root_authorized_keys": schema.BoolAttribute{Optional: true, Description: "Also authorize these keys for root (and keep cloud-init from fencing root off). Default `false`."},
 					"permit_root_login":    schema.BoolAttribute{Optional: true, Description: "Write an sshd drop-in with `PermitRootLogin prohibit-password` (keys only). Needs `root_authorized_keys`. Default `false`."},
-					"password_hash":        passwordHashAttribute(),
-					"password_hash_wo":     passwordHashWOAttribute(),
-				},
+				}),
 			},
 			"users": schema.ListNestedAttribute{
 				Optional:    true,
 				Description: "Further accounts the generated cloud-config creates after `user` (cloud-init `users`), each with its own keys, groups, sudo rule, shell and password. Checked at plan: names, groups, keys and password hashes; an account declared twice is refused." + contentChange,
-				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-					"name":                schema.StringAttribute{Required: true, Description: "Account name, e.g. `alice`."},
-					"sudo":                schema.StringAttribute{Optional: true, Description: "sudo rule, e.g. `ALL=(ALL) ALL`. Default: none (unlike `user`)."},
-					"shell":               schema.StringAttribute{Optional: true, Description: "Login shell. Default `/bin/bash`."},
-					"lock_password":       schema.BoolAttribute{Optional: true, Description: "Lock the password so only keys log in. Default `true`, or `false` when a password hash is given."},
-					"groups":              schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Supplementary groups (created when missing)."},
-					"ssh_authorized_keys": schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "OpenSSH public keys allowed to log in as this account, one per entry."},
-					"password_hash":       passwordHashAttribute(),
-					"password_hash_wo":    passwordHashWOAttribute(),
-				}},
+				NestedObject: schema.NestedAttributeObject{
+					Attributes: accountAttributes("alice", "sudo rule, e.g. `ALL=(ALL) ALL`. Default: none (unlike `user`)."),
+				},
 			},
 			"timezone": schema.StringAttribute{
 				Optional:    true,
@@ -551,6 +536,28 @@ func (r *seedResource) ImportState(ctx context.Context, req resource.ImportState
 	if host != "" {
 		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
 	}
+}
+
+// accountAttributes are the attributes of an account, in user and users.
+func accountAttributes(example, sudo string) map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"name":                schema.StringAttribute{Required: true, Description: "Account name, e.g. `" + example + "`."},
+		"sudo":                schema.StringAttribute{Optional: true, Description: sudo},
+		"shell":               schema.StringAttribute{Optional: true, Description: "Login shell. Default `/bin/bash`."},
+		"lock_password":       schema.BoolAttribute{Optional: true, Description: "Lock the password so only keys log in. Default `true`, or `false` when a password hash is given."},
+		"groups":              schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Supplementary groups (created when missing)."},
+		"ssh_authorized_keys": schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "OpenSSH public keys allowed to log in as this account, one per entry, as a line of `authorized_keys` (an options prefix and a comment are allowed). Anything else (a private key, an RFC 4716 key, two keys in one entry) is refused at plan."},
+		"password_hash":       passwordHashAttribute(),
+		"password_hash_wo":    passwordHashWOAttribute(),
+	}
+}
+
+// withAttributes adds more to attrs.
+func withAttributes(attrs, more map[string]schema.Attribute) map[string]schema.Attribute {
+	for k, v := range more {
+		attrs[k] = v
+	}
+	return attrs
 }
 
 func passwordHashAttribute() schema.StringAttribute {
