@@ -250,7 +250,7 @@ resource "kohaku_vm" "test" {
   memory_mib = 1024
   kernel     = %[10]q
   initrd     = %[11]q
-  cmdline    = "root=/dev/vda rw console=ttyS0"
+  cmdline    = "root=/dev/vda rw console=ttyS0 panic=5"
   seed_id    = kohaku_seed.test.id
 
   disk = {
