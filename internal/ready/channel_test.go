@@ -129,3 +129,23 @@ func TestWaitChannelEndsWhenTheDomainStops(t *testing.T) {
 		t.Errorf("took %s to notice the stopped domain", time.Since(start))
 	}
 }
+
+// Heartbeats of a guest's agent (a VM whose report was read before, or a
+// restarted agent) are neither the report nor noise to blame.
+func TestWaitChannelIgnoresHeartbeats(t *testing.T) {
+	hb := []byte(`{"kind":"heartbeat","seq":1,"time":1700000000,"interval":10,"load":[0,0,0],"cpus":1,"memory":{"total_kib":1}}`)
+	f := &fakeChannel{batches: []batch{{lines: [][]byte{hb, report(testToken)}}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := WaitChannel(ctx, f, "web-1", "org.kohaku.report.0", testToken); err != nil {
+		t.Fatal(err)
+	}
+	f = &fakeChannel{batches: []batch{{lines: [][]byte{hb, hb}, block: true}}}
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := WaitChannel(ctx, f, "web-1", "org.kohaku.report.0", testToken)
+	var we *WaitError
+	if !errors.As(err, &we) || we.Last != nil {
+		t.Fatalf("err = %v; a heartbeat must not be the last thing blamed", err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/health"
 	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 )
 
@@ -75,6 +76,9 @@ func WaitChannel(ctx context.Context, r ChannelReader, domain, channel, token st
 	var last error
 	for {
 		err := r.ReadChannel(ctx, domain, channel, func(line []byte) bool {
+			if health.IsHeartbeat(line) {
+				return false // the guest's agent, already past its report
+			}
 			got, perr := phonehome.ParseReport("application/json", line)
 			switch {
 			case perr != nil:

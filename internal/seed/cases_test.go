@@ -162,6 +162,7 @@ func goldenSpecs() []namedSpec {
 		{"reporter-channel", func(testing.TB) *Spec {
 			s := typicalSpec()
 			s.ReportChannel = true
+			s.HeartbeatSeconds = 10
 			return s
 		}},
 		{"vendor-data-nocloud", func(testing.TB) *Spec {

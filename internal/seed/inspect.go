@@ -11,6 +11,7 @@ import (
 	"net/mail"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/kdomanski/iso9660"
@@ -32,6 +33,8 @@ type Inspection struct {
 	// empty when the seed installs no reporter. A seed with a reporter
 	// writes its report to the VM's report channel.
 	ReportToken string
+	// HeartbeatSeconds is the reporter's heartbeat interval (0: none).
+	HeartbeatSeconds int
 	// Files holds every file of the ISO by the path cloud-init sees.
 	Files map[string][]byte
 }
@@ -139,6 +142,9 @@ func Inspect(img []byte) (*Inspection, error) {
 	}
 	in.PhoneHomeURL = findInUserData(ud, findPhoneHome)
 	in.ReportToken = findInUserData(ud, findReportToken)
+	if in.ReportToken != "" {
+		in.HeartbeatSeconds, _ = strconv.Atoi(findInUserData(ud, findHeartbeat))
+	}
 	return in, nil
 }
 
@@ -169,6 +175,21 @@ func findReportToken(b []byte) string {
 		return ""
 	}
 	if m := reporterTokenRE.FindSubmatch(b); m != nil {
+		return string(m[1])
+	}
+	return ""
+}
+
+// reporterHeartbeatRE finds the heartbeat interval in the reporter's
+// configuration.
+var reporterHeartbeatRE = regexp.MustCompile(`\\?"heartbeat\\?":\s*([0-9]{1,5})\b`)
+
+// findHeartbeat looks for the reporter's heartbeat interval.
+func findHeartbeat(b []byte) string {
+	if !bytes.Contains(b, []byte(ReporterConfigPath)) {
+		return ""
+	}
+	if m := reporterHeartbeatRE.FindSubmatch(b); m != nil {
 		return string(m[1])
 	}
 	return ""

@@ -158,6 +158,14 @@ func TestReportChannelToken(t *testing.T) {
 	if in.ReportToken != want || len(want) != 32 {
 		t.Errorf("ReportToken = %q, want the derived %q (32 chars)\n%s", in.ReportToken, want, ud)
 	}
+	if in.HeartbeatSeconds != 0 {
+		t.Errorf("HeartbeatSeconds = %d for a seed without heartbeats", in.HeartbeatSeconds)
+	}
+	hb := *ch
+	hb.HeartbeatSeconds = 25
+	if in, ud := render(&hb); in.HeartbeatSeconds != 25 {
+		t.Errorf("HeartbeatSeconds = %d, want 25\n%s", in.HeartbeatSeconds, ud)
+	}
 	if in.PhoneHomeURL != "" {
 		t.Errorf("a channel-only seed has phone-home URL %q", in.PhoneHomeURL)
 	}

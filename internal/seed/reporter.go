@@ -22,9 +22,10 @@ const (
 //go:embed reporter.py
 var reporterScript []byte
 
-// reporterUnit runs the reporter once cloud-init's last stage is over.
+// reporterUnit runs the reporter once cloud-init's last stage is over; with
+// heartbeats it stays as the guest's health agent, restarted if it fails.
 const reporterUnit = `[Unit]
-Description=Kohaku first-boot report to the provider
+Description=Kohaku first-boot report and heartbeats to the provider
 After=cloud-final.service network-online.target
 Wants=network-online.target
 ConditionPathExists=` + ReporterConfigPath + `
@@ -33,6 +34,9 @@ ConditionPathExists=` + ReporterConfigPath + `
 Type=exec
 ExecStart=/usr/bin/python3 ` + ReporterScriptPath + `
 TimeoutStartSec=0
+Restart=on-failure
+RestartSec=5
+Nice=10
 
 [Install]
 WantedBy=multi-user.target
@@ -50,16 +54,22 @@ var ReporterCommands = []string{
 // post (empty: the channel only) and the token its report carries.
 type reporter struct {
 	URL, Token string
+	// Heartbeat is the agent's interval in seconds (0: no agent).
+	Heartbeat int
 }
 
 // reporter says whether the seed installs the first-boot reporter and how.
 func (s *Spec) reporter() *reporter {
 	ph := s.PhoneHome
+	hb := 0
+	if s.ReportChannel {
+		hb = s.HeartbeatSeconds
+	}
 	switch {
 	case ph != nil && ph.Reporter:
-		return &reporter{URL: ph.URL, Token: ph.Token}
+		return &reporter{URL: ph.URL, Token: ph.Token, Heartbeat: hb}
 	case s.ReportChannel:
-		r := &reporter{Token: s.reportToken}
+		r := &reporter{Token: s.reportToken, Heartbeat: hb}
 		if r.Token == "" && ph != nil {
 			r.Token = ph.Token
 		}
@@ -186,11 +196,12 @@ func expectation(pl *plan) Expectation {
 // readable by root only, and what the seed declared) and the systemd unit.
 func reporterFiles(r *reporter, expect Expectation) []File {
 	cfg, _ := json.Marshal(struct {
-		URL     string      `json:"url"`
-		Token   string      `json:"token"`
-		Channel string      `json:"channel"`
-		Expect  Expectation `json:"expect"`
-	}{r.URL, r.Token, phonehome.ReportChannel, expect})
+		URL       string      `json:"url"`
+		Token     string      `json:"token"`
+		Channel   string      `json:"channel"`
+		Expect    Expectation `json:"expect"`
+		Heartbeat int         `json:"heartbeat,omitempty"`
+	}{r.URL, r.Token, phonehome.ReportChannel, expect, r.Heartbeat})
 	return []File{
 		{Path: ReporterScriptPath, Content: reporterScript, Permissions: "0755"},
 		{Path: ReporterConfigPath, Content: append(cfg, '\n'), Permissions: "0600"},

@@ -1,18 +1,24 @@
 #!/usr/bin/python3
-# Kohaku first-boot reporter. Runs once per instance, after cloud-init's last
-# stage, and tells the provider how the boot went: cloud-init's own status
+# Kohaku's guest reporter. Once per instance, after cloud-init's last stage,
+# it tells the provider how the boot went: cloud-init's own status
 # and errors, the hostname, SSH host keys, addresses, routes, DNS servers and
 # GPUs, and whether the guest has what the seed declared (its "expect":
 # addresses on the NIC with each declared MAC, default routes, nameservers,
 # search domains, hostname, mounted shares). It writes the
 # report as one JSON line to the Kohaku virtio-serial port, which the provider
 # reads through libvirt, and/or posts it to the phone-home URL, retrying both
-# until one gets through. Only python3's standard
-# library is used: every cloud-init image has it.
+# until one gets through. Then, when its configuration has a "heartbeat"
+# interval, it stays as a small agent (on every boot) that writes a
+# heartbeat line to the same port (load, memory, disk, uptime, cloud-init's
+# state, GPUs from nvidia-smi): at once when a reader on the host opens the
+# channel, then every interval while it stays. Heartbeats are dropped, not
+# queued, while nobody reads, and a write never blocks. Only python3's
+# standard library is used: every cloud-init image has it.
 import glob
 import ipaddress
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -37,6 +43,13 @@ RESOLVECTL = os.environ.get("KOHAKU_REPORT_RESOLVECTL", "resolvectl")
 HOSTNAME = os.environ.get("KOHAKU_REPORT_HOSTNAME", "")
 # Commands that look at the guest's configuration must answer quickly.
 FACT_TIMEOUT = float(os.environ.get("KOHAKU_REPORT_FACT_TIMEOUT", 10))
+NVIDIA_SMI = os.environ.get("KOHAKU_REPORT_NVIDIA_SMI", "nvidia-smi")
+# How often the heartbeat agent looks whether a reader opened the channel.
+TICK = float(os.environ.get("KOHAKU_REPORT_TICK", 1))
+# The most GPUs a heartbeat lists, and the longest text it carries.
+MAX_GPUS = 16
+MAX_TEXT = 128
+STARTED = time.time()
 
 
 def run(*cmd, timeout=120):
@@ -462,6 +475,136 @@ def deliver(cfg, body):
         time.sleep(1)
 
 
+def num(v):
+    try:
+        f = float(v)
+    except ValueError:
+        return None
+    return f if f == f else None
+
+
+GPU_FIELDS = "index,name,driver_version,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
+
+
+def gpu_health():
+    """Each GPU's load as nvidia-smi sees it; a value it cannot give is null."""
+    out = run(NVIDIA_SMI, "--query-gpu=" + GPU_FIELDS, "--format=csv,noheader,nounits", timeout=FACT_TIMEOUT)
+    found = []
+    for line in out.splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) != 8:
+            continue
+        idx = num(cols[0])
+        found.append({"index": int(idx) if idx is not None else len(found),
+                      "name": cols[1][:MAX_TEXT], "driver_version": cols[2][:MAX_TEXT],
+                      "utilization_percent": num(cols[3]), "memory_used_mib": num(cols[4]),
+                      "memory_total_mib": num(cols[5]), "temperature_c": num(cols[6]),
+                      "power_watts": num(cols[7])})
+        if len(found) == MAX_GPUS:
+            break
+    return found
+
+
+def meminfo():
+    m = {"total_kib": 0, "available_kib": 0}
+    for line in read(root("/proc/meminfo")).splitlines():
+        f = line.split()
+        if len(f) >= 2 and f[0] == "MemTotal:":
+            m["total_kib"] = int(f[1])
+        elif len(f) >= 2 and f[0] == "MemAvailable:":
+            m["available_kib"] = int(f[1])
+    return m
+
+
+def cloud_init_state():
+    """done, error (cloud-init finished with errors) or running."""
+    try:
+        v1 = json.loads(read(root("/run/cloud-init/result.json"))).get("v1") or {}
+    except (ValueError, AttributeError):
+        return "running"
+    return "error" if v1.get("errors") else "done"
+
+
+def heartbeat(seq, interval, started, instance):
+    hb = {"kind": "heartbeat", "seq": seq, "time": round(time.time(), 3), "interval": interval,
+          "instance_id": instance[:MAX_TEXT], "hostname": (HOSTNAME or socket.gethostname())[:MAX_TEXT]}
+    parts = (
+        ("uptime", lambda: float(read(root("/proc/uptime")).split()[0])),
+        ("load", lambda: [float(v) for v in read(root("/proc/loadavg")).split()[:3]]),
+        ("cpus", lambda: os.sysconf("SC_NPROCESSORS_ONLN")),
+        ("memory", meminfo),
+        ("disk", lambda: disk(root("/") if ROOT else "/")),
+        ("cloud_init", cloud_init_state),
+        ("gpus", gpu_health),
+    )
+    for key, fn in parts:
+        try:
+            hb[key] = fn()
+        except Exception:  # a part that cannot be read is left out, the rest goes
+            hb[key] = None
+    hb["agent"] = {"cpu_seconds": round(time.process_time(), 3), "started": round(started, 3)}
+    return hb
+
+
+def disk(path):
+    st = os.statvfs(path)
+    return {"path": "/", "total_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
+
+
+def write_all(fd, data):
+    """Writes data without blocking; False when the port would block (the
+    reader left or is slow: the heartbeat is dropped, and a later one
+    starts with a newline that ends what was cut off)."""
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+        return True
+    except BlockingIOError:
+        return False
+
+
+def heartbeats(cfg, instance):
+    """The agent: while a reader holds the channel open, a heartbeat at once
+    and then every interval; nothing while nobody reads. The port is kept
+    open; poll tells whether the host side is connected (a virtio-serial
+    port with no reader polls as POLLHUP, a FIFO as POLLERR)."""
+    try:
+        interval = float(cfg.get("heartbeat") or 0)
+    except (TypeError, ValueError):
+        interval = 0
+    if interval <= 0:
+        return 0
+    started = STARTED
+    seq, fd, connected, due = 0, None, False, 0.0
+    while True:
+        if fd is None:
+            try:
+                fd = os.open(PORT, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                fd = None
+        if fd is not None:
+            p = select.poll()
+            p.register(fd, select.POLLOUT)
+            ev = p.poll(0)
+            rev = ev[0][1] if ev else 0
+            if rev & (select.POLLERR | select.POLLNVAL):
+                os.close(fd)
+                fd, connected = None, False
+            elif rev & select.POLLHUP or not rev & select.POLLOUT:
+                connected = False
+            elif not connected or time.time() >= due:
+                seq += 1
+                body = json.dumps(heartbeat(seq, interval, started, instance), separators=(",", ":")).encode()
+                try:
+                    write_all(fd, b"\n" + body + b"\n")
+                    connected = True
+                except OSError:
+                    os.close(fd)
+                    fd, connected = None, False
+                due = time.time() + interval
+        time.sleep(TICK)
+
+
 def main():
     try:
         cfg = json.loads(read(CONFIG))
@@ -471,7 +614,7 @@ def main():
     instance = read(INSTANCE_FILE).strip() or "unknown"
     stamp = os.path.join(STATE_DIR, "reported-" + instance.replace("/", "_"))
     if os.path.exists(stamp):
-        return 0
+        return heartbeats(cfg, instance)
     status = cloud_init_status()
     f = facts()
     report = {
@@ -493,7 +636,7 @@ def main():
         return 1
     os.makedirs(STATE_DIR, exist_ok=True)
     open(stamp, "w").close()
-    return 0
+    return heartbeats(cfg, instance)
 
 
 if __name__ == "__main__":

@@ -134,6 +134,11 @@ type Spec struct {
 	// through libvirt. The report carries PhoneHome.Token when there is one,
 	// else DerivedReportToken.
 	ReportChannel bool
+	// HeartbeatSeconds keeps the reporter running after its report as the
+	// guest's health agent, writing a heartbeat to the report channel at
+	// once when a reader opens it and then every HeartbeatSeconds while one
+	// stays (internal/health reads them). 0: no agent. Needs ReportChannel.
+	HeartbeatSeconds int
 	// reportToken overrides the reporter's token (while deriving it).
 	reportToken string
 
@@ -286,3 +291,10 @@ type Result struct {
 	// Warnings are non-fatal notes (e.g. meta-data keys that were dropped).
 	Warnings []string
 }
+
+// DefaultHeartbeatSeconds is kohaku_seed's heartbeat interval by default,
+// and MaxHeartbeatSeconds the longest a seed accepts.
+const (
+	DefaultHeartbeatSeconds = 10
+	MaxHeartbeatSeconds     = 3600
+)

@@ -146,6 +146,9 @@ func validateSystem(s *Spec, p *problems) {
 	if s.Locale != "" && !localeRe.MatchString(s.Locale) {
 		p.add("locale", fmt.Sprintf("%q is not a locale name (language_TERRITORY.codeset)", s.Locale), `"en_US.UTF-8"`)
 	}
+	if s.HeartbeatSeconds < 0 || s.HeartbeatSeconds > MaxHeartbeatSeconds {
+		p.add("heartbeat_interval", fmt.Sprintf("%d is outside 0..%d seconds (0 turns the heartbeat off)", s.HeartbeatSeconds, MaxHeartbeatSeconds), "10")
+	}
 	seen := map[string]int{}
 	for i, pkg := range s.Packages {
 		at := fmt.Sprintf("packages[%d]", i)
