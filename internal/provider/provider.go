@@ -321,5 +321,6 @@ func (p *kohakuProvider) DataSources(_ context.Context) []func() datasource.Data
 	return []func() datasource.DataSource{
 		newHostDataSource,
 		newPCIDevicesDataSource,
+		newVMHealthDataSource,
 	}
 }

@@ -51,6 +51,7 @@ type seedResourceModel struct {
 	PhoneHomeAgent  types.Bool         `tfsdk:"phone_home_reporter"`
 	PhoneHomeURL    types.String       `tfsdk:"phone_home_url"`
 	ReportChannel   types.Bool         `tfsdk:"report_channel"`
+	Heartbeat       types.Int64        `tfsdk:"heartbeat_interval"`
 
 	VolumeKey             types.String `tfsdk:"volume_key"`
 	VolumePath            types.String `tfsdk:"volume_path"`
@@ -190,6 +191,10 @@ func (m *seedResourceModel) spec(cfg *seedResourceModel, phURL string) (*seed.Sp
 		UserDataBase64: m.UserDataBase64.ValueString(),
 		VendorData:     []byte(m.VendorData.ValueString()),
 		ReportChannel:  m.ReportChannel.IsNull() || m.ReportChannel.ValueBool(),
+	}
+	s.HeartbeatSeconds = seed.DefaultHeartbeatSeconds
+	if !m.Heartbeat.IsNull() && !m.Heartbeat.IsUnknown() {
+		s.HeartbeatSeconds = int(m.Heartbeat.ValueInt64())
 	}
 	if !cfg.UserDataWO.IsNull() {
 		s.UserData = []byte(cfg.UserDataWO.ValueString())

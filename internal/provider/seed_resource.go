@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -15,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
@@ -234,6 +236,12 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Default: booldefault.StaticBool(true),
 				Description: "Install Kohaku's first-boot reporter (a small python3 script run by a systemd unit after cloud-init's last stage; every cloud-init image has python3) and have it write its report, with cloud-init's own status and errors, SSH host keys, addresses, routes, DNS servers and GPUs, and a check of the guest against what this seed declares (addresses on the NIC with each MAC, default routes via the gateways, nameservers and search domains, hostname, mounted shares; see `on_config_mismatch` of `kohaku_vm`), to the VM's `org.kohaku.report.0` virtio-serial channel. `kohaku_vm` reads that channel over the libvirt connection during create (`wait_for = \"channel\"`, the `auto` choice), so a VM is ready when apply returns without any network path from the guest to Terraform. " +
 					"The report carries a token derived from this seed's inputs (not a secret: only the guest's root writes the channel), so a report from a guest booted with another seed is ignored; with `phone_home` it carries the phone-home token. Default `true`; `false` for images without python3 or systemd." + contentChange,
+			},
+			"heartbeat_interval": schema.Int64Attribute{
+				Optional: true, Computed: true,
+				Default:     int64default.StaticInt64(seed.DefaultHeartbeatSeconds),
+				Validators:  []validator.Int64{int64validator.Between(0, seed.MaxHeartbeatSeconds)},
+				Description: "Seconds between heartbeats of the guest's health agent, read with the `kohaku_vm_health` data source. With `report_channel`, the reporter stays after its first-boot report as a small agent (the same python3 script under systemd, restarted if it fails, on every boot) that writes a heartbeat line (load, memory, disk, uptime, cloud-init's state, each GPU's utilization, memory, temperature and power from `nvidia-smi`) to the report channel at once when a reader opens the channel and then every interval while it stays; while nobody reads, nothing is written and the guest does no work beyond a check each second. `0` turns the agent off (the reporter exits after its report). Default `10`, at most `3600`." + contentChange,
 			},
 			"phone_home_url": schema.StringAttribute{
 				Computed: true, Sensitive: true,
@@ -460,6 +468,7 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 			// Without phone home the setting is moot: report its default.
 			state.PhoneHomeAgent = types.BoolValue(in.PhoneHomeURL == "" || strings.Contains(string(in.Files[userDataFile(in.Format)]), seed.ReporterScriptPath))
 			state.ReportChannel = types.BoolValue(in.ReportToken != "")
+			state.Heartbeat = types.Int64Value(int64(in.HeartbeatSeconds))
 		} else {
 			resp.Diagnostics.AddWarning("Volume is not a seed Kohaku can read", fmt.Sprintf("%s/%s: %v", pool, name, err))
 		}

@@ -5,9 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hashicorp/terraform-plugin-testing/compare"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
@@ -67,7 +70,10 @@ resource "kohaku_seed" %[1]q {
     nameservers = ["10.0.2.3"]
   }]
   shared_folders = [{ tag = "kohaku_shared", path = "/shared" }]
-  write_files    = [{ path = "/etc/kohaku-e2e", content = "written by write_files\n" }]
+  write_files = [
+    { path = "/etc/kohaku-e2e", content = "written by write_files\n" },
+    { path = "/usr/local/bin/nvidia-smi", permissions = "0755", content = %[13]q },
+  ]
   user_data = <<-EOT
     #cloud-config
     runcmd:
@@ -103,8 +109,19 @@ resource "kohaku_vm" %[1]q {
   shutdown_timeout  = "2s"
 %[12]s
 }
-`, res, provider, prefix, env.Pool, readyTestKey, seedExtra, env.Kernel, env.Initrd, env.ImagePool, env.Base, share, vmExtra)
+`, res, provider, prefix, env.Pool, readyTestKey, seedExtra, env.Kernel, env.Initrd, env.ImagePool, env.Base, share, vmExtra, standInNvidiaSMI)
 }
+
+// standInNvidiaSMI answers the two queries Kohaku's reporter makes of
+// nvidia-smi (the first-boot report's GPU list and the heartbeat's load) as
+// a driver with one GPU would, so the real guests prove both parsers. A
+// value the card cannot give is "[N/A]", as nvidia-smi writes it.
+const standInNvidiaSMI = `#!/bin/sh
+case "$*" in
+*utilization.gpu*) echo "0, Kohaku Stand-in H100, 550.54.14, 37, 1024, 81559, 41, [N/A]" ;;
+*) echo "Kohaku Stand-in H100, 550.54.14, 81559" ;;
+esac
+`
 
 // checkShared compares a file the guest wrote into the share.
 func checkShared(share, file string, want *regexp.Regexp) resource.TestCheckFunc {
@@ -228,18 +245,127 @@ data "kohaku_host" "tcp" {
 			statecheck.ExpectKnownValue(seed, tfjsonpath.New("report_channel"), knownvalue.Bool(true)),
 			statecheck.ExpectKnownValue(seed, tfjsonpath.New("phone_home_url"), knownvalue.Null()))
 	}
+	for _, addr := range []string{"kohaku_vm.unix", "kohaku_vm.tcp"} {
+		// The stand-in nvidia-smi's GPU, through the first-boot report.
+		checks = append(checks, statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("gpus"), knownvalue.ListExact([]knownvalue.Check{
+			knownvalue.ObjectExact(map[string]knownvalue.Check{
+				"name": knownvalue.StringExact("Kohaku Stand-in H100"), "driver_version": knownvalue.StringExact("550.54.14"), "memory_mib": knownvalue.Int64Exact(81559),
+			}),
+		})))
+	}
+	// Live health (the same two guests, no further boot): the heartbeat
+	// through the default connection and through the hosts map agrees with
+	// the domain; then the agent of one guest is stopped, and reading it
+	// fails with the diagnostic, or with allow_silent reads as silent.
+	healthOf := func(res, extra string) string {
+		return fmt.Sprintf("\ndata \"kohaku_vm_health\" %q {\n  name = kohaku_vm.%s.name\n%s}\n", res, res, extra)
+	}
+	healthy := cfg + healthOf("unix", "") + healthOf("tcp", "  host = \"tcp\"\n")
+	var healthChecks []statecheck.StateCheck
+	for _, res := range []string{"unix", "tcp"} {
+		addr := "data.kohaku_vm_health." + res
+		healthChecks = append(healthChecks,
+			statecheck.ExpectKnownValue(addr, tfjsonpath.New("reporting"), knownvalue.Bool(true)),
+			statecheck.ExpectKnownValue(addr, tfjsonpath.New("hostname"), knownvalue.StringExact("e2e-guest")),
+			statecheck.ExpectKnownValue(addr, tfjsonpath.New("cpus"), knownvalue.Int64Exact(2)),
+			statecheck.ExpectKnownValue(addr, tfjsonpath.New("interval_seconds"), knownvalue.Int64Exact(10)),
+			statecheck.ExpectKnownValue(addr, tfjsonpath.New("cloud_init_status"), knownvalue.StringExact("done")),
+			statecheck.ExpectKnownValue(addr, tfjsonpath.New("load_average"), knownvalue.ListSizeExact(3)),
+			statecheck.ExpectKnownValue(addr, tfjsonpath.New("gpus"), knownvalue.ListExact([]knownvalue.Check{
+				knownvalue.ObjectExact(map[string]knownvalue.Check{
+					"index": knownvalue.Int64Exact(0), "name": knownvalue.StringExact("Kohaku Stand-in H100"),
+					"driver_version": knownvalue.StringExact("550.54.14"), "utilization_percent": knownvalue.Float64Exact(37),
+					"memory_used_mib": knownvalue.Int64Exact(1024), "memory_total_mib": knownvalue.Int64Exact(81559),
+					"temperature_c": knownvalue.Float64Exact(41), "power_watts": knownvalue.Float64Exact(-1),
+				}),
+			})),
+			statecheck.CompareValuePairs(addr, tfjsonpath.New("instance_id"), "kohaku_vm."+res, tfjsonpath.New("guest").AtMapKey("instance_id"), compare.ValuesSame()),
+		)
+	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy:             vmCheckNothingLeft(env, prefix),
-		Steps: []resource.TestStep{{
-			Config:            cfg,
-			ConfigStateChecks: checks,
-			Check: resource.ComposeAggregateTestCheckFunc(
-				guestChecks(env, "kohaku_vm.unix", prefix+"u-vm", shareUnix),
-				guestChecks(env, "kohaku_vm.tcp", prefix+"t-vm", shareTCP),
-			),
-		}},
+		Steps: []resource.TestStep{
+			{
+				Config:            cfg,
+				ConfigStateChecks: checks,
+				Check: resource.ComposeAggregateTestCheckFunc(
+					guestChecks(env, "kohaku_vm.unix", prefix+"u-vm", shareUnix),
+					guestChecks(env, "kohaku_vm.tcp", prefix+"t-vm", shareTCP),
+				),
+			},
+			{
+				// The plan after apply is empty: telemetry is no change.
+				Config:            healthy,
+				ConfigStateChecks: healthChecks,
+				Check: resource.ComposeAggregateTestCheckFunc(
+					checkHealthAgrees(t, "data.kohaku_vm_health.unix", 1024),
+					checkHealthAgrees(t, "data.kohaku_vm_health.tcp", 1024),
+				),
+			},
+			{
+				PreConfig: func() {
+					cmd := `{"execute":"guest-exec","arguments":{"path":"/bin/systemctl","arg":["stop","kohaku-report.service"]}}`
+					if out, err := vmVirsh(env.URI, "qemu-agent-command", prefix+"t-vm", cmd); err != nil {
+						t.Fatalf("stopping the agent in the guest: %v: %s", err, out)
+					}
+					time.Sleep(3 * time.Second) // systemctl runs in the guest after guest-exec returns
+				},
+				Config:      cfg + healthOf("tcp", "  host = \"tcp\"\n  timeout = \"5s\"\n"),
+				ExpectError: regexp.MustCompile(`(?s)No heartbeat from VM ` + regexp.QuoteMeta(prefix) + `t-vm.*sent\s+no\s+heartbeat\s+within\s+5(\.\d)?s.*domain\s+is\s+running.*systemctl\s+status\s+kohaku-report.*allow_silent`),
+			},
+			{
+				Config: cfg + healthOf("unix", "") + healthOf("tcp", "  host = \"tcp\"\n  timeout = \"3s\"\n  allow_silent = true\n"),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("data.kohaku_vm_health.tcp", tfjsonpath.New("reporting"), knownvalue.Bool(false)),
+					statecheck.ExpectKnownValue("data.kohaku_vm_health.tcp", tfjsonpath.New("cpus"), knownvalue.Null()),
+					statecheck.ExpectKnownValue("data.kohaku_vm_health.tcp", tfjsonpath.New("gpus"), knownvalue.Null()),
+					statecheck.ExpectKnownValue("data.kohaku_vm_health.unix", tfjsonpath.New("reporting"), knownvalue.Bool(true)),
+				},
+			},
+		},
 	})
+}
+
+// checkHealthAgrees: a heartbeat read through the data source agrees with
+// the domain (memory within what it was given), is young (under two
+// intervals), and its cost to the guest is logged (the README's figures).
+func checkHealthAgrees(t *testing.T, addr string, memoryMiB int64) resource.TestCheckFunc {
+	return func(s *terraform.State) error {
+		rs, ok := s.RootModule().Resources[addr]
+		if !ok {
+			return fmt.Errorf("%s is not in state", addr)
+		}
+		a := rs.Primary.Attributes
+		num := func(k string) float64 {
+			v, _ := strconv.ParseFloat(a[k], 64)
+			return v
+		}
+		if m := num("memory_total_mib"); m <= float64(memoryMiB)/2 || m > float64(memoryMiB) {
+			return fmt.Errorf("%s: memory_total_mib %v for a domain of %d MiB", addr, m, memoryMiB)
+		}
+		if m := num("memory_available_mib"); m <= 0 || m > num("memory_total_mib") {
+			return fmt.Errorf("%s: memory_available_mib %v of %v", addr, m, num("memory_total_mib"))
+		}
+		if d := num("disk_total_mib"); d <= 0 || num("disk_free_mib") > d {
+			return fmt.Errorf("%s: disk %v MiB free of %v", addr, num("disk_free_mib"), d)
+		}
+		if age := num("age_seconds"); age < 0 || age >= 2*num("interval_seconds") {
+			return fmt.Errorf("%s: a heartbeat %v s old, want under two intervals (%v s)", addr, age, 2*num("interval_seconds"))
+		}
+		if num("uptime_seconds") <= 0 || num("heartbeat_bytes") <= 0 || num("agent_cpu_seconds") <= 0 {
+			return fmt.Errorf("%s: uptime %s, heartbeat_bytes %s, agent_cpu_seconds %s", addr, a["uptime_seconds"], a["heartbeat_bytes"], a["agent_cpu_seconds"])
+		}
+		started, err := time.Parse(time.RFC3339, a["agent_started_at"])
+		if err != nil {
+			return fmt.Errorf("%s: agent_started_at %q: %v", addr, a["agent_started_at"], err)
+		}
+		reported, _ := time.Parse(time.RFC3339Nano, a["reported_at"])
+		life := reported.Sub(started).Seconds()
+		t.Logf("%s: heartbeat #%s of %s bytes, %s s old; agent used %s s CPU in %.0f s of life (%.2f%%, TCG); guest uptime %s s",
+			addr, a["sequence"], a["heartbeat_bytes"], a["age_seconds"], a["agent_cpu_seconds"], life, 100*num("agent_cpu_seconds")/max(life, 1), a["uptime_seconds"])
+		return nil
+	}
 }
 
 // A guest whose report never comes over the channel (the create timeout is
