@@ -277,6 +277,7 @@ func faultRestartLibvirtd(t *testing.T) {
 // (virt.ReadPacket, virt.ParseHeader).
 const (
 	lvProcDefineXMLFlags = 350 // REMOTE_PROC_DOMAIN_DEFINE_XML_FLAGS
+	lvProcVolUpload      = 208 // REMOTE_PROC_STORAGE_VOL_UPLOAD
 	lvErrConfigUnsup     = 67  // VIR_ERR_CONFIG_UNSUPPORTED
 	lvFromDomain         = 20  // VIR_FROM_DOMAIN
 )
@@ -289,6 +290,10 @@ type faultProxy struct {
 	upstream string
 	reject   sync.Map // procedure -> message
 	rejected atomic.Int64
+	// hold keeps calls of a procedure from libvirtd and never answers
+	// them: a call that hangs (held counts them).
+	hold sync.Map // procedure -> true
+	held atomic.Int64
 }
 
 func newFaultProxy(t *testing.T, upstream string) *faultProxy {
@@ -353,6 +358,10 @@ func (p *faultProxy) serve(client net.Conn) {
 			if err != nil {
 				return
 			}
+			continue
+		}
+		if _, ok := p.hold.Load(h.Procedure); ok && h.Program == virt.WireProgRemote && h.Type == virt.WireTypeCall {
+			p.held.Add(1)
 			continue
 		}
 		if _, err := server.Write(b); err != nil {

@@ -168,6 +168,50 @@ func TestAccFault_createSteps(t *testing.T) {
 	}
 }
 
+// A libvirt call that never answers does not stretch a create past its
+// timeout (#21 item 4): libvirtd never sees the define (the proxy holds
+// it), and the create, with a 20 s timeout and the default 2-minute
+// call_timeout, fails at its deadline naming the step, rolls back the
+// overlay it made, and the whole apply takes the timeout plus the rollback.
+func TestAccFault_hungCallKeepsTheCreateTimeout(t *testing.T) {
+	env := newVMEnv(t)
+	prefix := vmTestPrefix(t, env, "fhung")
+	proxy := newFaultProxy(t, faultTCPHostPort(t, acctest.Env(t, "KOHAKU_TEST_TCP_URI")))
+	proxy.hold.Store(uint32(lvProcDefineXMLFlags), true)
+	name := prefix + "vm"
+	const timeout = 20 * time.Second
+	cfg := providerBlock(proxy.URI()) + faultVM(env, "test", fmt.Sprintf("%q", name), env.Pool, env.Base, faultUserNIC,
+		fmt.Sprintf("  running = false\n  timeouts {\n    create = %q\n  }", timeout))
+	var start time.Time
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy:             vmCheckNothingLeft(env, name),
+		Steps: []resource.TestStep{
+			{
+				PreConfig: func() { start = time.Now() },
+				Config:    cfg,
+				ExpectError: vmErrRE(`Creating VM `+name+` failed at step "define the domain"`, "deadline",
+					"Rolled back: deleted overlay volume "+env.Pool+"/"+name+"-root.qcow2."),
+			},
+			{
+				PreConfig: func() {
+					took := time.Since(start)
+					t.Logf("apply with a hung define and a %s create timeout returned after %s (%d calls held)", timeout, took.Round(100*time.Millisecond), proxy.held.Load())
+					if proxy.held.Load() == 0 {
+						t.Error("the define was never held: the test proved nothing")
+					}
+					if took > timeout+15*time.Second {
+						t.Errorf("the apply took %s with a %s create timeout: a hung call overran it", took, timeout)
+					}
+					proxy.hold.Delete(uint32(lvProcDefineXMLFlags))
+				},
+				Config: providerBlock(env.URI),
+				Check:  func(*terraform.State) error { return faultCheckExact(env, name, nil) },
+			},
+		},
+	})
+}
+
 // faultTCPHostPort turns qemu+tcp://127.0.0.1/system into 127.0.0.1:16509.
 func faultTCPHostPort(t *testing.T, uri string) string {
 	m := regexp.MustCompile(`^qemu\+tcp://([^/:]+)(?::(\d+))?/`).FindStringSubmatch(uri)
@@ -250,6 +294,52 @@ func TestAccFault_sigintDuringCreate(t *testing.T) {
 		t.Errorf("all %d VMs were created despite the interrupt: the signal came too late to test anything", n)
 	}
 	w.converge(env, prefix, 2*n)
+}
+
+// SIGINT while seeds upload (#21 item 3): libvirtd never answers the
+// upload calls (the proxy holds them), so every seed's volume exists on the
+// host and its upload hangs when the interrupt comes. Terraform stops, each
+// create deletes the volume it made, and the host holds exactly what state
+// records (nothing); once the uploads go through, the next apply converges.
+func TestAccFault_sigintDuringSeedUpload(t *testing.T) {
+	env := newVMEnv(t)
+	faultNeedTerraform(t)
+	prefix := vmTestPrefix(t, env, "fup")
+	proxy := newFaultProxy(t, faultTCPHostPort(t, acctest.Env(t, "KOHAKU_TEST_TCP_URI")))
+	proxy.hold.Store(uint32(lvProcVolUpload), true)
+	const n = 3
+	cfg := faultCLIHead + providerBlock(proxy.URI()) + fmt.Sprintf(`
+resource "kohaku_seed" "test" {
+  count    = %d
+  name     = "%s${count.index}.iso"
+  pool     = %q
+  hostname = "upload-${count.index}"
+}
+`, n, prefix, env.Pool)
+	w := newFaultWorkspace(t, cfg)
+	volumes := func() int {
+		left, err := vmLeftovers(env.URI, prefix, env.Pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(left)
+	}
+	out, sent := faultInterruptApply(t, w, func() bool { return proxy.held.Load() == n && volumes() == n })
+	if !sent {
+		t.Fatalf("the apply ended before the uploads hung:\n%s", out)
+	}
+	flat := strings.Join(strings.Fields(out), " ") // terraform wraps long lines
+	for _, want := range []string{"Interrupt received", "the upload was interrupted; whatever of the volume was made was deleted"} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("terraform's output lacks %q:\n%s", want, out)
+		}
+	}
+	if st := w.checkHostMatchesState(env, prefix); len(st) != 0 {
+		t.Errorf("state records %d seeds whose uploads never finished", len(st))
+	}
+	t.Logf("after SIGINT with %d uploads hanging: no volume left, state empty; terraform said:\n%s", n, faultTail(out, 12))
+	proxy.hold.Delete(uint32(lvProcVolUpload))
+	w.converge(env, prefix, n)
 }
 
 // SIGINT while the provider waits for a guest that never phones home: the

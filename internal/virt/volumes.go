@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
@@ -77,7 +78,9 @@ func volumeInfo(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*Volume,
 func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byte) (*Volume, error) {
 	var out *Volume
 	var nameFree atomic.Bool
+	var used atomic.Pointer[libvirt.Libvirt]
 	err := c.Call(ctx, fmt.Sprintf("upload volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		used.Store(l)
 		p, err := poolByName(l, pool)
 		if err != nil {
 			return err
@@ -111,16 +114,48 @@ func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byt
 		return err
 	})
 	var lost *ConnectionError
-	if err != nil && nameFree.Load() && errors.As(err, &lost) {
+	interrupted := err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err())
+	if err != nil && nameFree.Load() && (interrupted || errors.As(err, &lost)) {
+		if l := used.Load(); interrupted && l != nil {
+			// The call goes on without us (Call returns at once on
+			// ctx): end its connection, so that an upload in flight is
+			// aborted on libvirtd's side and cannot finish after the
+			// delete, and libvirtd lets go of the volume.
+			c.abandon(l)
+		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), Unreachable+c.settings.CallTimeout)
 		defer cancel()
-		if derr := WhileUnreachable(cctx, Unreachable, func() error { return c.DeleteVolume(cctx, pool, name) }); derr != nil {
-			return nil, fmt.Errorf("%w (the volume may have been made before the connection was lost, and deleting it failed: %v; delete %s/%s by hand if it is there)", err, derr, pool, name)
+		if derr := WhileUnreachable(cctx, Unreachable, func() error { return c.deleteUnused(cctx, pool, name) }); derr != nil {
+			return nil, fmt.Errorf("%w (the volume may have been made before the upload was cut off, and deleting it failed: %v; delete %s/%s by hand if it is there)", err, derr, pool, name)
+		}
+		if interrupted {
+			return nil, fmt.Errorf("%w (the upload was interrupted; whatever of the volume was made was deleted)", err)
 		}
 		return nil, fmt.Errorf("%w (whatever of the volume was made was deleted once libvirt answered again)", err)
 	}
 	return out, err
 }
+
+// deleteUnused deletes a volume, waiting (up to volumeInUseWait) while
+// libvirtd still holds it for a stream it is tearing down ("volume ... is
+// still in use").
+func (c *Client) deleteUnused(ctx context.Context, pool, name string) error {
+	deadline := time.Now().Add(volumeInUseWait)
+	for {
+		err := c.DeleteVolume(ctx, pool, name)
+		if err == nil || !strings.Contains(err.Error(), "in use") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// volumeInUseWait bounds the wait for libvirtd to let go of a volume.
+const volumeInUseWait = 15 * time.Second
 
 // DownloadVolume reads a whole volume through libvirt's stream API. Volumes
 // larger than max bytes are refused rather than read.
