@@ -141,7 +141,8 @@ func (vc *creation) rollback(ctx context.Context) (done []string, left []string)
 func Create(ctx context.Context, h Host, p Plan) (*View, error) {
 	spec := p.Spec
 	vc := &creation{h: h, name: spec.Name}
-	steady := context.WithoutCancel(ctx)
+	steady, cancel := bounded(ctx)
+	defer cancel()
 	expired := func() error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("the create timeout (%s) ran out; raise timeouts.create if the host is slow", p.Timeout)
@@ -163,8 +164,7 @@ func Create(ctx context.Context, h Host, p Plan) (*View, error) {
 			return nil, vc.fail(ctx, StepOverlay, err)
 		}
 		vol, err := h.CreateOverlay(steady, spec.Disk.Pool, spec.Disk.Volume, p.Base.Pool, p.Base.Volume, p.SizeBytes)
-		var lost *virt.ConnectionError
-		if errors.As(err, &lost) {
+		if outcomeUnknown(err) {
 			// The outcome is unknown; the name was free when the call
 			// checked, so deleting it is safe (and a no-op if absent).
 			vc.overlay = &domain.VolumeRef{Pool: spec.Disk.Pool, Volume: spec.Disk.Volume}
@@ -186,8 +186,7 @@ func Create(ctx context.Context, h Host, p Plan) (*View, error) {
 	}
 	ref, err := h.DefineDomain(steady, spec.Name, xml)
 	if err != nil {
-		var lost *virt.ConnectionError
-		vc.maybeDefined = errors.As(err, &lost)
+		vc.maybeDefined = outcomeUnknown(err)
 		return nil, vc.fail(ctx, StepDefine, err)
 	}
 	vc.defined = &ref
@@ -216,7 +215,10 @@ func Create(ctx context.Context, h Host, p Plan) (*View, error) {
 					return nil, vc.fail(ctx, StepReady, err)
 				}
 				e := &CreateError{Step: StepReady, Err: err, Made: true, Kept: true, Defined: vc.defined, Overlay: vc.overlay}
-				if view, rerr := Read(steady, h, ref, nil, false); rerr == nil {
+				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), storyReadTimeout)
+				view, rerr := Read(rctx, h, ref, nil, false)
+				rcancel()
+				if rerr == nil {
 					e.View = view
 				}
 				return nil, e
@@ -238,3 +240,26 @@ func Create(ctx context.Context, h Host, p Plan) (*View, error) {
 func stoppedAtOnce(v *View) error {
 	return fmt.Errorf("the domain stopped right after it started (libvirt state %d); the guest's serial console is logged to %s", v.Status.State, v.Observed.Spec.SerialLogPath)
 }
+
+// bounded keeps ctx's deadline (the operation's timeout) but not its
+// cancellation: a call that makes something is not abandoned halfway when
+// Terraform is interrupted, yet no call outlives the timeout (a hung call
+// would otherwise overrun it by up to the host's call timeout).
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	steady := context.WithoutCancel(ctx)
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(steady, dl)
+	}
+	return context.WithCancel(steady)
+}
+
+// outcomeUnknown says a call that makes something may or may not have
+// made it: the connection was lost, or the timeout ended the wait for its
+// answer.
+func outcomeUnknown(err error) bool {
+	var lost *virt.ConnectionError
+	return errors.As(err, &lost) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// storyReadTimeout bounds the read that tells what a failed guest showed.
+const storyReadTimeout = 10 * time.Second

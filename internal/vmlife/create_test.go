@@ -210,3 +210,75 @@ func (c *cancellingHost) CreateOverlay(ctx context.Context, pool, name, basePool
 	defer c.cancel()
 	return c.fakeHost.CreateOverlay(ctx, pool, name, basePool, baseName, capacity)
 }
+
+// A call that hangs is bounded by the create's deadline, not by the host's
+// call timeout, and an interrupt does not abandon a call halfway: the
+// define that never answers ends at the deadline, and the rollback (whose
+// outcome-unknown path looks the domain up) leaves the host as it was.
+func TestCreateHungCallEndsAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	h := newFakeHost()
+	p := createPlan(h, "vm")
+	before := h.state()
+	hook := &hangingHost{fakeHost: h}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := Create(ctx, hook, p)
+	took := time.Since(start)
+	var ce *CreateError
+	if !errors.As(err, &ce) || ce.Step != StepDefine || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %v", err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("the create returned after %s with a 300ms deadline", took)
+	}
+	if strings.Join(ce.RolledBack, "; ") != "deleted overlay volume default/vm-root.qcow2" {
+		t.Errorf("rolled back %q", ce.RolledBack)
+	}
+	if got := h.state(); got != before {
+		t.Errorf("host after the hung create:\n%s\nwant:\n%s", got, before)
+	}
+}
+
+// The interrupt (a cancelled ctx without a deadline) lets a call that
+// makes something finish.
+func TestCreateInterruptLetsTheCallFinish(t *testing.T) {
+	t.Parallel()
+	h := newFakeHost()
+	p := createPlan(h, "vm")
+	ctx, cancel := context.WithCancel(context.Background())
+	hook := &hangingHost{fakeHost: h, onDefine: cancel, release: 100 * time.Millisecond}
+	_, err := Create(ctx, hook, p)
+	var ce *CreateError
+	if !errors.As(err, &ce) || ce.Step != StepAutostart {
+		t.Fatalf("error %v (the define should have finished and the next step noticed the interrupt)", err)
+	}
+	if strings.Join(ce.RolledBack, "; ") != "undefined domain vm; deleted overlay volume default/vm-root.qcow2" {
+		t.Errorf("rolled back %q", ce.RolledBack)
+	}
+}
+
+// hangingHost's DefineDomain waits for ctx (or, with release, that long
+// before defining), as a libvirtd that never answers would.
+type hangingHost struct {
+	*fakeHost
+	onDefine func()
+	release  time.Duration
+}
+
+func (h *hangingHost) DefineDomain(ctx context.Context, name, xml string) (virt.DomainRef, error) {
+	if h.onDefine != nil {
+		h.onDefine()
+	}
+	if h.release > 0 {
+		select {
+		case <-time.After(h.release):
+			return h.fakeHost.DefineDomain(ctx, name, xml)
+		case <-ctx.Done():
+			return virt.DomainRef{}, ctx.Err()
+		}
+	}
+	<-ctx.Done()
+	return virt.DomainRef{}, ctx.Err()
+}

@@ -42,6 +42,10 @@ type Deleted struct {
 // already gone leaves only its volumes to delete. Failures are *StepError.
 func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 	out := &Deleted{}
+	// Undefine and volume deletes are not abandoned on interrupt, but no
+	// call outlives the delete timeout.
+	steady, cancel := bounded(ctx)
+	defer cancel()
 	var owned []domain.VolumeRef
 	if d.Overlay != nil {
 		owned = append(owned, *d.Overlay)
@@ -65,7 +69,7 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 				return out, stepErr("shut down", err)
 			}
 			out.Forced = how == virt.StopForced && out.Grace > 0
-			if err := h.UndefineDomain(context.WithoutCancel(ctx), d.Ref); err != nil {
+			if err := h.UndefineDomain(steady, d.Ref); err != nil {
 				return out, stepErr("undefine", err)
 			}
 		}
@@ -75,7 +79,7 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 			out.Spared = append(out.Spared, v)
 			continue
 		}
-		if err := h.RemoveVolume(context.WithoutCancel(ctx), v.Pool, v.Volume); err != nil {
+		if err := h.RemoveVolume(steady, v.Pool, v.Volume); err != nil {
 			return out, stepErr("delete the overlay volume", fmt.Errorf("%w. The domain is gone; delete the volume by hand (virsh vol-delete --pool %s %s)", err, v.Pool, v.Volume))
 		}
 	}

@@ -99,7 +99,9 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	groups := ch.Recorded
 	fail := func(step string, err error) error {
 		e := &UpdateError{Step: step, Err: err}
-		if view, rerr := Read(context.WithoutCancel(ctx), h, ch.Ref, ch.Overlay, false); rerr == nil {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), storyReadTimeout)
+		defer rcancel()
+		if view, rerr := Read(rctx, h, ch.Ref, ch.Overlay, false); rerr == nil {
 			view.GPUGroups = groups
 			e.View = view
 		}
@@ -114,7 +116,8 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	}
 	// A redefine or start is not abandoned halfway; the graceful
 	// shutdown's wait is what the update's deadline bounds.
-	steady := context.WithoutCancel(ctx)
+	steady, cancel := bounded(ctx)
+	defer cancel()
 
 	// Each gpus entry brings the functions of its IOMMU group that its
 	// binding moved to vfio-pci, read anew: the group is the host's to tell.
