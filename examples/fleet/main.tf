@@ -34,15 +34,20 @@ provider "kohaku" {
   }
 }
 
-# What each host offers, e.g. to pick hosts with enough memory.
+# What each host offers, e.g. to pick hosts with enough memory. A host that
+# is down reads as reachable = false (with a warning) instead of failing the
+# whole plan.
 data "kohaku_host" "each" {
-  for_each = var.hosts
-  host     = each.key
+  for_each          = var.hosts
+  host              = each.key
+  allow_unreachable = true
 }
 
 locals {
-  # Hosts with at least 64 GiB of memory get a worker.
-  worker_hosts = { for name, h in data.kohaku_host.each : name => h if h.memory_mib >= 65536 }
+  # Hosts with at least 64 GiB of memory get a worker. A host that is down
+  # stays in: dropping it would plan to destroy its worker. Its resources
+  # fail until it is back; the other hosts' go ahead in the same apply.
+  worker_hosts = { for name, h in data.kohaku_host.each : name => h if !h.reachable || coalesce(h.memory_mib, 0) >= 65536 }
 }
 
 resource "kohaku_seed" "worker" {
@@ -62,7 +67,7 @@ resource "kohaku_vm" "worker" {
   for_each   = local.worker_hosts
   host       = each.key
   name       = "worker-${each.key}"
-  type       = each.value.kvm_available ? "kvm" : "qemu"
+  type       = coalesce(each.value.kvm_available, true) ? "kvm" : "qemu"
   vcpu       = 8
   memory_mib = 16384
 

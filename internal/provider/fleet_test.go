@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
@@ -24,8 +25,8 @@ func TestAccFleet_hostPerInstance(t *testing.T) {
 	tcp := acctest.Env(t, "KOHAKU_TEST_TCP_URI")
 	prefix := vmTestPrefix(t, env, "fleet")
 	down := fmt.Sprintf("qemu+tcp://127.0.0.1:%d/system", acctest.ClosedPort(t))
-	config := func(hosts string) string {
-		return fmt.Sprintf(`
+	config := func(hosts string, extra ...string) string {
+		return strings.Join(extra, "\n") + fmt.Sprintf(`
 provider "kohaku" {
   uri = "qemu:///system?socket=/nonexistent/default-is-not-used.sock"
   hosts = {
@@ -61,6 +62,20 @@ resource "kohaku_vm" "each" {
 }
 `, env.URI, tcp, down, hosts, prefix, env.Pool, prefix, env.Kernel, env.Initrd)
 	}
+	extraSeed := fmt.Sprintf(`
+resource "kohaku_seed" "extra" {
+  host = "unix"
+  name = "%sextra-seed.iso"
+  pool = %q
+}
+`, prefix, env.Pool)
+	hostsRead := `
+data "kohaku_host" "each" {
+  count             = 3
+  host              = ["unix", "tcp", "down"][count.index]
+  allow_unreachable = true
+}
+`
 	onHost := func(names ...string) statecheck.StateCheck {
 		return stateCheckFunc(func() error {
 			out, err := vmVirsh(env.URI, "list", "--all", "--name")
@@ -90,13 +105,36 @@ resource "kohaku_vm" "each" {
 			},
 			{Config: config(`"unix", "tcp"`), PlanOnly: true},
 			{
-				// A host that is down fails only what is placed on it.
-				Config:      config(`"unix", "tcp", "down"`),
+				// A host that is down fails only what is placed on it: the
+				// same apply creates what it adds on a healthy host.
+				Config:      config(`"unix", "tcp", "down"`, extraSeed),
 				ExpectError: regexp.MustCompile(`(?s)Cannot use libvirt host\s+qemu\+tcp://127\.0\.0\.1:\d+/system.*connection\s+refused`),
 			},
 			{
-				Config:            config(`"unix", "tcp"`),
+				// The extra seed was made by the apply that failed for the
+				// down host: nothing left to do for it.
+				Config: config(`"unix", "tcp"`, extraSeed),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("kohaku_seed.extra", plancheck.ResourceActionNoop),
+				}},
 				ConfigStateChecks: []statecheck.StateCheck{onHost("unix", "tcp")},
+			},
+			{
+				// Reading every host of the fleet: with allow_unreachable the
+				// down host reads as unreachable instead of failing the plan.
+				Config: config(`"unix", "tcp"`, extraSeed, hostsRead),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("data.kohaku_host.each[2]", tfjsonpath.New("reachable"), knownvalue.Bool(false)),
+					statecheck.ExpectKnownValue("data.kohaku_host.each[2]", tfjsonpath.New("error"), knownvalue.StringRegexp(regexp.MustCompile(`connection refused`))),
+					statecheck.ExpectKnownValue("data.kohaku_host.each[2]", tfjsonpath.New("memory_mib"), knownvalue.Null()),
+					statecheck.ExpectKnownValue("data.kohaku_host.each[0]", tfjsonpath.New("reachable"), knownvalue.Bool(true)),
+					statecheck.ExpectKnownValue("data.kohaku_host.each[1]", tfjsonpath.New("error"), knownvalue.Null()),
+				},
+			},
+			{
+				// Without it, a host that is down fails the plan, saying so.
+				Config:      config(`"unix", "tcp"`, extraSeed, strings.Replace(hostsRead, "allow_unreachable = true", "", 1)),
+				ExpectError: regexp.MustCompile(`(?s)Cannot use libvirt host\s+qemu\+tcp://127\.0\.0\.1:\d+/system.*connection\s+refused`),
 			},
 		},
 	})

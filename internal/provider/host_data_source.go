@@ -2,10 +2,14 @@ package provider
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 var _ datasource.DataSourceWithConfigure = (*hostDataSource)(nil)
@@ -18,6 +22,9 @@ type hostDataSource struct {
 
 type hostDataSourceModel struct {
 	Host              types.String       `tfsdk:"host"`
+	AllowUnreachable  types.Bool         `tfsdk:"allow_unreachable"`
+	Reachable         types.Bool         `tfsdk:"reachable"`
+	Error             types.String       `tfsdk:"error"`
 	ID                types.String       `tfsdk:"id"`
 	URI               types.String       `tfsdk:"uri"`
 	Hostname          types.String       `tfsdk:"hostname"`
@@ -63,6 +70,13 @@ func (d *hostDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Optional:    true,
 				Description: "Key of the provider's `hosts` map to read. Empty means the provider's default connection.",
 			},
+			"allow_unreachable": schema.BoolAttribute{
+				Optional: true,
+				Description: "When the host cannot be reached (down, refusing, a failed handshake), read it as `reachable = false` with `error` saying why and every other attribute null, and warn, instead of failing the plan. Default `false`: a configuration that reads one host usually cannot do without it, and failing says so at once. " +
+					"Turn it on when reading every host of a fleet, so one host that is down does not stop plans for the others. Do not drop unreachable hosts from the `for_each` of resources: Terraform would plan to destroy what they hold; keep them in, and only their resources fail (see the fleet example). Errors that are not about reaching the host still fail.",
+			},
+			"reachable": schema.BoolAttribute{Computed: true, Description: "Whether the host answered. Always `true` unless `allow_unreachable` is set."},
+			"error":     schema.StringAttribute{Computed: true, Description: "Why the host could not be reached, when `reachable` is `false`; null otherwise."},
 			"id":                 schema.StringAttribute{Computed: true, Description: "The host's UUID as libvirt reports it in its capabilities."},
 			"uri":                schema.StringAttribute{Computed: true, Description: "The URI Kohaku connected to (any password removed)."},
 			"hostname":           schema.StringAttribute{Computed: true, Description: "The host's hostname."},
@@ -124,10 +138,23 @@ func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 		return
 	}
 	info, err := c.HostInfo(ctx)
+	var conn *virt.ConnectionError
+	if err != nil && m.AllowUnreachable.ValueBool() && errors.As(err, &conn) {
+		resp.Diagnostics.AddWarning("Host "+conn.Endpoint.Redacted()+" is unreachable",
+			fmt.Sprintf("Read as reachable = false (allow_unreachable): %v. Resources placed on it fail until it is back; the others go ahead.", err))
+		m.Reachable = types.BoolValue(false)
+		m.Error = types.StringValue(err.Error())
+		m.URI = types.StringValue(c.Endpoint().Redacted())
+		m.ID = types.StringNull()
+		resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+		return
+	}
 	if err != nil {
 		addError(&resp.Diagnostics, "Reading the host", err)
 		return
 	}
+	m.Reachable = types.BoolValue(true)
+	m.Error = types.StringNull()
 	m.ID = types.StringValue(info.UUID)
 	m.URI = types.StringValue(c.Endpoint().Redacted())
 	m.Hostname = types.StringValue(info.Hostname)
