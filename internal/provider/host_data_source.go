@@ -75,8 +75,8 @@ func (d *hostDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Description: "When the host cannot be reached (down, refusing, a failed handshake), read it as `reachable = false` with `error` saying why and every other attribute null, and warn, instead of failing the plan. Default `false`: a configuration that reads one host usually cannot do without it, and failing says so at once. " +
 					"Turn it on when reading every host of a fleet, so one host that is down does not stop plans for the others. Do not drop unreachable hosts from the `for_each` of resources: Terraform would plan to destroy what they hold; keep them in, and only their resources fail (see the fleet example). Errors that are not about reaching the host still fail.",
 			},
-			"reachable": schema.BoolAttribute{Computed: true, Description: "Whether the host answered. Always `true` unless `allow_unreachable` is set."},
-			"error":     schema.StringAttribute{Computed: true, Description: "Why the host could not be reached, when `reachable` is `false`; null otherwise."},
+			"reachable":          schema.BoolAttribute{Computed: true, Description: "Whether the host answered. Always `true` unless `allow_unreachable` is set."},
+			"error":              schema.StringAttribute{Computed: true, Description: "Why the host could not be reached, when `reachable` is `false`; null otherwise."},
 			"id":                 schema.StringAttribute{Computed: true, Description: "The host's UUID as libvirt reports it in its capabilities."},
 			"uri":                schema.StringAttribute{Computed: true, Description: "The URI Kohaku connected to (any password removed)."},
 			"hostname":           schema.StringAttribute{Computed: true, Description: "The host's hostname."},
