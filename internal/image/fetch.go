@@ -1,0 +1,518 @@
+package image
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// MaxSumsSize bounds the size of a checksum file fetched from
+// Request.ChecksumURL.
+const MaxSumsSize = 1 << 20
+
+// ErrChecksumMismatch is wrapped by the error Fetch returns when the source
+// bytes do not have the expected digest.
+var ErrChecksumMismatch = errors.New("checksum mismatch")
+
+// Request describes one image to fetch.
+type Request struct {
+	// Source is an http:// or https:// URL, a file:// URL, or a local path
+	// (absolute or relative to the working directory).
+	Source string
+	// Checksum is the expected digest of the source bytes as downloaded
+	// (before decompression); optional.
+	Checksum *Digest
+	// ChecksumURL is the URL (or local path) of a SHA256SUMS/SHA512SUMS-style
+	// file; its line for the base name of Source is the expected digest.
+	// Optional; mutually exclusive with Checksum.
+	ChecksumURL string
+	// Client makes the HTTP requests; nil means DefaultClient. A client
+	// without CheckRedirect gets one that follows up to 10 redirects and
+	// refuses loops.
+	Client *http.Client
+	// StallTimeout fails a transfer that delivers no bytes for this long
+	// (response headers included); zero means DefaultStallTimeout.
+	StallTimeout time.Duration
+	// Progress, if not nil, is called about once a second while the source
+	// is read (and once at its end), from the goroutine calling Fetch.
+	Progress func(Progress)
+}
+
+// Progress reports how far reading a source has come.
+type Progress struct {
+	// Done is the number of source bytes read so far.
+	Done int64
+	// Total is the size of the source (Content-Length), or -1 if unknown.
+	Total int64
+	// Rate is the transfer rate in bytes per second since the previous
+	// report (over the whole transfer for the final report).
+	Rate float64
+	// Elapsed is the time since the transfer started.
+	Elapsed time.Duration
+}
+
+// Result is a verified, decompressed disk image on local disk.
+type Result struct {
+	// Path is the local file holding the decompressed disk image. It must
+	// be treated as read-only, and used only until Release.
+	Path string
+	// Format is FormatQCOW2 ("qcow2") or FormatRaw ("raw").
+	Format string
+	// VirtualSize is the size of the disk in bytes: the qcow2 header's size,
+	// or the raw file's length.
+	VirtualSize uint64
+	// Size is the length in bytes of the file at Path.
+	Size int64
+	// Digest is the digest of the source bytes as downloaded (before
+	// decompression): sha512 when the expected digest is sha512, else sha256.
+	Digest Digest
+	// Verified is true when an expected digest (Checksum or ChecksumURL)
+	// was given and matched.
+	Verified bool
+	// Compression is "", "xz", "gzip", "zstd" or "bzip2", with "+tar"
+	// appended when a tar archive held the image ("xz+tar"), or "tar" for
+	// an uncompressed tar archive.
+	Compression string
+	// Downloaded is false when the image was served from the cache or a
+	// local uncompressed file was used in place.
+	Downloaded bool
+
+	release func() // idempotent
+}
+
+// Release releases the Result's shared hold on its cache entry, after which
+// the entry may be evicted or replaced. It is idempotent (also across copies
+// of the Result) and safe on nil.
+func (r *Result) Release() {
+	if r != nil && r.release != nil {
+		r.release()
+	}
+}
+
+// source is where an image (or checksum file) comes from.
+type source struct {
+	raw  string // as given
+	url  string // for http and https
+	path string // for local files: absolute path
+	name string // base name looked up in checksum files
+}
+
+func (s source) remote() bool { return s.url != "" }
+
+// String names the source in messages (without a password).
+func (s source) String() string {
+	if s.remote() {
+		return redact(s.url)
+	}
+	return s.path
+}
+
+// id identifies the source in cache keys.
+func (s source) id() string {
+	if s.remote() {
+		return s.url
+	}
+	return "file://" + filepath.ToSlash(s.path)
+}
+
+// parseSource classifies an image or checksum file location.
+func parseSource(s string) (source, error) {
+	if strings.TrimSpace(s) == "" {
+		return source{}, errors.New("no source given")
+	}
+	u, err := url.Parse(s)
+	scheme := ""
+	if err == nil {
+		scheme = strings.ToLower(u.Scheme)
+	}
+	// A one-letter scheme is a Windows drive letter ("C:\image.qcow2").
+	if len(scheme) == 1 {
+		scheme = ""
+	}
+	switch scheme {
+	case "http", "https":
+		if u.Host == "" {
+			return source{}, fmt.Errorf("URL %q has no host", s)
+		}
+		return source{raw: s, url: u.String(), name: path.Base(u.Path)}, nil
+	case "file":
+		if u.Host != "" && u.Host != "localhost" {
+			return source{}, fmt.Errorf("file URL %q names host %q; only local files are supported", s, u.Host)
+		}
+		p := u.Path
+		if runtime.GOOS == "windows" && len(p) >= 3 && p[0] == '/' && p[2] == ':' {
+			p = p[1:]
+		}
+		return localSource(s, filepath.FromSlash(p))
+	case "":
+		return localSource(s, s)
+	}
+	return source{}, fmt.Errorf("unsupported source %q: use an http, https or file URL, or a local path", s)
+}
+
+func localSource(raw, p string) (source, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return source{}, fmt.Errorf("source %q: %w", raw, err)
+	}
+	return source{raw: raw, path: abs, name: filepath.Base(abs)}, nil
+}
+
+// fetcher carries one Fetch.
+type fetcher struct {
+	cache  *Cache
+	dir    string
+	req    Request
+	src    source
+	client *http.Client
+	stall  time.Duration
+	start  time.Time
+	// downloaded is set once this Fetch stored a new image.
+	downloaded bool
+}
+
+// Fetch returns the disk image described by req as a local file, fetching,
+// verifying and decompressing it into the cache unless a usable entry is
+// there already, or using a local uncompressed image in place.
+//
+// Before it returns, the image's format is checked: only qcow2 (without
+// backing file, external data file or encryption) and raw disk images (with
+// an MBR or GPT partition table) are accepted; other images give errors
+// wrapping ErrUnsupportedImage. A digest mismatch gives an error wrapping
+// ErrChecksumMismatch. On any error, nothing new is left in the cache.
+//
+// Concurrent Fetches of the same entry, in this process or others sharing
+// the cache directory, download it once; the others wait and share it.
+// The Result holds a shared lock on its cache entry until Release; a Fetch
+// that must replace an entry (its URL now serves something else) waits for
+// those holders. Cancelling ctx stops a transfer at once.
+func (c *Cache) Fetch(ctx context.Context, req Request) (*Result, error) {
+	f := &fetcher{cache: c, req: req, client: requestClient(req.Client), stall: req.StallTimeout, start: time.Now()}
+	if f.stall <= 0 {
+		f.stall = DefaultStallTimeout
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	src, err := parseSource(req.Source)
+	if err != nil {
+		return nil, err
+	}
+	f.src = src
+	var expected *Digest
+	switch {
+	case req.Checksum != nil && req.ChecksumURL != "":
+		return nil, errors.New("checksum and checksum URL are mutually exclusive; give one of them")
+	case req.Checksum != nil:
+		d := *req.Checksum
+		d.Algorithm, d.Hex = strings.ToLower(d.Algorithm), strings.ToLower(d.Hex)
+		if err := d.validate(); err != nil {
+			return nil, err
+		}
+		expected = &d
+	case req.ChecksumURL != "":
+		d, err := f.fetchSums(ctx, req.ChecksumURL)
+		if err != nil {
+			return nil, err
+		}
+		expected = &d
+	}
+
+	if !src.remote() {
+		if r, ok, err := f.inPlace(ctx, expected); ok || err != nil {
+			return r, err
+		}
+	}
+	f.dir = c.Dir
+	if f.dir == "" {
+		f.dir = DefaultCacheDir()
+	}
+	if f.dir, err = filepath.Abs(f.dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(f.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating image cache directory: %w", err)
+	}
+	return f.fetchCached(ctx, expected)
+}
+
+// fetchSums fetches the checksum file at loc and returns its digest for the
+// source's base name.
+func (f *fetcher) fetchSums(ctx context.Context, loc string) (Digest, error) {
+	s, err := parseSource(loc)
+	if err != nil {
+		return Digest{}, fmt.Errorf("checksum URL: %w", err)
+	}
+	var data []byte
+	if s.remote() {
+		t, err := startGET(ctx, f.client, s.url, nil, f.stall)
+		if err != nil {
+			return Digest{}, fmt.Errorf("fetching checksum file: %w", err)
+		}
+		defer t.close()
+		if t.resp.StatusCode == http.StatusNotModified {
+			return Digest{}, fmt.Errorf("fetching checksum file: GET %s: unexpected %s", s, t.resp.Status)
+		}
+		m := newMeter(ctx, t.resp.Body, t.resp.ContentLength, nil, t.touch)
+		data, err = io.ReadAll(io.LimitReader(m, MaxSumsSize+1))
+		if err != nil {
+			return Digest{}, fmt.Errorf("fetching checksum file: %w", t.describe(err, m.n, t.resp.ContentLength))
+		}
+	} else {
+		fh, err := os.Open(s.path)
+		if err != nil {
+			return Digest{}, fmt.Errorf("reading checksum file: %w", err)
+		}
+		defer fh.Close()
+		if data, err = io.ReadAll(io.LimitReader(fh, MaxSumsSize+1)); err != nil {
+			return Digest{}, fmt.Errorf("reading checksum file: %w", err)
+		}
+	}
+	if len(data) > MaxSumsSize {
+		return Digest{}, fmt.Errorf("checksum file %s is larger than %d bytes; is it a checksum file?", s, MaxSumsSize)
+	}
+	d, err := ParseSums(bytes.NewReader(data), f.src.name)
+	if err != nil {
+		return Digest{}, fmt.Errorf("%s: %w", s, err)
+	}
+	return d, nil
+}
+
+// inPlace uses a local uncompressed image where it is. It reports false
+// (and no error) when the file is compressed or a tar archive and must be
+// unpacked into the cache.
+func (f *fetcher) inPlace(ctx context.Context, expected *Digest) (*Result, bool, error) {
+	fh, err := os.Open(f.src.path)
+	if err != nil {
+		return nil, false, fmt.Errorf("source: %w", err)
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		return nil, false, fmt.Errorf("source: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, false, fmt.Errorf("source %s is not a regular file", f.src.path)
+	}
+	head := make([]byte, 512)
+	n, err := fh.ReadAt(head, 0)
+	if err != nil && err != io.EOF {
+		return nil, false, fmt.Errorf("source: %w", err)
+	}
+	head = head[:n]
+	if detectCompression(head) != "" || isTar(head) {
+		return nil, false, nil
+	}
+	info, err := inspectImage(fh, fi.Size())
+	if err != nil {
+		return nil, false, fmt.Errorf("image %s %w", f.src.path, err)
+	}
+	d, err := f.hashLocal(ctx, fh, fi.Size(), expected)
+	if err != nil {
+		return nil, false, err
+	}
+	return &Result{
+		Path:        f.src.path,
+		Format:      info.Format,
+		VirtualSize: info.VirtualSize,
+		Size:        info.Size,
+		Digest:      d,
+		Verified:    expected != nil,
+	}, true, nil
+}
+
+// hashLocal computes the digest of a local file and checks it.
+func (f *fetcher) hashLocal(ctx context.Context, fh *os.File, size int64, expected *Digest) (Digest, error) {
+	alg := SHA256
+	if expected != nil {
+		alg = expected.Algorithm
+	}
+	h := Digest{Algorithm: alg}.newHash()
+	m := newMeter(ctx, io.NewSectionReader(fh, 0, size), size, f.req.Progress, nil)
+	if _, err := io.CopyBuffer(h, m, make([]byte, streamBufSize)); err != nil {
+		return Digest{}, fmt.Errorf("reading %s: %w", f.src.path, err)
+	}
+	m.finish()
+	d := digestOf(alg, h)
+	if expected != nil && d != *expected {
+		return Digest{}, mismatch(f.src, *expected, d)
+	}
+	return d, nil
+}
+
+// mismatch returns the error for a digest mismatch.
+func mismatch(src source, expected, got Digest) error {
+	return fmt.Errorf("%w for %s: expected %s, computed %s", ErrChecksumMismatch, src, expected, got)
+}
+
+// opened is a source opened for reading.
+type opened struct {
+	body  io.ReadCloser
+	total int64 // -1: unknown
+	// validators of a remote source, and the size and time stamp of a
+	// local one, to revalidate the cache entry with.
+	etag, lastModified, stamp string
+	notModified               bool
+	t                         *transfer // for remote sources
+}
+
+// open starts reading the source; for a remote one with a cache entry
+// (prev), the GET is conditional.
+func (f *fetcher) open(ctx context.Context, prev *entryMeta) (*opened, error) {
+	if !f.src.remote() {
+		fh, err := os.Open(f.src.path)
+		if err != nil {
+			return nil, fmt.Errorf("source: %w", err)
+		}
+		fi, err := fh.Stat()
+		if err != nil {
+			fh.Close()
+			return nil, fmt.Errorf("source: %w", err)
+		}
+		return &opened{body: fh, total: fi.Size(), stamp: localStamp(fi)}, nil
+	}
+	hdr := http.Header{}
+	if prev != nil {
+		if prev.ETag != "" {
+			hdr.Set("If-None-Match", prev.ETag)
+		}
+		if prev.LastModified != "" {
+			hdr.Set("If-Modified-Since", prev.LastModified)
+		}
+	}
+	t, err := startGET(ctx, f.client, f.src.url, hdr, f.stall)
+	if err != nil {
+		return nil, err
+	}
+	o := &opened{
+		body:         t.resp.Body,
+		total:        t.resp.ContentLength,
+		etag:         t.resp.Header.Get("ETag"),
+		lastModified: t.resp.Header.Get("Last-Modified"),
+		notModified:  t.resp.StatusCode == http.StatusNotModified,
+		t:            t,
+	}
+	if o.notModified && len(hdr) == 0 {
+		t.close()
+		return nil, fmt.Errorf("GET %s: unexpected %s to an unconditional request", f.src, t.resp.Status)
+	}
+	return o, nil
+}
+
+func (o *opened) close() {
+	if o.t != nil {
+		o.t.close()
+	} else {
+		o.body.Close()
+	}
+}
+
+// localStamp identifies the version of a local file by size and mtime.
+func localStamp(fi os.FileInfo) string {
+	return fmt.Sprintf("%d:%d", fi.Size(), fi.ModTime().UnixNano())
+}
+
+// fetched is a verified and inspected image in a temporary file.
+type fetched struct {
+	tmp         string
+	info        imageInfo
+	digest      Digest
+	compression string
+}
+
+// readFail describes a failure to read the source.
+func (f *fetcher) readFail(o *opened, err error, n int64) error {
+	if o.t != nil {
+		return o.t.describe(err, n, o.total)
+	}
+	return fmt.Errorf("reading %s: %w", f.src.path, err)
+}
+
+// pipeline streams the opened source through the digest, the decompressor
+// and the tar extraction into a temporary file in the cache directory, and
+// verifies and inspects the result. On error no temporary file is left.
+func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected *Digest) (*fetched, error) {
+	alg := SHA256
+	if expected != nil {
+		alg = expected.Algorithm
+	}
+	h := Digest{Algorithm: alg}.newHash()
+	var onData func()
+	if o.t != nil {
+		onData = o.t.touch
+	}
+	m := newMeter(ctx, o.body, o.total, f.req.Progress, onData)
+	src := bufio.NewReaderSize(io.TeeReader(m, h), streamBufSize)
+
+	u, err := unpack(src, f.dir, key+".*.part")
+	if err == nil || expected != nil && m.err == nil {
+		// Hash what the decompressor left unread; after a decompression
+		// error with a digest to compare, a mismatch is the better report.
+		if _, derr := io.Copy(io.Discard, src); derr != nil && err == nil {
+			err = derr
+		}
+	}
+	fail := func(e error) (*fetched, error) {
+		if u.path != "" {
+			os.Remove(u.path)
+		}
+		return nil, e
+	}
+	if m.err != nil {
+		return fail(f.readFail(o, m.err, m.n))
+	}
+	if o.total >= 0 && m.n != o.total {
+		return fail(f.readFail(o, io.ErrUnexpectedEOF, m.n))
+	}
+	d := digestOf(alg, h)
+	if expected != nil && d != *expected {
+		e := mismatch(f.src, *expected, d)
+		if err != nil {
+			e = fmt.Errorf("%w (and %v)", e, err)
+		}
+		return fail(e)
+	}
+	if err != nil {
+		if errors.Is(err, ErrUnsupportedImage) {
+			return fail(fmt.Errorf("image %s %w", f.src, err))
+		}
+		return fail(fmt.Errorf("%s: %w", f.src, err))
+	}
+	m.finish()
+	if o.t != nil {
+		o.t.stopWatchdog() // all read: what follows may take its time
+	}
+
+	fh, err := os.OpenFile(u.path, os.O_RDWR, 0)
+	if err != nil {
+		return fail(err)
+	}
+	defer fh.Close()
+	if err := fh.Sync(); err != nil {
+		return fail(fmt.Errorf("writing image to the cache directory: %w", err))
+	}
+	fi, err := fh.Stat()
+	if err != nil {
+		return fail(err)
+	}
+	info, err := inspectImage(fh, fi.Size())
+	if err != nil {
+		what := f.src.String()
+		if u.member != "" {
+			what = fmt.Sprintf("%s (member %q)", what, u.member)
+		}
+		return fail(fmt.Errorf("image %s %w", what, err))
+	}
+	return &fetched{tmp: u.path, info: info, digest: d, compression: u.compression}, nil
+}

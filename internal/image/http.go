@@ -1,0 +1,287 @@
+package image
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// maxRedirects is how many redirects a GET follows.
+const maxRedirects = 10
+
+// DefaultStallTimeout is how long a transfer may deliver no bytes before it
+// fails, when Request.StallTimeout is zero.
+const DefaultStallTimeout = 60 * time.Second
+
+// userAgent is sent with every request.
+const userAgent = "terraform-provider-kohaku (image fetch)"
+
+var (
+	defaultClientOnce sync.Once
+	defaultClient     *http.Client
+)
+
+// DefaultClient returns the client used when Request.Client is nil: proxies
+// from the environment, timeouts for connecting, the TLS handshake and the
+// response headers, but no overall timeout (a download of several GiB takes
+// as long as it takes; stalls are caught by Request.StallTimeout), and no
+// transparent decompression (the digest covers the bytes as served).
+func DefaultClient() *http.Client {
+	defaultClientOnce.Do(func() {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		t.TLSHandshakeTimeout = 30 * time.Second
+		t.ResponseHeaderTimeout = 60 * time.Second
+		t.ExpectContinueTimeout = time.Second
+		t.IdleConnTimeout = 90 * time.Second
+		t.DisableCompression = true
+		defaultClient = &http.Client{Transport: t, CheckRedirect: checkRedirect}
+	})
+	return defaultClient
+}
+
+// redirectError is returned by checkRedirect.
+type redirectError struct {
+	loop bool
+	url  string
+	via  []string
+}
+
+func (e *redirectError) Error() string {
+	chain := strings.Join(append(append([]string(nil), e.via...), e.url), " -> ")
+	if e.loop {
+		return fmt.Sprintf("redirect loop: %s redirects back to %s (%s)", e.via[len(e.via)-1], e.url, chain)
+	}
+	return fmt.Sprintf("too many redirects (more than %d), last to %s", maxRedirects, e.url)
+}
+
+// checkRedirect follows up to maxRedirects redirects and refuses loops.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	next := req.URL.String()
+	var chain []string
+	loop := false
+	for _, v := range via {
+		chain = append(chain, v.URL.Redacted())
+		loop = loop || v.URL.String() == next
+	}
+	if loop {
+		return &redirectError{loop: true, url: req.URL.Redacted(), via: chain}
+	}
+	if len(via) > maxRedirects {
+		return &redirectError{url: req.URL.Redacted(), via: chain}
+	}
+	return nil
+}
+
+// client returns the client for a request: the given one (with redirect
+// checking added when it has none) or DefaultClient.
+func requestClient(c *http.Client) *http.Client {
+	if c == nil {
+		return DefaultClient()
+	}
+	if c.CheckRedirect == nil {
+		cc := *c
+		cc.CheckRedirect = checkRedirect
+		return &cc
+	}
+	return c
+}
+
+// stallError is the cause of a transfer cancelled for delivering no bytes.
+type stallError struct{ d time.Duration }
+
+func (e *stallError) Error() string { return fmt.Sprintf("stalled: no data for %v", e.d) }
+
+// transfer is one GET in progress: its response and the watchdog that
+// cancels it when it stalls.
+type transfer struct {
+	url    string // for messages: without a password
+	resp   *http.Response
+	ctx    context.Context // the request's context
+	parent context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	stall  time.Duration
+}
+
+// startGET sends a GET for u with the extra headers and returns once the
+// response headers are in, with a watchdog that cancels the request when no
+// bytes arrive for stall (headers included). Non-2xx statuses other than 304
+// are errors naming the URL (with any password redacted) and status.
+func startGET(ctx context.Context, client *http.Client, u string, hdr http.Header, stall time.Duration) (*transfer, error) {
+	tctx, cancel := context.WithCancelCause(ctx)
+	t := &transfer{url: redact(u), ctx: tctx, parent: ctx, cancel: cancel, stall: stall}
+	t.timer = time.AfterFunc(stall, func() { cancel(&stallError{stall}) })
+	req, err := http.NewRequestWithContext(tctx, http.MethodGet, u, nil)
+	if err != nil {
+		t.close()
+		return nil, fmt.Errorf("GET %s: %w", t.url, err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	req.Header.Set("User-Agent", userAgent)
+	// Explicitly asking for identity also stops the transport from
+	// transparently gunzipping a response served with Content-Encoding.
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := client.Do(req)
+	if err != nil {
+		err = t.describe(err, 0, -1)
+		t.close()
+		return nil, err
+	}
+	t.resp = resp
+	t.touch()
+	if resp.StatusCode == http.StatusNotModified || resp.StatusCode/100 == 2 {
+		return t, nil
+	}
+	where := t.url
+	if final := resp.Request.URL; final.String() != u {
+		where = fmt.Sprintf("%s (redirected to %s)", t.url, final.Redacted())
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	t.close()
+	return nil, fmt.Errorf("GET %s: %s", where, resp.Status)
+}
+
+// redact returns the URL u with any password replaced by "xxxxx".
+func redact(u string) string {
+	if p, err := url.Parse(u); err == nil {
+		return p.Redacted()
+	}
+	return u
+}
+
+// touch restarts the stall watchdog: bytes arrived.
+func (t *transfer) touch() { t.timer.Reset(t.stall) }
+
+// stopWatchdog stops the stall watchdog once everything was read.
+func (t *transfer) stopWatchdog() { t.timer.Stop() }
+
+// close stops the watchdog and releases the response.
+func (t *transfer) close() {
+	t.timer.Stop()
+	if t.resp != nil {
+		t.resp.Body.Close()
+	}
+	t.cancel(nil)
+}
+
+// describe turns an error of the request or of reading its body, after got
+// bytes of total (-1: unknown), into one naming the URL and what happened.
+func (t *transfer) describe(err error, got, total int64) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	of := "an unknown number of"
+	if total >= 0 {
+		of = fmt.Sprint(total)
+	}
+	var (
+		re   *redirectError
+		se   *stallError
+		cve  *tls.CertificateVerificationError
+		uae  x509.UnknownAuthorityError
+		he   x509.HostnameError
+		cie  x509.CertificateInvalidError
+		rhe  tls.RecordHeaderError
+		alrt tls.AlertError
+	)
+	switch {
+	case t.parent.Err() != nil:
+		return fmt.Errorf("GET %s: %w (after %d of %s bytes)", t.url, t.parent.Err(), got, of)
+	case errors.As(context.Cause(t.ctx), &se):
+		return fmt.Errorf("GET %s: transfer stalled: no data received for %v (after %d of %s bytes)", t.url, se.d, got, of)
+	case errors.As(err, &re):
+		return fmt.Errorf("GET %s: %w", t.url, re)
+	case errors.As(err, &cve), errors.As(err, &uae), errors.As(err, &he), errors.As(err, &cie),
+		errors.As(err, &rhe), errors.As(err, &alrt):
+		return fmt.Errorf("GET %s: TLS error: %w", t.url, err)
+	case errors.Is(err, io.ErrUnexpectedEOF) || total >= 0 && got < total && got > 0:
+		return fmt.Errorf("GET %s: connection closed early: received %d of %s bytes: %w", t.url, got, of, err)
+	}
+	return fmt.Errorf("GET %s: %w", t.url, err)
+}
+
+// meter counts the bytes read through it, restarts a stall watchdog on each
+// read that delivers, reports progress about once a second, stops reading
+// when ctx is done, and remembers the first read error.
+type meter struct {
+	r        io.Reader
+	ctx      context.Context
+	total    int64
+	n        int64
+	onData   func()
+	progress func(Progress)
+
+	start, last time.Time
+	lastN       int64
+	err         error
+}
+
+// progressInterval is the minimum time between two Progress reports.
+const progressInterval = time.Second
+
+func newMeter(ctx context.Context, r io.Reader, total int64, progress func(Progress), onData func()) *meter {
+	now := time.Now()
+	return &meter{r: r, ctx: ctx, total: total, progress: progress, onData: onData, start: now, last: now}
+}
+
+// Read reads from the underlying reader.
+func (m *meter) Read(p []byte) (int, error) {
+	if m.err != nil {
+		return 0, m.err
+	}
+	if err := m.ctx.Err(); err != nil {
+		m.err = err
+		return 0, err
+	}
+	n, err := m.r.Read(p)
+	if n > 0 {
+		m.n += int64(n)
+		if m.onData != nil {
+			m.onData()
+		}
+		if m.progress != nil {
+			if now := time.Now(); now.Sub(m.last) >= progressInterval {
+				m.report(now, false)
+			}
+		}
+	}
+	if err != nil && err != io.EOF {
+		m.err = err
+	}
+	return n, err
+}
+
+// report calls the progress callback, with the rate since the last report
+// or, for the final one, the average rate.
+func (m *meter) report(now time.Time, final bool) {
+	from, fromN := m.last, m.lastN
+	if final {
+		from, fromN = m.start, 0
+	}
+	rate := 0.0
+	if d := now.Sub(from).Seconds(); d > 0 {
+		rate = float64(m.n-fromN) / d
+	}
+	m.progress(Progress{Done: m.n, Total: m.total, Rate: rate, Elapsed: now.Sub(m.start)})
+	m.last, m.lastN = now, m.n
+}
+
+// finish reports the final count if it was not reported yet.
+func (m *meter) finish() {
+	if m.progress != nil && m.n != m.lastN {
+		m.report(time.Now(), true)
+	}
+}
