@@ -59,6 +59,11 @@ readonly TEST_POOL=kohaku-acc
 readonly TEST_POOL_PATH=/var/lib/kohaku-acc/pool
 readonly IMAGE_POOL=kohaku-images
 readonly DEFAULT_POOL_PATH=/var/lib/libvirt/images
+# The loopback HTTP server that serves the cloud-style image like a vendor's
+# mirror (cloud.qcow2, cloud.qcow2.zst, SHA256SUMS), started and stopped by PID.
+readonly IMAGE_HTTP_ADDR=127.0.0.1
+readonly IMAGE_HTTP_PORT=18480
+readonly IMAGE_HTTP_PID=$STATE_DIR/image-http.pid
 readonly HOST_PACKAGES=(
 	libvirt-daemon            # also holds the storage driver and its dir/fs backend
 	libvirt-daemon-driver-qemu
@@ -71,6 +76,18 @@ readonly HOST_PACKAGES=(
 	openssh-server
 	openssh-client
 	openssl                   # the throwaway TLS PKI
+	# the cloud-style image (a partitioned disk that boots through firmware),
+	# built without loop devices, and the firmware that boots it
+	fdisk
+	dosfstools
+	mtools
+	syslinux
+	syslinux-efi
+	syslinux-common
+	zstd
+	ovmf
+	python3                   # the loopback HTTP server that serves it
+	curl
 )
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 readonly SELF
@@ -586,6 +603,105 @@ ensure_image() {
 	phase_done "built image $key: $(du -h --apparent-size "$dir/rootfs.qcow2" | cut -f1) qcow2 (virtual $IMAGE_SIZE), kernel $(cat "$dir/kernel-version")"
 }
 
+# ---------------------------------------------------------------- cloud-style image
+# What users boot: a vendor-style cloud image made from the Debian 12 test image: an
+# MBR disk with an active FAT32 ESP (type 0xef) holding the kernel, the initrd,
+# SYSLINUX for SeaBIOS and EFI/BOOT/BOOTX64.EFI (SYSLINUX's EFI loader) for OVMF, and
+# the ext4 root (found by label) as the second partition. No loop device, no mount:
+# debugfs rewrites fstab, mtools fills the ESP, sfdisk and dd assemble the disk. Its
+# own cache key: the base image's key plus this recipe.
+# --- BEGIN CLOUD RECIPE ---
+cloud_build_into() { # $1 = base image dir, $2 = empty work dir
+	local b=$1 w=$2 esp_mib=64 root_bytes
+	qemu-img convert -f qcow2 -O raw "$b/rootfs.qcow2" "$w/root.raw"
+	printf 'LABEL=kohaku-root / ext4 defaults 0 1\n' >"$w/fstab"
+	debugfs -w -R 'rm /etc/fstab' "$w/root.raw" >/dev/null 2>&1
+	debugfs -w -R "write $w/fstab /etc/fstab" "$w/root.raw" >/dev/null 2>&1
+	debugfs -R 'cat /etc/fstab' "$w/root.raw" 2>/dev/null | grep -q '^LABEL=kohaku-root ' || { echo "fstab not rewritten" >&2; return 1; }
+	printf 'DEFAULT debian\nTIMEOUT 0\nPROMPT 0\nLABEL debian\n  KERNEL /vmlinuz\n  APPEND initrd=/initrd.img root=LABEL=kohaku-root ro console=ttyS0 panic=5\n' >"$w/syslinux.cfg"
+	mkfs.vfat -F 32 -n KOHAKU-ESP -C "$w/esp.img" $((esp_mib * 1024)) >/dev/null
+	MTOOLS_SKIP_CHECK=1 mcopy -i "$w/esp.img" "$b/vmlinuz" "$b/initrd.img" "$w/syslinux.cfg" ::/
+	MTOOLS_SKIP_CHECK=1 mmd -i "$w/esp.img" ::/EFI ::/EFI/BOOT
+	MTOOLS_SKIP_CHECK=1 mcopy -i "$w/esp.img" /usr/lib/SYSLINUX.EFI/efi64/syslinux.efi ::/EFI/BOOT/BOOTX64.EFI
+	MTOOLS_SKIP_CHECK=1 mcopy -i "$w/esp.img" /usr/lib/syslinux/modules/efi64/ldlinux.e64 "$w/syslinux.cfg" ::/EFI/BOOT/
+	syslinux --install "$w/esp.img"
+	root_bytes=$(stat -c %s "$w/root.raw")
+	truncate -s $(((1 + esp_mib) * 1048576 + root_bytes)) "$w/disk.raw"
+	printf 'label: dos\nstart=2048, size=%d, type=ef, bootable\nstart=%d, type=83\n' $((esp_mib * 2048)) $(((1 + esp_mib) * 2048)) | sfdisk -q "$w/disk.raw"
+	dd if=/usr/lib/syslinux/mbr/mbr.bin of="$w/disk.raw" bs=440 count=1 conv=notrunc status=none
+	dd if="$w/esp.img" of="$w/disk.raw" bs=1M seek=1 conv=notrunc,sparse status=none
+	dd if="$w/root.raw" of="$w/disk.raw" bs=1M seek=$((1 + esp_mib)) conv=notrunc,sparse status=none
+	rm -f "$w/root.raw" "$w/esp.img" "$w/fstab" "$w/syslinux.cfg"
+	qemu-img convert -f raw -O qcow2 "$w/disk.raw" "$w/cloud.qcow2"
+	rm -f "$w/disk.raw"
+	zstd -q -T0 -3 "$w/cloud.qcow2" -o "$w/cloud.qcow2.zst"
+	(cd "$w" && sha256sum cloud.qcow2 cloud.qcow2.zst >SHA256SUMS)
+}
+# --- END CLOUD RECIPE ---
+cloud_key() { { image_key; sed -n '/^# --- BEGIN CLOUD RECIPE ---$/,/^# --- END CLOUD RECIPE ---$/p' "$SELF"; } | sha256sum | cut -c1-16; }
+cloud_dir() { printf '%s/cloud-%s' "$CACHE_ROOT" "$(cloud_key)"; }
+
+ensure_cloud_image() {
+	local dir tmp
+	dir=$(cloud_dir)
+	if [[ -s $dir/SHA256SUMS ]]; then
+		phase_done "cached cloud image found ($dir)"
+		return 0
+	fi
+	exec 8>"$CACHE_ROOT/.lock"
+	flock 8
+	tmp=$(mktemp -d "$CACHE_ROOT/.build-cloud-XXXXXX")
+	# shellcheck disable=SC2064
+	trap "rm -rf --one-file-system '$tmp'" EXIT
+	# a separate bash, so that set -e holds inside the build (it is off under `if !`)
+	if ! bash "$SELF" _cloud-build "$(image_dir)" "$tmp" >"$LOG_DIR/cloud-build.log" 2>&1 </dev/null; then
+		tail -n 20 "$LOG_DIR/cloud-build.log" >&2
+		die "cloud image build failed (log: $LOG_DIR/cloud-build.log)"
+	fi
+	chmod 755 "$tmp"
+	rm -rf --one-file-system "$dir"
+	mv -T "$tmp" "$dir"
+	trap - EXIT
+	exec 8>&-
+	phase_done "built cloud image: $(du -h --apparent-size "$dir/cloud.qcow2" | cut -f1) qcow2, $(du -h --apparent-size "$dir/cloud.qcow2.zst" | cut -f1) zstd"
+}
+
+image_http_pid() { # prints the pid when our pid file names a live server
+	local pid
+	pid=$(cat "$IMAGE_HTTP_PID" 2>/dev/null) || return 1
+	[[ -n $pid ]] && kill -0 "$pid" 2>/dev/null && grep -q http.server "/proc/$pid/cmdline" 2>/dev/null && printf '%s' "$pid"
+}
+
+ensure_image_http() {
+	local dir pid i
+	dir=$(cloud_dir)
+	if pid=$(image_http_pid); then
+		if tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "--directory $dir "; then
+			phase_done "image server pid $pid already serves $dir"
+			return 0
+		fi
+		kill "$pid"
+	fi
+	# without the lock descriptors (8, 9): the server outlives this script
+	setsid python3 -m http.server --bind "$IMAGE_HTTP_ADDR" --directory "$dir" "$IMAGE_HTTP_PORT" >"$LOG_DIR/image-http.log" 2>&1 </dev/null 8>&- 9>&- &
+	echo $! >"$IMAGE_HTTP_PID"
+	for i in $(seq 50); do
+		curl -fsS -o /dev/null "http://$IMAGE_HTTP_ADDR:$IMAGE_HTTP_PORT/SHA256SUMS" 2>/dev/null && break
+		sleep 0.1
+	done
+	curl -fsS -o /dev/null "http://$IMAGE_HTTP_ADDR:$IMAGE_HTTP_PORT/SHA256SUMS" || die "the image server did not answer (log: $LOG_DIR/image-http.log)"
+	phase_done "image server pid $(cat "$IMAGE_HTTP_PID") serves $dir at http://$IMAGE_HTTP_ADDR:$IMAGE_HTTP_PORT/ (took ${i}00 ms)"
+}
+
+stop_image_http() {
+	local pid
+	if pid=$(image_http_pid); then
+		kill "$pid"
+		log "down: stopped the image server pid $pid"
+	fi
+	rm -f "$IMAGE_HTTP_PID"
+}
+
 # ---------------------------------------------------------------- commands
 cmd_up() {
 	need_root
@@ -601,6 +717,8 @@ cmd_up() {
 	phase image-pool; ensure_image_pool
 	phase image-debian13; TESTHOST_GEN=debian13 ensure_image
 	phase image-pool-debian13; TESTHOST_GEN=debian13 ensure_image_pool
+	phase cloud-image; ensure_cloud_image
+	phase image-http; ensure_image_http
 	log "up: done in $(elapsed "$T_START")s; next: eval \"\$(bash $SELF env)\""
 }
 
@@ -673,6 +791,16 @@ export KOHAKU_TEST_BASE_VOLUME=rootfs.qcow2
 export KOHAKU_TEST_KERNEL=$dir/vmlinuz
 export KOHAKU_TEST_INITRD=$dir/initrd.img
 EOF
+	# the cloud-style image, as a vendor serves it
+	if [[ -s $(cloud_dir)/SHA256SUMS ]] && image_http_pid >/dev/null; then
+		cat <<EOF
+export KOHAKU_TEST_CLOUD_IMAGE_URL=http://$IMAGE_HTTP_ADDR:$IMAGE_HTTP_PORT/cloud.qcow2
+export KOHAKU_TEST_CLOUD_IMAGE_SUMS=http://$IMAGE_HTTP_ADDR:$IMAGE_HTTP_PORT/SHA256SUMS
+export KOHAKU_TEST_CLOUD_IMAGE_DIR=$(cloud_dir)
+EOF
+	else
+		log "cloud image or its server missing: KOHAKU_TEST_CLOUD_IMAGE_* not set (run 'bash $SELF up')"
+	fi
 	# the Debian 13 generation (cloud-init 25.x, netplan + networkd)
 	dir=$(TESTHOST_GEN=debian13 image_dir)
 	if image_complete "$dir"; then
@@ -690,6 +818,7 @@ EOF
 cmd_down() {
 	need_root
 	local pid running
+	stop_image_http
 	if pid=$(our_libvirtd_pid); then
 		running=$(virsh -q -c "$URI_UNIX" list --name 2>/dev/null | sed '/^$/d' | tr '\n' ' ' || true)
 		[[ -n $running ]] && log "WARNING: domains still running (their QEMU processes outlive libvirtd): $running"
@@ -925,6 +1054,7 @@ main() {
 	restart) cmd_restart ;;
 	image-debian13) TESTHOST_GEN=debian13 cmd_image ;;
 	smoke-debian13) TESTHOST_GEN=debian13 cmd_smoke ;;
+	_cloud-build) cloud_build_into "$1" "$2" ;; # internal: used by ensure_cloud_image
 	_image-build) if [[ -n ${TESTHOST_GEN:-} ]]; then image_build_gen_into "$1"; else image_build_into "$1"; fi ;; # internal: used by ensure_image
 	-h | --help | help) usage ;;
 	*) usage >&2; exit 2 ;;
