@@ -39,7 +39,7 @@ func faultStateObjects(resources []faultResource) []string {
 			if ov, _ := r.Values["overlay_volume"].(string); ov != "" {
 				want = append(want, "volume "+ov)
 			}
-		case "kohaku_seed":
+		case "kohaku_seed", "kohaku_image":
 			want = append(want, "volume "+r.Values["id"].(string))
 		}
 	}

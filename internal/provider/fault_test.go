@@ -2,6 +2,8 @@ package provider
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -644,4 +646,61 @@ func TestAccFault_phoneHomeBurst(t *testing.T) {
 			),
 		}},
 	})
+}
+
+// SIGINT while images upload (#18): as for seeds, libvirtd never answers the
+// uploads (the proxy holds them) once each volume exists; terraform stops,
+// each create ends its upload's own connection and deletes the volume it
+// made, and the host holds what state records (nothing). The next apply,
+// with the uploads let through, converges.
+func TestAccFault_sigintDuringImageUpload(t *testing.T) {
+	env := newVMEnv(t)
+	faultNeedTerraform(t)
+	prefix := vmTestPrefix(t, env, "fimg")
+	proxy := newFaultProxy(t, faultTCPHostPort(t, acctest.Env(t, "KOHAKU_TEST_TCP_URI")))
+	proxy.hold.Store(uint32(lvProcVolUpload), true)
+	disk := filepath.Join(t.TempDir(), "disk.raw")
+	raw := make([]byte, 4<<20)
+	raw[510], raw[511] = 0x55, 0xAA
+	if err := os.WriteFile(disk, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2
+	cfg := faultCLIHead + fmt.Sprintf(`
+provider "kohaku" {
+  uri             = %q
+  image_cache_dir = %q
+}
+
+resource "kohaku_image" "test" {
+  count  = %d
+  name   = "%s${count.index}.raw"
+  pool   = %q
+  source = %q
+}
+`, proxy.URI(), t.TempDir(), n, prefix, env.Pool, disk)
+	w := newFaultWorkspace(t, cfg)
+	volumes := func() int {
+		left, err := vmLeftovers(env.URI, prefix, env.Pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(left)
+	}
+	out, sent := faultInterruptApply(t, w, func() bool { return proxy.held.Load() == n && volumes() == n })
+	if !sent {
+		t.Fatalf("the apply ended before the uploads hung:\n%s", out)
+	}
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, want := range []string{"Interrupt received", "(the partial volume was deleted)"} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("terraform's output lacks %q:\n%s", want, out)
+		}
+	}
+	if st := w.checkHostMatchesState(env, prefix); len(st) != 0 {
+		t.Errorf("state records %d images whose uploads never finished", len(st))
+	}
+	t.Logf("after SIGINT with %d image uploads hanging: no volume left, state empty; terraform said:\n%s", n, faultTail(out, 12))
+	proxy.hold.Delete(uint32(lvProcVolUpload))
+	w.converge(env, prefix, n)
 }

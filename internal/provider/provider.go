@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -17,8 +18,12 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/image"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
+
+// defaultImageCacheGiB bounds the image cache unless image_cache_max_gib says otherwise.
+const defaultImageCacheGiB = 20
 
 var _ provider.Provider = (*kohakuProvider)(nil)
 
@@ -39,6 +44,8 @@ type providerModel struct {
 	TLS         *tlsModel            `tfsdk:"tls"`
 	Hosts       map[string]hostModel `tfsdk:"hosts"`
 	PhoneHome   *phoneHomeModel      `tfsdk:"phone_home"`
+	ImageCache  types.String         `tfsdk:"image_cache_dir"`
+	ImageMaxGiB types.Int64          `tfsdk:"image_cache_max_gib"`
 }
 
 type hostModel struct {
@@ -71,6 +78,8 @@ type providerData struct {
 	fleet *virt.Fleet
 	// phoneHome is nil when the provider has no phone_home block.
 	phoneHome *phoneHome
+	// images caches kohaku_image downloads on the Terraform machine.
+	images *image.Cache
 }
 
 func (p *kohakuProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
@@ -196,6 +205,16 @@ func (p *kohakuProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 			"ssh":        sshSchema(),
 			"tls":        tlsSchema(),
 			"phone_home": phoneHomeSchema(),
+			"image_cache_dir": schema.StringAttribute{
+				Optional: true,
+				Description: "Directory on the machine running Terraform where `kohaku_image` keeps downloaded images, by digest, so one download serves every host and every later apply. " +
+					"Default `$KOHAKU_IMAGE_CACHE_DIR`, else the user's cache directory (`~/.cache/kohaku/images` on Linux). Several provider processes may share it: one downloads, the others wait.",
+			},
+			"image_cache_max_gib": schema.Int64Attribute{
+				Optional:    true,
+				Description: "Size bound of the image cache in GiB; least recently used images are evicted past it (never one in use). Default `20`; `0` means unbounded.",
+				Validators:  []validator.Int64{int64validator.AtLeast(0)},
+			},
 			"hosts": schema.MapNestedAttribute{
 				Optional:    true,
 				Description: "Further libvirt hosts, by a name of your choice. Resources and data sources choose one with their `host` argument (so `for_each` can spread VMs over hosts); an empty `host` means the default connection above. Each host's connection is opened on first use, and a host that is down fails only the resources placed on it. `dial_timeout` and `call_timeout` apply to every host.",
@@ -304,7 +323,17 @@ func (p *kohakuProvider) Configure(ctx context.Context, req provider.ConfigureRe
 		resp.Diagnostics.AddAttributeError(path.Root("phone_home"), "Invalid phone_home settings", err.Error())
 		return
 	}
-	data := &providerData{fleet: fleet, phoneHome: ph}
+	cache := &image.Cache{Dir: cfg.ImageCache.ValueString(), MaxBytes: defaultImageCacheGiB << 30}
+	if cache.Dir == "" {
+		cache.Dir = os.Getenv("KOHAKU_IMAGE_CACHE_DIR")
+	}
+	if cache.Dir == "" {
+		cache.Dir = image.DefaultCacheDir()
+	}
+	if !cfg.ImageMaxGiB.IsNull() {
+		cache.MaxBytes = cfg.ImageMaxGiB.ValueInt64() << 30
+	}
+	data := &providerData{fleet: fleet, phoneHome: ph, images: cache}
 	resp.DataSourceData = data
 	resp.ResourceData = data
 }
@@ -314,6 +343,7 @@ func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource
 		newSeedResource,
 		newVMResource,
 		newGPUBindingResource,
+		newImageResource,
 	}
 }
 

@@ -1,0 +1,440 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/boolplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/image"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+)
+
+var (
+	_ resource.ResourceWithConfigure   = (*imageResource)(nil)
+	_ resource.ResourceWithImportState = (*imageResource)(nil)
+)
+
+const (
+	imageCreateTimeout = 60 * time.Minute
+	imageDeleteTimeout = 5 * time.Minute
+	// imageProgressEvery is how often a long transfer logs its progress.
+	imageProgressEvery = 10 * time.Second
+)
+
+func newImageResource() resource.Resource { return &imageResource{} }
+
+type imageResource struct {
+	data *providerData
+}
+
+type imageResourceModel struct {
+	ID          types.String   `tfsdk:"id"`
+	Host        types.String   `tfsdk:"host"`
+	Pool        types.String   `tfsdk:"pool"`
+	Name        types.String   `tfsdk:"name"`
+	Source      types.String   `tfsdk:"source"`
+	Checksum    types.String   `tfsdk:"checksum"`
+	ChecksumURL types.String   `tfsdk:"checksum_url"`
+	Digest      types.String   `tfsdk:"digest"`
+	Verified    types.Bool     `tfsdk:"verified"`
+	Format      types.String   `tfsdk:"format"`
+	VirtualSize types.Int64    `tfsdk:"virtual_size_bytes"`
+	Size        types.Int64    `tfsdk:"size_bytes"`
+	Compression types.String   `tfsdk:"compression"`
+	VolumePath  types.String   `tfsdk:"volume_path"`
+	Timeouts    timeouts.Value `tfsdk:"timeouts"`
+}
+
+func (r *imageResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_image"
+}
+
+func (r *imageResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
+}
+
+var (
+	digestRE      = regexp.MustCompile(`^(sha256:[0-9a-fA-F]{64}|sha512:[0-9a-fA-F]{128})$`)
+	imageSourceRE = regexp.MustCompile(`^(https?://\S+|file://\S+|[^:]+)$`)
+)
+
+func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
+	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
+	resp.Schema = schema.Schema{
+		Description: "A base disk image in a libvirt storage pool, made from a vendor's cloud image: downloaded (or read from a local file) on the machine running Terraform, verified against its published checksum while it streams, decompressed (xz, gzip, zstd, bzip2, and a tar holding one disk image, recognised by content), checked (qcow2 or raw only; a qcow2 naming a backing file or an external data file is refused) and uploaded through libvirt's stream API over the host's existing connection, so remote hosts need no tool and no download of their own. " +
+			"Downloads are cached on the Terraform machine by digest (provider `image_cache_dir`), so `for_each` over the hosts of the `hosts` map downloads once and uploads to every host. Memory stays bounded whatever the image size. " +
+			"Use it as a VM's `disk.base_pool`/`disk.base_volume`; the VM boots it through firmware (`firmware = \"bios\"` or `\"uefi\"`, no `kernel`).\n\n" +
+			"Drift: a volume deleted out of band is recreated by the next apply; a changed capacity or format is reported as a warning. Content changed in place with the same size is not detected (reading a multi-GiB image on every refresh would cost more than it saves).",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				Computed:      true,
+				Description:   "`<pool>/<volume name>`.",
+				PlanModifiers: keep,
+			},
+			"host": schema.StringAttribute{
+				Optional:      true,
+				Description:   "Key of the provider's `hosts` map to store the image on; empty means the default connection. A change replaces the image.",
+				PlanModifiers: replace,
+			},
+			"pool": schema.StringAttribute{
+				Required:      true,
+				Description:   "Storage pool to create the volume in, e.g. `default`. A change replaces the image.",
+				PlanModifiers: replace,
+				Validators:    []validator.String{stringvalidator.LengthAtLeast(1)},
+			},
+			"name": schema.StringAttribute{
+				Required:      true,
+				Description:   "Volume name, e.g. `debian-12-genericcloud-amd64.qcow2`. A volume of that name that Kohaku did not create is never overwritten: the create fails instead. A change replaces the image.",
+				PlanModifiers: replace,
+				Validators:    []validator.String{stringvalidator.LengthAtLeast(1), stringvalidator.RegexMatches(regexp.MustCompile(`^[^/]+$`), "must be a volume name without `/`, e.g. `debian-12.qcow2`")},
+			},
+			"source": schema.StringAttribute{
+				Required: true,
+				Description: "Where the image comes from: an `https://` or `http://` URL (redirects followed), a `file://` URL, or a path on the machine running Terraform (relative to the working directory), e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2`. " +
+					"Compression and format are recognised by content, not by name. A change replaces the image (after import, setting it does not).",
+				PlanModifiers: []planmodifier.String{replaceUnlessImported()},
+				Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
+					"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2`")},
+			},
+			"checksum": schema.StringAttribute{
+				Optional: true,
+				Description: "Expected digest of the source as downloaded (before decompression), `sha256:<hex>` or `sha512:<hex>`. Verified while the image streams; a mismatch fails the create naming both digests and leaves no volume. Conflicts with `checksum_url`. " +
+					"Setting it later to the `digest` already recorded does not replace the image; any other change does.",
+				PlanModifiers: []planmodifier.String{replaceUnlessDigestMatches()},
+				Validators: []validator.String{
+					stringvalidator.RegexMatches(digestRE, "must be `sha256:` followed by 64 hex digits or `sha512:` followed by 128, e.g. `sha256:"+strings.Repeat("0", 64)+"`"),
+					stringvalidator.ConflictsWith(path.MatchRoot("checksum_url")),
+				},
+			},
+			"checksum_url": schema.StringAttribute{
+				Optional: true,
+				Description: "URL (or local path) of the vendor's checksum file, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS`: GNU (`<hex>  <name>`) or BSD (`SHA256 (<name>) = <hex>`) style, SHA-256 or SHA-512; the line for the source's file name is used. " +
+					"Without `checksum` or `checksum_url` the image is not verified: its digest is recorded and the create warns. A change replaces the image (after import, setting it does not).",
+				PlanModifiers: []planmodifier.String{replaceUnlessImported()},
+				Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
+					"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS`")},
+			},
+			"digest": schema.StringAttribute{
+				Computed:      true,
+				Description:   "Digest of the source as downloaded, `sha256:<hex>` (or `sha512:<hex>` when the expected checksum is SHA-512). Unknown after import.",
+				PlanModifiers: keep,
+			},
+			"verified": schema.BoolAttribute{
+				Computed:      true,
+				PlanModifiers: []planmodifier.Bool{boolplanmodifier.UseStateForUnknown()},
+				Description:   "Whether the digest was checked against `checksum` or `checksum_url`.",
+			},
+			"format": schema.StringAttribute{
+				Computed:      true,
+				Description:   "Format of the volume: `qcow2` or `raw`, recognised from the image's content.",
+				PlanModifiers: keep,
+			},
+			"virtual_size_bytes": schema.Int64Attribute{
+				Computed:      true,
+				PlanModifiers: []planmodifier.Int64{int64planmodifier.UseStateForUnknown()},
+				Description:   "The image's virtual size (the volume's capacity): the disk size a VM sees before its overlay grows it.",
+			},
+			"size_bytes": schema.Int64Attribute{
+				Computed:      true,
+				PlanModifiers: []planmodifier.Int64{int64planmodifier.UseStateForUnknown()},
+				Description:   "Bytes uploaded: the decompressed image file's size.",
+			},
+			"compression": schema.StringAttribute{
+				Computed:      true,
+				PlanModifiers: keep,
+				Description:   "How the source was packed, as recognised from its content: empty, `xz`, `gzip`, `zstd`, `bzip2`, with `+tar` when a tar archive held the image (e.g. `xz+tar`), or `tar`.",
+			},
+			"volume_path": schema.StringAttribute{
+				Computed:      true,
+				Description:   "Path of the volume on the host.",
+				PlanModifiers: keep,
+			},
+		},
+		Blocks: map[string]schema.Block{
+			"timeouts": timeouts.Block(ctx, timeouts.Opts{
+				Create: true, Delete: true,
+				CreateDescription: "How long downloading, verifying and uploading may take. Default `60m` (multi-GiB images over slow links).",
+				DeleteDescription: "How long deleting may take. Default `5m`.",
+			}),
+		},
+	}
+}
+
+func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var plan imageResourceModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	timeout, d := plan.Timeouts.Create(ctx, imageCreateTimeout)
+	resp.Diagnostics.Append(d...)
+	if d.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	pool, name, source := plan.Pool.ValueString(), plan.Name.ValueString(), plan.Source.ValueString()
+	freq := image.Request{Source: source, ChecksumURL: plan.ChecksumURL.ValueString()}
+	if s := plan.Checksum.ValueString(); s != "" {
+		dg, err := image.ParseDigest(s)
+		if err != nil {
+			resp.Diagnostics.AddAttributeError(path.Root("checksum"), "Invalid checksum", err.Error())
+			return
+		}
+		freq.Checksum = &dg
+	}
+	freq.Progress = progressLogger(ctx, "downloading image", map[string]any{"source": source})
+	res, err := r.data.images.Fetch(ctx, freq)
+	if err != nil {
+		mismatch := errors.Is(err, image.ErrChecksumMismatch)
+		switch {
+		case mismatch && plan.ChecksumURL.ValueString() != "":
+			resp.Diagnostics.AddAttributeError(path.Root("checksum_url"), "Image checksum mismatch", sentence(err)+" Nothing was uploaded.")
+		case mismatch:
+			resp.Diagnostics.AddAttributeError(path.Root("checksum"), "Image checksum mismatch", sentence(err)+" Nothing was uploaded.")
+		default:
+			resp.Diagnostics.AddAttributeError(path.Root("source"), "Cannot get image "+source, sentence(err)+" Nothing was uploaded.")
+		}
+		return
+	}
+	defer res.Release()
+	f, err := os.Open(res.Path)
+	if err != nil {
+		resp.Diagnostics.AddError("Reading the cached image", err.Error())
+		return
+	}
+	defer f.Close()
+	tflog.Info(ctx, "uploading image", map[string]any{"source": source, "pool": pool, "name": name, "format": res.Format, "bytes": res.Size, "virtual_size": res.VirtualSize, "from_cache": !res.Downloaded})
+	up := progressLogger(ctx, "uploading image", map[string]any{"pool": pool, "name": name})
+	vol, err := c.UploadImage(ctx, virt.ImageUpload{
+		Pool: pool, Name: name, Format: res.Format, Capacity: res.VirtualSize, Length: res.Size, Source: f,
+		Progress: func(sent int64) { up(image.Progress{Done: sent, Total: res.Size}) },
+	})
+	if err != nil {
+		addError(&resp.Diagnostics, fmt.Sprintf("Uploading image %s to %s/%s", source, pool, name), err)
+		return
+	}
+	if !res.Verified {
+		resp.Diagnostics.AddAttributeWarning(path.Root("checksum"), "Image not verified",
+			fmt.Sprintf("%s was uploaded without a checksum to compare with; its digest is %s. Set checksum = %q (or checksum_url to the vendor's SHA256SUMS/SHA512SUMS) so that a corrupted or substituted download fails instead.", source, res.Digest, res.Digest.String()))
+	}
+	plan.ID = types.StringValue(pool + "/" + name)
+	plan.Digest = types.StringValue(res.Digest.String())
+	plan.Verified = types.BoolValue(res.Verified)
+	plan.Compression = types.StringValue(res.Compression)
+	plan.Size = types.Int64Value(res.Size)
+	plan.setVolume(vol)
+	plan.VirtualSize = types.Int64Value(int64(res.VirtualSize))
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+func (m *imageResourceModel) setVolume(v *virt.VolumeDetail) {
+	m.VolumePath = types.StringValue(v.Path)
+	m.VirtualSize = types.Int64Value(v.CapacityBytes)
+	if v.Format != "" {
+		m.Format = types.StringValue(v.Format)
+	}
+}
+
+// progressLogger returns a Progress callback that logs at INFO at most
+// every imageProgressEvery: bytes, rate and time left.
+func progressLogger(ctx context.Context, msg string, fields map[string]any) func(image.Progress) {
+	start, last := time.Now(), time.Now()
+	return func(p image.Progress) {
+		if time.Since(last) < imageProgressEvery {
+			return
+		}
+		last = time.Now()
+		f := map[string]any{"done_mib": p.Done >> 20, "elapsed": time.Since(start).Round(time.Second).String()}
+		for k, v := range fields {
+			f[k] = v
+		}
+		rate := p.Rate
+		if rate == 0 && time.Since(start) > 0 {
+			rate = float64(p.Done) / time.Since(start).Seconds()
+		}
+		f["rate_mib_s"] = fmt.Sprintf("%.1f", rate/(1<<20))
+		if p.Total > 0 {
+			f["total_mib"] = p.Total >> 20
+			if rate > 0 {
+				f["left"] = time.Duration(float64(p.Total-p.Done) / rate * float64(time.Second)).Round(time.Second).String()
+			}
+		}
+		tflog.Info(ctx, msg, f)
+	}
+}
+
+func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state imageResourceModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	pool, name := state.Pool.ValueString(), state.Name.ValueString()
+	vol, err := c.VolumeInfo(ctx, pool, name)
+	if errors.Is(err, virt.ErrNotFound) {
+		tflog.Info(ctx, "image volume is gone; removing it from state so the next apply recreates it", map[string]any{"pool": pool, "name": name})
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	if err != nil {
+		addError(&resp.Diagnostics, fmt.Sprintf("Reading image %s/%s", pool, name), err)
+		return
+	}
+	if !state.VirtualSize.IsNull() && state.VirtualSize.ValueInt64() != vol.CapacityBytes || !state.Format.IsNull() && vol.Format != "" && state.Format.ValueString() != vol.Format {
+		resp.Diagnostics.AddWarning("Image volume changed outside Terraform",
+			fmt.Sprintf("%s/%s was %s with a capacity of %d bytes and is now %s with %d bytes. VMs made from it from now on see the changed image; taint this resource (terraform apply -replace) to restore it from its source.",
+				pool, name, state.Format.ValueString(), state.VirtualSize.ValueInt64(), vol.Format, vol.CapacityBytes))
+	}
+	state.ID = types.StringValue(pool + "/" + name)
+	state.setVolume(vol)
+	if state.Verified.IsNull() {
+		state.Verified = types.BoolValue(false) // imported
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+// Update only ever changes what needs no upload: the timeouts, or a
+// checksum set to the digest already recorded (or an imported image's
+// source), which the plan modifiers allow in place.
+func (r *imageResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan, state imageResourceModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	plan.Verified = state.Verified
+	if s := plan.Checksum.ValueString(); s != "" && strings.EqualFold(s, state.Digest.ValueString()) {
+		plan.Verified = types.BoolValue(true)
+	}
+	plan.Size, plan.Compression = state.Size, state.Compression
+	plan.VirtualSize = state.VirtualSize
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+func (r *imageResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var state imageResourceModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	timeout, d := state.Timeouts.Delete(ctx, imageDeleteTimeout)
+	resp.Diagnostics.Append(d...)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	pool, name := state.Pool.ValueString(), state.Name.ValueString()
+	vol, err := c.VolumeInfo(ctx, pool, name)
+	if errors.Is(err, virt.ErrNotFound) {
+		return
+	}
+	if err != nil {
+		addError(&resp.Diagnostics, fmt.Sprintf("Deleting image %s/%s", pool, name), err)
+		return
+	}
+	users, err := c.BackedBy(ctx, vol.Path)
+	if err != nil {
+		addError(&resp.Diagnostics, fmt.Sprintf("Deleting image %s/%s: listing the volumes backed by it", pool, name), err)
+		return
+	}
+	if len(users) > 0 {
+		resp.Diagnostics.AddError("Image is in use",
+			fmt.Sprintf("%s/%s is the backing image of %s: deleting it would break them silently. Destroy the VMs (or delete the overlay volumes) that use it first; to keep the volume and stop managing it, run terraform state rm on this resource instead.", pool, name, strings.Join(users, ", ")))
+		return
+	}
+	if err := c.DeleteVolume(ctx, pool, name); err != nil {
+		addError(&resp.Diagnostics, fmt.Sprintf("Deleting image %s/%s", pool, name), err)
+	}
+}
+
+// ImportState takes `<pool>/<volume>` or `<host>/<pool>/<volume>`.
+func (r *imageResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	host, pool, name, ok := splitVolumeID(req.ID)
+	if !ok {
+		resp.Diagnostics.AddError("Invalid import ID",
+			fmt.Sprintf("%q is not an image ID. Import an image as <pool>/<volume>, e.g. default/debian-12.qcow2, or <host>/<pool>/<volume> for a host of the provider's hosts map.", req.ID))
+		return
+	}
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), pool+"/"+name)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("pool"), pool)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), name)...)
+	if host != "" {
+		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
+	}
+}
+
+// splitVolumeID parses `<pool>/<volume>` or `<host>/<pool>/<volume>`.
+func splitVolumeID(id string) (host, pool, name string, ok bool) {
+	parts := strings.Split(id, "/")
+	switch {
+	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
+		return "", parts[0], parts[1], true
+	case len(parts) == 3 && parts[1] != "" && parts[2] != "":
+		return parts[0], parts[1], parts[2], true
+	}
+	return "", "", "", false
+}
+
+// replaceUnlessImported requires replacement when the value changes, except
+// when the prior state has none (an imported image learns its source).
+func replaceUnlessImported() planmodifier.String {
+	return stringplanmodifier.RequiresReplaceIf(func(ctx context.Context, req planmodifier.StringRequest, resp *stringplanmodifier.RequiresReplaceIfFuncResponse) {
+		var digest types.String
+		req.State.GetAttribute(ctx, path.Root("digest"), &digest)
+		resp.RequiresReplace = !(req.StateValue.IsNull() && digest.IsNull())
+	}, "Replaces the image, unless it was imported and this is the first value set.", "Replaces the image, unless it was imported and this is the first value set.")
+}
+
+// replaceUnlessDigestMatches lets a checksum be added when it states the
+// digest already recorded; any other change replaces the image.
+func replaceUnlessDigestMatches() planmodifier.String {
+	return stringplanmodifier.RequiresReplaceIf(func(ctx context.Context, req planmodifier.StringRequest, resp *stringplanmodifier.RequiresReplaceIfFuncResponse) {
+		var digest types.String
+		req.State.GetAttribute(ctx, path.Root("digest"), &digest)
+		if req.PlanValue.IsNull() || req.PlanValue.IsUnknown() {
+			resp.RequiresReplace = false // dropping the checksum changes nothing on the host
+			return
+		}
+		resp.RequiresReplace = !strings.EqualFold(req.PlanValue.ValueString(), digest.ValueString())
+	}, "Replaces the image unless the new checksum is the digest already recorded.", "Replaces the image unless the new checksum is the digest already recorded.")
+}
+
+// sentence ends an error's text with a full stop, for a diagnostic that
+// goes on.
+func sentence(err error) string {
+	msg := strings.TrimSpace(err.Error())
+	if !strings.HasSuffix(msg, ".") {
+		msg += "."
+	}
+	return msg
+}

@@ -1,0 +1,452 @@
+package provider
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math/rand"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/ulikunitz/xz"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
+)
+
+// imageServer serves a directory of test images over loopback HTTP, as a
+// vendor's mirror would, and counts the requests for each path. /cut/<f>
+// announces the whole file and closes the connection halfway.
+type imageServer struct {
+	*httptest.Server
+	dir    string
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func newImageServer(t *testing.T, dir string) *imageServer {
+	t.Helper()
+	s := &imageServer{dir: dir, counts: map[string]int{}}
+	files := http.FileServer(http.Dir(dir))
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.counts[r.URL.Path]++
+		s.mu.Unlock()
+		if name, ok := strings.CutPrefix(r.URL.Path, "/cut/"); ok {
+			data, err := os.ReadFile(filepath.Join(dir, filepath.Base(name)))
+			if err != nil {
+				http.NotFound(w, r)
+				return
+			}
+			w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+			w.WriteHeader(http.StatusOK)
+			w.Write(data[:len(data)/2])
+			w.(http.Flusher).Flush()
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.(*net.TCPConn).SetLinger(0)
+				conn.Close()
+			}
+			return
+		}
+		files.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *imageServer) count(path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts[path]
+}
+
+// imageFixtures writes the images the test serves: a raw disk with an MBR
+// signature, its qcow2 conversion (by qemu-img, as vendors make them), an
+// xz copy of the raw, a qcow2 that names a backing file, and a SHA256SUMS
+// in GNU style. It returns the sha256 of each file.
+func imageFixtures(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	raw := make([]byte, 24<<20)
+	rng := rand.New(rand.NewSource(1))
+	for i := 0; i < len(raw); i += 4096 {
+		if i/4096%3 == 0 { // some incompressible blocks, the rest zeros
+			rng.Read(raw[i : i+4096])
+		}
+	}
+	raw[510], raw[511] = 0x55, 0xAA
+	write := func(name string, data []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("disk.raw", raw)
+	var xzBuf bytes.Buffer
+	zw, err := xz.NewWriter(&xzBuf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw.Write(raw)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	write("disk.raw.xz", xzBuf.Bytes())
+	for _, args := range [][]string{
+		{"convert", "-f", "raw", "-O", "qcow2", "disk.raw", "disk.qcow2"},
+		{"create", "-f", "qcow2", "-b", "disk.raw", "-F", "raw", "backed.qcow2", "24M"},
+	} {
+		cmd := exec.Command("qemu-img", args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	sums := map[string]string{}
+	var list strings.Builder
+	for _, name := range []string{"disk.raw", "disk.raw.xz", "disk.qcow2", "backed.qcow2"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(data)
+		sums[name] = hex.EncodeToString(sum[:])
+		fmt.Fprintf(&list, "%s  %s\n", sums[name], name)
+	}
+	write("SHA256SUMS", []byte(list.String()))
+	return sums
+}
+
+// TestAccImage_fromVendorURL walks kohaku_image the way a user meets it:
+// one URL with the vendor's SHA256SUMS, stored on two hosts of the hosts
+// map from one download; a compressed source; a local file; an
+// out-of-band delete recreated from the cache; import; the failures
+// (checksum mismatch, a qcow2 naming a backing file, 404, a transfer cut
+// mid-stream), none of which leaves a volume; and a delete refused while
+// another volume is backed by the image.
+func TestAccImage_fromVendorURL(t *testing.T) {
+	env := newVMEnv(t)
+	tcpURI := acctest.Env(t, "KOHAKU_TEST_TCP_URI")
+	prefix := vmTestPrefix(t, env, "img")
+	dir := t.TempDir()
+	sums := imageFixtures(t, dir)
+	srv := newImageServer(t, dir)
+	cache := t.TempDir()
+	rawSize := int64(24 << 20)
+
+	provider := fmt.Sprintf(`
+provider "kohaku" {
+  uri             = %q
+  image_cache_dir = %q
+  hosts           = { tcp = { uri = %q } }
+}
+`, env.URI, cache, tcpURI)
+	fleet := fmt.Sprintf(`
+resource "kohaku_image" "fleet" {
+  count        = 2
+  host         = [null, "tcp"][count.index]
+  pool         = %[1]q
+  name         = "%[2]s${["unix", "tcp"][count.index]}.qcow2"
+  source       = "%[3]s/disk.qcow2"
+  checksum_url = "%[3]s/SHA256SUMS"
+}
+`, env.Pool, prefix, srv.URL)
+	others := fmt.Sprintf(`
+resource "kohaku_image" "xz" {
+  pool     = %[1]q
+  name     = "%[2]sxz.raw"
+  source   = "%[3]s/disk.raw.xz"
+  checksum = "sha256:%[4]s"
+}
+
+resource "kohaku_image" "local" {
+  pool   = %[1]q
+  name   = "%[2]slocal.raw"
+  source = %[5]q
+}
+`, env.Pool, prefix, srv.URL, sums["disk.raw.xz"], filepath.Join(dir, "disk.raw"))
+	bad := func(source, extra string) string {
+		return provider + fleet + others + fmt.Sprintf(`
+resource "kohaku_image" "bad" {
+  pool   = %q
+  name   = "%sbad.qcow2"
+  source = %q
+  %s
+}
+`, env.Pool, prefix, source, extra)
+	}
+	unixVol := prefix + "unix.qcow2"
+	overlay := prefix + "overlay.qcow2"
+	noBad := func(*terraform.State) error {
+		left, err := vmLeftovers(env.URI, prefix+"bad", env.Pool)
+		if err == nil && len(left) > 0 {
+			err = fmt.Errorf("a failed create left %v", left)
+		}
+		return err
+	}
+	volContent := func(name, wantSum string) resource.TestCheckFunc {
+		return func(*terraform.State) error {
+			f := filepath.Join(t.TempDir(), "vol")
+			if out, err := vmVirsh(env.URI, "vol-download", "--pool", env.Pool, name, f); err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256(data)
+			if got := hex.EncodeToString(sum[:]); got != wantSum {
+				return fmt.Errorf("volume %s holds %d bytes with sha256 %s, want the image's %s", name, len(data), got, wantSum)
+			}
+			return nil
+		}
+	}
+
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		Steps: []resource.TestStep{
+			{
+				Config: provider + fleet + others,
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("kohaku_image.fleet.0", "format", "qcow2"),
+					resource.TestCheckResourceAttr("kohaku_image.fleet.0", "virtual_size_bytes", strconv.FormatInt(rawSize, 10)),
+					resource.TestCheckResourceAttr("kohaku_image.fleet.0", "verified", "true"),
+					resource.TestCheckResourceAttr("kohaku_image.fleet.0", "digest", "sha256:"+sums["disk.qcow2"]),
+					resource.TestCheckResourceAttr("kohaku_image.fleet.0", "compression", ""),
+					resource.TestCheckResourceAttr("kohaku_image.fleet.1", "verified", "true"),
+					resource.TestCheckResourceAttr("kohaku_image.fleet.1", "host", "tcp"),
+					resource.TestCheckResourceAttr("kohaku_image.xz", "compression", "xz"),
+					resource.TestCheckResourceAttr("kohaku_image.xz", "format", "raw"),
+					resource.TestCheckResourceAttr("kohaku_image.xz", "size_bytes", strconv.FormatInt(rawSize, 10)),
+					resource.TestCheckResourceAttr("kohaku_image.xz", "verified", "true"),
+					resource.TestCheckResourceAttr("kohaku_image.local", "verified", "false"),
+					resource.TestCheckResourceAttr("kohaku_image.local", "digest", "sha256:"+sums["disk.raw"]),
+					volContent(unixVol, sums["disk.qcow2"]),
+					volContent(prefix+"tcp.qcow2", sums["disk.qcow2"]),
+					volContent(prefix+"xz.raw", sums["disk.raw"]),
+					func(*terraform.State) error {
+						// Two hosts, one download.
+						if n := srv.count("/disk.qcow2"); n != 1 {
+							return fmt.Errorf("the server saw %d requests for disk.qcow2, want 1 for both hosts", n)
+						}
+						out, err := vmVirsh(env.URI, "vol-dumpxml", "--pool", env.Pool, unixVol)
+						if err != nil {
+							return err
+						}
+						if !strings.Contains(out, "<format type='qcow2'/>") || !strings.Contains(out, fmt.Sprintf("<capacity unit='bytes'>%d</capacity>", rawSize)) {
+							return fmt.Errorf("volume %s is not a qcow2 of %d bytes:\n%s", unixVol, rawSize, out)
+						}
+						return nil
+					},
+				),
+			},
+			{
+				// Deleted out of band: the next apply makes it again, from
+				// the cache.
+				PreConfig: func() {
+					if out, err := vmVirsh(env.URI, "vol-delete", "--pool", env.Pool, unixVol); err != nil {
+						t.Fatalf("%v: %s", err, out)
+					}
+				},
+				Config: provider + fleet + others,
+				Check: resource.ComposeAggregateTestCheckFunc(
+					volContent(unixVol, sums["disk.qcow2"]),
+					func(*terraform.State) error {
+						if n := srv.count("/disk.qcow2"); n != 1 {
+							return fmt.Errorf("recreating the image downloaded it again (%d requests); the cache should have served it", n)
+						}
+						return nil
+					},
+				),
+			},
+			{
+				ResourceName:            "kohaku_image.xz",
+				ImportState:             true,
+				ImportStateId:           env.Pool + "/" + prefix + "xz.raw",
+				ImportStateVerify:       true,
+				ImportStateVerifyIgnore: []string{"source", "checksum", "checksum_url", "digest", "verified", "compression", "size_bytes", "timeouts"},
+			},
+			{
+				Config:      bad(srv.URL+"/disk.qcow2", `checksum = "sha256:`+strings.Repeat("0", 64)+`"`),
+				ExpectError: regexp.MustCompile(`(?s)mismatch.*` + strings.Repeat("0", 64) + `.*` + sums["disk.qcow2"]),
+			},
+			{
+				Config:      bad(srv.URL+"/backed.qcow2", ""),
+				Check:       noBad,
+				ExpectError: regexp.MustCompile(`(?i)backing\s+file`),
+			},
+			{
+				Config:      bad(srv.URL+"/nope.qcow2", ""),
+				ExpectError: regexp.MustCompile(`404`),
+			},
+			{
+				Config:      bad(srv.URL+"/cut/disk.qcow2", ""),
+				ExpectError: regexp.MustCompile(`(?s)` + regexp.QuoteMeta(srv.URL+"/cut/disk.qcow2") + `.*(cut|EOF|short|bytes)`),
+			},
+			{
+				// Another volume backed by the image: its delete is refused,
+				// naming that volume.
+				PreConfig: func() {
+					noBad(nil)
+					path, err := vmVirsh(env.URI, "vol-path", "--pool", env.Pool, unixVol)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if out, err := vmVirsh(env.URI, "vol-create-as", env.Pool, overlay, "30M", "--format", "qcow2", "--backing-vol", path, "--backing-vol-format", "qcow2"); err != nil {
+						t.Fatalf("%v: %s", err, out)
+					}
+				},
+				Config:      provider + others,
+				ExpectError: regexp.MustCompile(`(?s)Image is in use.*` + regexp.QuoteMeta(env.Pool+"/"+overlay)),
+			},
+			{
+				PreConfig: func() {
+					if out, err := vmVirsh(env.URI, "vol-delete", "--pool", env.Pool, overlay); err != nil {
+						t.Fatalf("%v: %s", err, out)
+					}
+				},
+				Config: provider + others,
+				Check: func(*terraform.State) error {
+					left, err := vmLeftovers(env.URI, prefix, env.Pool)
+					if err != nil {
+						return err
+					}
+					if want := []string{"volume " + env.Pool + "/" + prefix + "local.raw", "volume " + env.Pool + "/" + prefix + "xz.raw"}; strings.Join(left, ",") != strings.Join(want, ",") {
+						return fmt.Errorf("volumes %v, want %v", left, want)
+					}
+					return nil
+				},
+			},
+		},
+	})
+}
+
+// TestAccImage_bootsThroughFirmware follows the user's path end to end: a
+// vendor-style cloud image (a partitioned disk with its own boot loader, as
+// the test host serves it over HTTP with a SHA256SUMS) becomes a
+// kohaku_image, once as the qcow2 and once from its zstd copy, and a VM
+// boots each through firmware, SeaBIOS and OVMF, with no kernel given:
+// both become ready over the report channel, and each guest shows it was
+// started by the image's own boot loader (its kernel command line) under
+// the firmware asked for (/sys/firmware/efi only under UEFI).
+func TestAccImage_bootsThroughFirmware(t *testing.T) {
+	env := newVMEnv(t)
+	url := acctest.Env(t, "KOHAKU_TEST_CLOUD_IMAGE_URL")
+	sums := acctest.Env(t, "KOHAKU_TEST_CLOUD_IMAGE_SUMS")
+	prefix := vmTestPrefix(t, env, "fw")
+	shares := map[string]string{"bios": t.TempDir(), "uefi": t.TempDir()}
+	cfg := fmt.Sprintf(`
+provider "kohaku" {
+  uri             = %[1]q
+  image_cache_dir = %[2]q
+}
+
+resource "kohaku_image" "qcow2" {
+  pool         = %[3]q
+  name         = "%[4]scloud.qcow2"
+  source       = %[5]q
+  checksum_url = %[6]q
+}
+
+resource "kohaku_image" "zst" {
+  pool         = %[3]q
+  name         = "%[4]scloud-from-zst.qcow2"
+  source       = "%[5]s.zst"
+  checksum_url = %[6]q
+}
+`, env.URI, t.TempDir(), env.Pool, prefix, url, sums)
+	for fw, image := range map[string]string{"bios": "qcow2", "uefi": "zst"} {
+		cfg += fmt.Sprintf(`
+resource "kohaku_seed" %[1]q {
+  name     = "%[2]s%[1]s-seed.iso"
+  pool     = %[3]q
+  hostname = "fw-%[1]s"
+  shared_folders = [{ tag = "kohaku_shared", path = "/shared" }]
+  user_data = <<-EOT
+    #cloud-config
+    runcmd:
+      - cat /proc/cmdline > /shared/cmdline
+      - if [ -d /sys/firmware/efi ]; then echo uefi; else echo bios; fi > /shared/firmware
+      - findmnt -n -o SOURCE / > /shared/root
+      - sync
+  EOT
+}
+
+resource "kohaku_vm" %[1]q {
+  name       = "%[2]s%[1]s"
+  type       = "qemu"
+  vcpu       = 1
+  memory_mib = 1024
+  firmware   = %[1]q
+  seed_id    = kohaku_seed.%[1]s.id
+
+  disk = {
+    base_pool   = kohaku_image.%[4]s.pool
+    base_volume = kohaku_image.%[4]s.name
+    pool        = %[3]q
+  }
+  network_interface = [{ type = "user" }]
+  shared_folder     = [{ source = %[5]q, tag = "kohaku_shared" }]
+  shutdown_timeout  = "2s"
+  timeouts {
+    create = "15m"
+  }
+}
+`, fw, prefix, env.Pool, image, shares[fw])
+	}
+	noKernel := func(name string, want, notWant []string) resource.TestCheckFunc {
+		return func(*terraform.State) error {
+			out, err := vmVirsh(env.URI, "dumpxml", "--inactive", name)
+			if err != nil {
+				return err
+			}
+			for _, f := range notWant {
+				if strings.Contains(out, f) {
+					return fmt.Errorf("the XML of %s has %q:\n%s", name, f, out)
+				}
+			}
+			for _, f := range want {
+				if !strings.Contains(out, f) {
+					return fmt.Errorf("the XML of %s lacks %q:\n%s", name, f, out)
+				}
+			}
+			return nil
+		}
+	}
+	checks := []resource.TestCheckFunc{
+		resource.TestCheckResourceAttr("kohaku_image.qcow2", "verified", "true"),
+		resource.TestCheckResourceAttr("kohaku_image.qcow2", "format", "qcow2"),
+		resource.TestCheckResourceAttr("kohaku_image.zst", "compression", "zstd"),
+		resource.TestCheckResourceAttr("kohaku_image.zst", "verified", "true"),
+		resource.TestCheckResourceAttrPair("kohaku_image.zst", "size_bytes", "kohaku_image.qcow2", "size_bytes"),
+		noKernel(prefix+"bios", nil, []string{"<kernel>", "firmware='efi'", "<loader"}),
+		noKernel(prefix+"uefi", []string{"firmware='efi'"}, []string{"<kernel>"}),
+	}
+	for fw := range shares {
+		checks = append(checks,
+			resource.TestCheckResourceAttr("kohaku_vm."+fw, "guest.hostname", "fw-"+fw),
+			checkShared(shares[fw], "firmware", regexp.MustCompile(`^`+fw+`\n$`)),
+			checkShared(shares[fw], "cmdline", regexp.MustCompile(`root=LABEL=kohaku-root`)),
+			checkShared(shares[fw], "root", regexp.MustCompile(`^/dev/vda2\n$`)),
+		)
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		Steps: []resource.TestStep{{
+			Config: cfg,
+			Check:  resource.ComposeAggregateTestCheckFunc(checks...),
+		}},
+	})
+}
