@@ -1,9 +1,13 @@
-# Kohaku quick start: one VM that is ready when apply returns.
+# Kohaku quick start: a vendor's cloud image, from its URL to a VM that is
+# ready when apply returns.
 #
 # Run `make quickstart` from the repository root: it brings a throwaway libvirt
 # host up on this machine (internal/acctest/testhost/testhost.sh), builds the
-# provider and applies this configuration with the test host's Debian 12
-# cloud-init image. `make quickstart-destroy` removes it again.
+# provider and applies this configuration with the test host's vendor-style
+# Debian 12 cloud image, served on loopback with its SHA256SUMS like a vendor's
+# mirror. The image is verified, uploaded through libvirt and booted through
+# UEFI by its own boot loader. Elsewhere the defaults take Debian's own image.
+# `make quickstart-destroy` removes it again.
 terraform {
   required_version = ">= 1.11"
   required_providers {
@@ -25,26 +29,22 @@ variable "pool" {
   default     = "default"
 }
 
-variable "image_pool" {
-  description = "Pool holding the base image."
+variable "image_url" {
+  description = "URL of the cloud image (qcow2, raw, or compressed)."
   type        = string
-  default     = "kohaku-images"
+  default     = "https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2"
 }
 
-variable "base_volume" {
-  description = "Base image volume: a Debian 12 image with cloud-init."
+variable "image_checksum_url" {
+  description = "The vendor's checksum file for the image (SHA256SUMS or SHA512SUMS)."
   type        = string
-  default     = "rootfs.qcow2"
+  default     = "https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS"
 }
 
-variable "kernel" {
-  description = "Kernel to boot the image with (direct kernel boot), on the host."
+variable "firmware" {
+  description = "uefi (OVMF) or bios (SeaBIOS): the image boots through its own boot loader."
   type        = string
-}
-
-variable "initrd" {
-  description = "Initrd that goes with the kernel, on the host."
-  type        = string
+  default     = "uefi"
 }
 
 variable "domain_type" {
@@ -67,6 +67,13 @@ provider "kohaku" {
 }
 
 data "kohaku_host" "this" {}
+
+resource "kohaku_image" "debian12" {
+  name         = "quickstart-debian-12.qcow2"
+  pool         = var.pool
+  source       = var.image_url
+  checksum_url = var.image_checksum_url
+}
 
 resource "kohaku_seed" "quickstart" {
   name     = "quickstart-seed.iso"
@@ -91,15 +98,11 @@ resource "kohaku_vm" "quickstart" {
   vcpu       = 2
   memory_mib = 1024
 
-  # panic=5: under software emulation an SMP guest kernel now and then
-  # oopses while patching its own code; it reboots instead of hanging.
-  kernel  = var.kernel
-  initrd  = var.initrd
-  cmdline = "root=/dev/vda rw console=ttyS0 panic=5"
+  firmware = var.firmware
 
   disk = {
-    base_pool   = var.image_pool
-    base_volume = var.base_volume
+    base_pool   = kohaku_image.debian12.pool
+    base_volume = kohaku_image.debian12.name
     pool        = var.pool
   }
 
@@ -113,6 +116,10 @@ resource "kohaku_vm" "quickstart" {
 
 output "host" {
   value = "${data.kohaku_host.this.hostname}: libvirt ${data.kohaku_host.this.libvirt_version}, ${data.kohaku_host.this.hypervisor_type} ${data.kohaku_host.this.hypervisor_version}"
+}
+
+output "image" {
+  value = "${kohaku_image.debian12.source}: ${kohaku_image.debian12.format}, ${kohaku_image.debian12.virtual_size_bytes} bytes, verified ${kohaku_image.debian12.verified} (${kohaku_image.debian12.digest})"
 }
 
 output "ready_via" {

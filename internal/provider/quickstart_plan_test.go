@@ -23,10 +23,10 @@ func TestAccQuickstart_plansShowOnlyWhatChanges(t *testing.T) {
 	vars := []string{
 		"TF_VAR_uri=" + uri,
 		"TF_VAR_pool=" + acctest.Env(t, "KOHAKU_TEST_POOL"),
-		"TF_VAR_image_pool=" + acctest.Env(t, "KOHAKU_TEST_IMAGE_POOL"),
-		"TF_VAR_base_volume=" + acctest.Env(t, "KOHAKU_TEST_BASE_VOLUME"),
-		"TF_VAR_kernel=" + acctest.Env(t, "KOHAKU_TEST_KERNEL"),
-		"TF_VAR_initrd=" + acctest.Env(t, "KOHAKU_TEST_INITRD"),
+		"TF_VAR_image_url=" + acctest.Env(t, "KOHAKU_TEST_CLOUD_IMAGE_URL"),
+		"TF_VAR_image_checksum_url=" + acctest.Env(t, "KOHAKU_TEST_CLOUD_IMAGE_SUMS"),
+		// The image cache of the run, not the user's.
+		"KOHAKU_IMAGE_CACHE_DIR=" + t.TempDir(),
 	}
 	cli := os.Getenv("TF_ACC_TERRAFORM_PATH")
 	if cli == "" {
@@ -88,27 +88,27 @@ func TestAccQuickstart_plansShowOnlyWhatChanges(t *testing.T) {
 
 	create := run("plan", "-no-color", "-input=false")
 	checkQuietPlan(t, "create plan", create)
-	if !strings.Contains(create, "Plan: 2 to add, 0 to change, 0 to destroy.") {
-		t.Errorf("create plan: want 2 to add, got:\n%s", create)
+	if !strings.Contains(create, "Plan: 3 to add, 0 to change, 0 to destroy.") {
+		t.Errorf("create plan: want 3 to add, got:\n%s", create)
 	}
-	for _, want := range []string{"kohaku_seed.quickstart will be created", "kohaku_vm.quickstart will be created", "rendered_user_data", "rendered_network_config"} {
+	for _, want := range []string{"kohaku_image.debian12 will be created", "kohaku_seed.quickstart will be created", "kohaku_vm.quickstart will be created", "rendered_user_data", "rendered_network_config"} {
 		if !strings.Contains(create, want) {
 			t.Errorf("create plan does not show %q:\n%s", want, create)
 		}
 	}
 
-	// The seed alone (no guest boot): the next plan adds the VM and shows
-	// nothing of the seed; the destroy plan lists the seed's values only.
-	run("apply", "-auto-approve", "-input=false", "-no-color", "-target=kohaku_seed.quickstart")
+	// The image and the seed (no guest boot): the next plan adds the VM and
+	// shows nothing of them; the destroy plan lists their values only.
+	run("apply", "-auto-approve", "-input=false", "-no-color", "-target=kohaku_seed.quickstart", "-target=kohaku_image.debian12")
 	next := run("plan", "-no-color", "-input=false")
-	checkQuietPlan(t, "plan after the seed", next)
-	if !strings.Contains(next, "Plan: 1 to add, 0 to change, 0 to destroy.") || strings.Contains(next, "kohaku_seed.quickstart will be") {
-		t.Errorf("plan after the seed: want only the VM to add, got:\n%s", next)
+	checkQuietPlan(t, "plan after the seed and the image", next)
+	if !strings.Contains(next, "Plan: 1 to add, 0 to change, 0 to destroy.") || strings.Contains(next, "kohaku_seed.quickstart will be") || strings.Contains(next, "kohaku_image.debian12 will be") {
+		t.Errorf("plan after the seed and the image: want only the VM to add, got:\n%s", next)
 	}
 	destroy := run("plan", "-destroy", "-no-color", "-input=false")
 	checkQuietPlan(t, "destroy plan", destroy)
-	if !strings.Contains(destroy, "Plan: 0 to add, 0 to change, 1 to destroy.") {
-		t.Errorf("destroy plan: want the seed destroyed, got:\n%s", destroy)
+	if !strings.Contains(destroy, "Plan: 0 to add, 0 to change, 2 to destroy.") {
+		t.Errorf("destroy plan: want the seed and the image destroyed, got:\n%s", destroy)
 	}
 }
 
