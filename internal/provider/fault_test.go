@@ -307,10 +307,9 @@ func TestAccFault_sigintDuringSeedUpload(t *testing.T) {
 	env := newVMEnv(t)
 	faultNeedTerraform(t)
 	prefix := vmTestPrefix(t, env, "fup")
-	proxy := newFaultProxy(t, faultTCPHostPort(t, acctest.Env(t, "KOHAKU_TEST_TCP_URI")))
-	proxy.hold.Store(uint32(lvProcVolUpload), true)
 	const n = 3
-	cfg := faultCLIHead + providerBlock(proxy.URI()) + fmt.Sprintf(`
+	faultSIGINTDuringUploads(t, env, prefix, n, "the upload was interrupted; whatever of the volume was made was deleted", func(uri string) string {
+		return providerBlock(uri) + fmt.Sprintf(`
 resource "kohaku_seed" "test" {
   count    = %d
   name     = "%s${count.index}.iso"
@@ -318,7 +317,19 @@ resource "kohaku_seed" "test" {
   hostname = "upload-${count.index}"
 }
 `, n, prefix, env.Pool)
-	w := newFaultWorkspace(t, cfg)
+	})
+}
+
+// faultSIGINTDuringUploads applies cfg (given the proxy's URI) with n
+// volume uploads, holds every upload call once each volume exists, sends
+// terraform SIGINT, and checks that the output says want, that the host
+// holds what state records (nothing), and, with the uploads let through,
+// that the next apply converges.
+func faultSIGINTDuringUploads(t *testing.T, env vmEnv, prefix string, n int, want string, cfg func(uri string) string) {
+	t.Helper()
+	proxy := newFaultProxy(t, faultTCPHostPort(t, acctest.Env(t, "KOHAKU_TEST_TCP_URI")))
+	proxy.hold.Store(uint32(lvProcVolUpload), true)
+	w := newFaultWorkspace(t, faultCLIHead+cfg(proxy.URI()))
 	volumes := func() int {
 		left, err := vmLeftovers(env.URI, prefix, env.Pool)
 		if err != nil {
@@ -326,18 +337,18 @@ resource "kohaku_seed" "test" {
 		}
 		return len(left)
 	}
-	out, sent := faultInterruptApply(t, w, func() bool { return proxy.held.Load() == n && volumes() == n })
+	out, sent := faultInterruptApply(t, w, func() bool { return proxy.held.Load() == int64(n) && volumes() == n })
 	if !sent {
 		t.Fatalf("the apply ended before the uploads hung:\n%s", out)
 	}
 	flat := strings.Join(strings.Fields(out), " ") // terraform wraps long lines
-	for _, want := range []string{"Interrupt received", "the upload was interrupted; whatever of the volume was made was deleted"} {
-		if !strings.Contains(flat, want) {
-			t.Errorf("terraform's output lacks %q:\n%s", want, out)
+	for _, s := range []string{"Interrupt received", want} {
+		if !strings.Contains(flat, s) {
+			t.Errorf("terraform's output lacks %q:\n%s", s, out)
 		}
 	}
 	if st := w.checkHostMatchesState(env, prefix); len(st) != 0 {
-		t.Errorf("state records %d seeds whose uploads never finished", len(st))
+		t.Errorf("state records %d objects whose uploads never finished", len(st))
 	}
 	t.Logf("after SIGINT with %d uploads hanging: no volume left, state empty; terraform said:\n%s", n, faultTail(out, 12))
 	proxy.hold.Delete(uint32(lvProcVolUpload))
@@ -657,16 +668,16 @@ func TestAccFault_sigintDuringImageUpload(t *testing.T) {
 	env := newVMEnv(t)
 	faultNeedTerraform(t)
 	prefix := vmTestPrefix(t, env, "fimg")
-	proxy := newFaultProxy(t, faultTCPHostPort(t, acctest.Env(t, "KOHAKU_TEST_TCP_URI")))
-	proxy.hold.Store(uint32(lvProcVolUpload), true)
 	disk := filepath.Join(t.TempDir(), "disk.raw")
 	raw := make([]byte, 4<<20)
 	raw[510], raw[511] = 0x55, 0xAA
 	if err := os.WriteFile(disk, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	cache := t.TempDir()
 	const n = 2
-	cfg := faultCLIHead + fmt.Sprintf(`
+	faultSIGINTDuringUploads(t, env, prefix, n, "(the partial volume was deleted)", func(uri string) string {
+		return fmt.Sprintf(`
 provider "kohaku" {
   uri             = %q
   image_cache_dir = %q
@@ -678,29 +689,6 @@ resource "kohaku_image" "test" {
   pool   = %q
   source = %q
 }
-`, proxy.URI(), t.TempDir(), n, prefix, env.Pool, disk)
-	w := newFaultWorkspace(t, cfg)
-	volumes := func() int {
-		left, err := vmLeftovers(env.URI, prefix, env.Pool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(left)
-	}
-	out, sent := faultInterruptApply(t, w, func() bool { return proxy.held.Load() == n && volumes() == n })
-	if !sent {
-		t.Fatalf("the apply ended before the uploads hung:\n%s", out)
-	}
-	flat := strings.Join(strings.Fields(out), " ")
-	for _, want := range []string{"Interrupt received", "(the partial volume was deleted)"} {
-		if !strings.Contains(flat, want) {
-			t.Errorf("terraform's output lacks %q:\n%s", want, out)
-		}
-	}
-	if st := w.checkHostMatchesState(env, prefix); len(st) != 0 {
-		t.Errorf("state records %d images whose uploads never finished", len(st))
-	}
-	t.Logf("after SIGINT with %d image uploads hanging: no volume left, state empty; terraform said:\n%s", n, faultTail(out, 12))
-	proxy.hold.Delete(uint32(lvProcVolUpload))
-	w.converge(env, prefix, n)
+`, uri, cache, n, prefix, env.Pool, disk)
+	})
 }

@@ -379,10 +379,17 @@ func (r *imageResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 
 // ImportState takes `<pool>/<volume>` or `<host>/<pool>/<volume>`.
 func (r *imageResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	importVolume(ctx, req, resp, "an image", "default/debian-12.qcow2")
+}
+
+// importVolume sets id, pool, name and host of a resource that is a volume
+// from `<pool>/<volume>` or `<host>/<pool>/<volume>`; what names the kind
+// ("a seed") and example is a valid `<pool>/<volume>`.
+func importVolume(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse, what, example string) {
 	host, pool, name, ok := splitVolumeID(req.ID)
 	if !ok {
 		resp.Diagnostics.AddError("Invalid import ID",
-			fmt.Sprintf("%q is not an image ID. Import an image as <pool>/<volume>, e.g. default/debian-12.qcow2, or <host>/<pool>/<volume> for a host of the provider's hosts map.", req.ID))
+			fmt.Sprintf("%q is not the ID of %s. Import it as <pool>/<volume>, e.g. %s, or <host>/<pool>/<volume> for a host of the provider's hosts map.", req.ID, what, example))
 		return
 	}
 	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), pool+"/"+name)...)

@@ -527,24 +527,7 @@ func (r *seedResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 
 // ImportState takes `<pool>/<volume>` or `<host>/<pool>/<volume>`.
 func (r *seedResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	parts := strings.Split(req.ID, "/")
-	var host, pool, name string
-	switch {
-	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
-		pool, name = parts[0], parts[1]
-	case len(parts) == 3 && parts[1] != "" && parts[2] != "":
-		host, pool, name = parts[0], parts[1], parts[2]
-	default:
-		resp.Diagnostics.AddError("Invalid import ID",
-			fmt.Sprintf("%q is not a seed ID. Import a seed as <pool>/<volume>, e.g. default/web-1-seed.iso, or <host>/<pool>/<volume> for a host of the provider's hosts map.", req.ID))
-		return
-	}
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), pool+"/"+name)...)
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("pool"), pool)...)
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), name)...)
-	if host != "" {
-		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
-	}
+	importVolume(ctx, req, resp, "a seed", "default/web-1-seed.iso")
 }
 
 // accountAttributes are the attributes of an account, in user and users.
