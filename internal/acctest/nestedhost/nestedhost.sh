@@ -37,7 +37,7 @@ Environment (all optional):
   KOHAKU_NESTED_CACHE      image cache root (default /var/cache/kohaku/nested)
   KOHAKU_NESTED_PORT       loopback port forwarded to L1's libvirtd (default 16609;
                            the virtio-iommu instance uses this + 1)
-  KOHAKU_NESTED_TIMEOUT    seconds `up` waits for L1's libvirtd (default 240)
+  KOHAKU_NESTED_TIMEOUT    seconds `up` waits for L1's libvirtd (default 600)
 EOF
 }
 
@@ -45,7 +45,10 @@ EOF
 readonly CACHE_ROOT=${KOHAKU_NESTED_CACHE:-/var/cache/kohaku/nested}
 readonly MIRROR=${KOHAKU_NESTED_MIRROR:-${KOHAKU_TESTHOST_MIRROR:-http://deb.debian.org/debian}}
 readonly BASE_PORT=${KOHAKU_NESTED_PORT:-16609}
-readonly BOOT_TIMEOUT=${KOHAKU_NESTED_TIMEOUT:-240}
+# 600: under TCG, L1's libvirtd probes QEMU (TCG inside TCG) before it answers;
+# with the host loaded (OpenTofu compiling in the background on a fresh
+# machine) one of two L1s took over 240 s to answer in a dry run, the other 50 s.
+readonly BOOT_TIMEOUT=${KOHAKU_NESTED_TIMEOUT:-600}
 readonly STATE_ROOT=/run/kohaku-nested
 readonly LOG_DIR=/var/log/kohaku-nested
 readonly HOST_PACKAGES=(qemu-system-x86 qemu-utils libvirt-clients mmdebstrap e2fsprogs)
