@@ -200,70 +200,96 @@ func guestChecks(env vmEnv, addr, vm, share string) resource.TestCheckFunc {
 }
 
 // The default way to ready: with no phone_home block anywhere (no HTTP
-// listener, no network path from the guest to Terraform) two real guests,
-// one driven through the unix socket and one through qemu+tcp, report over
-// their libvirt channel, and apply returns only then.
+// listener, no network path from the guest to Terraform) three real guests,
+// one driven through the unix socket and two through hosts of the hosts
+// map, over qemu+ssh and qemu+tls, report over their libvirt channel, and
+// apply returns only then. The same guests then prove live health over
+// each transport.
 func TestAccReady_channel(t *testing.T) {
 	env := newVMEnv(t)
-	tcpURI := acctest.Env(t, "KOHAKU_TEST_TCP_URI")
+	tlsURI := acctest.Env(t, "KOHAKU_TEST_TLS_URI")
+	pki := acctest.Env(t, "KOHAKU_TEST_TLS_PKI")
+	sshd := acctest.StartSSHD(t)
+	sshURI := fmt.Sprintf("qemu+ssh://root@127.0.0.1:%d/system", sshd.Port)
 	prefix := vmTestPrefix(t, env, "ch")
-	shareUnix, shareTCP := t.TempDir(), t.TempDir()
 	wait := "  timeouts {\n    create = \"15m\"\n  }"
-	// The tcp connection is a host of the hosts map, not a provider alias:
-	// terraform-plugin-testing serves one in-process provider to every
-	// alias, so the last configured alias would win for all of them (in
-	// real use each alias is a process of its own). The data source shows
-	// which connection the "tcp" resources get.
+	// The ssh and tls connections are hosts of the hosts map, not provider
+	// aliases: terraform-plugin-testing serves one in-process provider to
+	// every alias, so the last configured alias would win for all of them
+	// (in real use each alias is a process of its own). The data sources
+	// show which connection the resources of each host get.
+	type guest struct{ res, host, uri, prefix, share string }
+	guests := []guest{
+		{"unix", "", env.URI, prefix + "u-", t.TempDir()},
+		{"ssh", "ssh", sshURI, prefix + "s-", t.TempDir()},
+		{"tls", "tls", tlsURI, prefix + "t-", t.TempDir()},
+	}
 	cfg := fmt.Sprintf(`
 provider "kohaku" {
   uri   = %q
-  hosts = { tcp = { uri = %q } }
+  hosts = {
+    ssh = {
+      uri = %q
+      ssh = {
+        key_file         = %q
+        known_hosts_file = %q
+        use_agent        = false
+      }
+    }
+    tls = {
+      uri = %q
+      tls = { pki_path = %q }
+    }
+  }
 }
-
-data "kohaku_host" "tcp" {
-  host = "tcp"
-}
-`, env.URI, tcpURI) +
-		readyResources(env, prefix+"u-", shareUnix, "unix", "", "", wait) +
-		readyResources(env, prefix+"t-", shareTCP, "tcp", "", `  host = "tcp"`, wait+"\n  host = \"tcp\"")
-	checks := []statecheck.StateCheck{
-		statecheck.ExpectKnownValue("data.kohaku_host.tcp", tfjsonpath.New("uri"), knownvalue.StringExact(tcpURI)),
-		statecheck.ExpectKnownValue("kohaku_vm.tcp", tfjsonpath.New("host"), knownvalue.StringExact("tcp")),
-		statecheck.ExpectKnownValue("kohaku_seed.tcp", tfjsonpath.New("host"), knownvalue.StringExact("tcp")),
-	}
-	for _, addr := range []string{"kohaku_vm.unix", "kohaku_vm.tcp"} {
+`, env.URI, sshURI, sshd.ClientKey, sshd.WriteKnownHosts(t), tlsURI, pki)
+	var checks []statecheck.StateCheck
+	var guestCheck []resource.TestCheckFunc
+	for _, g := range guests {
+		host := ""
+		if g.host != "" {
+			host = fmt.Sprintf("  host = %q", g.host)
+			cfg += fmt.Sprintf("\ndata \"kohaku_host\" %q {\n  host = %q\n}\n", g.res, g.host)
+			checks = append(checks,
+				statecheck.ExpectKnownValue("data.kohaku_host."+g.res, tfjsonpath.New("uri"), knownvalue.StringExact(g.uri)),
+				statecheck.ExpectKnownValue("kohaku_vm."+g.res, tfjsonpath.New("host"), knownvalue.StringExact(g.host)),
+				statecheck.ExpectKnownValue("kohaku_seed."+g.res, tfjsonpath.New("host"), knownvalue.StringExact(g.host)))
+		}
+		cfg += readyResources(env, g.prefix, g.share, g.res, "", host, wait+"\n"+host)
+		addr := "kohaku_vm." + g.res
 		checks = append(checks,
 			statecheck.ExpectKnownValue(addr, tfjsonpath.New("wait_for"), knownvalue.StringExact("auto")),
 			statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("ready_via"), knownvalue.StringExact("channel")),
 			statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("hostname"), knownvalue.StringExact("e2e-guest")),
 			statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("cloud_init_status"), knownvalue.StringExact("done")),
 			statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("remote_address"), knownvalue.StringExact("")),
-		)
+			// The stand-in nvidia-smi's GPU, through the first-boot report.
+			statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("gpus"), knownvalue.ListExact([]knownvalue.Check{
+				knownvalue.ObjectExact(map[string]knownvalue.Check{
+					"name": knownvalue.StringExact("Kohaku Stand-in H100"), "driver_version": knownvalue.StringExact("550.54.14"), "memory_mib": knownvalue.Int64Exact(81559),
+				}),
+			})),
+			statecheck.ExpectKnownValue("kohaku_seed."+g.res, tfjsonpath.New("report_channel"), knownvalue.Bool(true)),
+			statecheck.ExpectKnownValue("kohaku_seed."+g.res, tfjsonpath.New("phone_home_url"), knownvalue.Null()))
+		guestCheck = append(guestCheck, guestChecks(env, addr, g.prefix+"vm", g.share))
 	}
-	for _, seed := range []string{"kohaku_seed.unix", "kohaku_seed.tcp"} {
-		checks = append(checks,
-			statecheck.ExpectKnownValue(seed, tfjsonpath.New("report_channel"), knownvalue.Bool(true)),
-			statecheck.ExpectKnownValue(seed, tfjsonpath.New("phone_home_url"), knownvalue.Null()))
+	// Live health (the same guests, no further boot): the heartbeat through
+	// each transport agrees with the domain; then the agent of one guest is
+	// stopped, and reading it fails with the diagnostic, or with
+	// allow_silent reads as silent.
+	healthOf := func(g guest, extra string) string {
+		host := ""
+		if g.host != "" {
+			host = fmt.Sprintf("  host = %q\n", g.host)
+		}
+		return fmt.Sprintf("\ndata \"kohaku_vm_health\" %q {\n  name = kohaku_vm.%s.name\n%s%s}\n", g.res, g.res, host, extra)
 	}
-	for _, addr := range []string{"kohaku_vm.unix", "kohaku_vm.tcp"} {
-		// The stand-in nvidia-smi's GPU, through the first-boot report.
-		checks = append(checks, statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("gpus"), knownvalue.ListExact([]knownvalue.Check{
-			knownvalue.ObjectExact(map[string]knownvalue.Check{
-				"name": knownvalue.StringExact("Kohaku Stand-in H100"), "driver_version": knownvalue.StringExact("550.54.14"), "memory_mib": knownvalue.Int64Exact(81559),
-			}),
-		})))
-	}
-	// Live health (the same two guests, no further boot): the heartbeat
-	// through the default connection and through the hosts map agrees with
-	// the domain; then the agent of one guest is stopped, and reading it
-	// fails with the diagnostic, or with allow_silent reads as silent.
-	healthOf := func(res, extra string) string {
-		return fmt.Sprintf("\ndata \"kohaku_vm_health\" %q {\n  name = kohaku_vm.%s.name\n%s}\n", res, res, extra)
-	}
-	healthy := cfg + healthOf("unix", "") + healthOf("tcp", "  host = \"tcp\"\n")
+	healthy := cfg
 	var healthChecks []statecheck.StateCheck
-	for _, res := range []string{"unix", "tcp"} {
-		addr := "data.kohaku_vm_health." + res
+	var healthAgrees []resource.TestCheckFunc
+	for _, g := range guests {
+		healthy += healthOf(g, "")
+		addr := "data.kohaku_vm_health." + g.res
 		healthChecks = append(healthChecks,
 			statecheck.ExpectKnownValue(addr, tfjsonpath.New("reporting"), knownvalue.Bool(true)),
 			statecheck.ExpectKnownValue(addr, tfjsonpath.New("hostname"), knownvalue.StringExact("e2e-guest")),
@@ -279,9 +305,11 @@ data "kohaku_host" "tcp" {
 					"temperature_c": knownvalue.Float64Exact(41), "power_watts": knownvalue.Float64Exact(-1),
 				}),
 			})),
-			statecheck.CompareValuePairs(addr, tfjsonpath.New("instance_id"), "kohaku_vm."+res, tfjsonpath.New("guest").AtMapKey("instance_id"), compare.ValuesSame()),
+			statecheck.CompareValuePairs(addr, tfjsonpath.New("instance_id"), "kohaku_vm."+g.res, tfjsonpath.New("guest").AtMapKey("instance_id"), compare.ValuesSame()),
 		)
+		healthAgrees = append(healthAgrees, checkHealthAgrees(t, addr, 1024))
 	}
+	unix, stopped := guests[0], guests[1]
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy:             vmCheckNothingLeft(env, prefix),
@@ -289,38 +317,32 @@ data "kohaku_host" "tcp" {
 			{
 				Config:            cfg,
 				ConfigStateChecks: checks,
-				Check: resource.ComposeAggregateTestCheckFunc(
-					guestChecks(env, "kohaku_vm.unix", prefix+"u-vm", shareUnix),
-					guestChecks(env, "kohaku_vm.tcp", prefix+"t-vm", shareTCP),
-				),
+				Check:             resource.ComposeAggregateTestCheckFunc(guestCheck...),
 			},
 			{
 				// The plan after apply is empty: telemetry is no change.
 				Config:            healthy,
 				ConfigStateChecks: healthChecks,
-				Check: resource.ComposeAggregateTestCheckFunc(
-					checkHealthAgrees(t, "data.kohaku_vm_health.unix", 1024),
-					checkHealthAgrees(t, "data.kohaku_vm_health.tcp", 1024),
-				),
+				Check:             resource.ComposeAggregateTestCheckFunc(healthAgrees...),
 			},
 			{
 				PreConfig: func() {
 					cmd := `{"execute":"guest-exec","arguments":{"path":"/bin/systemctl","arg":["stop","kohaku-report.service"]}}`
-					if out, err := vmVirsh(env.URI, "qemu-agent-command", prefix+"t-vm", cmd); err != nil {
+					if out, err := vmVirsh(env.URI, "qemu-agent-command", stopped.prefix+"vm", cmd); err != nil {
 						t.Fatalf("stopping the agent in the guest: %v: %s", err, out)
 					}
 					time.Sleep(3 * time.Second) // systemctl runs in the guest after guest-exec returns
 				},
-				Config:      cfg + healthOf("tcp", "  host = \"tcp\"\n  timeout = \"5s\"\n"),
-				ExpectError: regexp.MustCompile(`(?s)No heartbeat from VM ` + regexp.QuoteMeta(prefix) + `t-vm.*sent\s+no\s+heartbeat\s+within\s+5(\.\d)?s.*domain\s+is\s+running.*systemctl\s+status\s+kohaku-report.*allow_silent`),
+				Config:      cfg + healthOf(stopped, "  timeout = \"5s\"\n"),
+				ExpectError: regexp.MustCompile(`(?s)No heartbeat from VM ` + regexp.QuoteMeta(stopped.prefix) + `vm.*sent\s+no\s+heartbeat\s+within\s+5(\.\d)?s.*domain\s+is\s+running.*systemctl\s+status\s+kohaku-report.*allow_silent`),
 			},
 			{
-				Config: cfg + healthOf("unix", "") + healthOf("tcp", "  host = \"tcp\"\n  timeout = \"3s\"\n  allow_silent = true\n"),
+				Config: cfg + healthOf(unix, "") + healthOf(stopped, "  timeout = \"3s\"\n  allow_silent = true\n"),
 				ConfigStateChecks: []statecheck.StateCheck{
-					statecheck.ExpectKnownValue("data.kohaku_vm_health.tcp", tfjsonpath.New("reporting"), knownvalue.Bool(false)),
-					statecheck.ExpectKnownValue("data.kohaku_vm_health.tcp", tfjsonpath.New("cpus"), knownvalue.Null()),
-					statecheck.ExpectKnownValue("data.kohaku_vm_health.tcp", tfjsonpath.New("gpus"), knownvalue.Null()),
-					statecheck.ExpectKnownValue("data.kohaku_vm_health.unix", tfjsonpath.New("reporting"), knownvalue.Bool(true)),
+					statecheck.ExpectKnownValue("data.kohaku_vm_health."+stopped.res, tfjsonpath.New("reporting"), knownvalue.Bool(false)),
+					statecheck.ExpectKnownValue("data.kohaku_vm_health."+stopped.res, tfjsonpath.New("cpus"), knownvalue.Null()),
+					statecheck.ExpectKnownValue("data.kohaku_vm_health."+stopped.res, tfjsonpath.New("gpus"), knownvalue.Null()),
+					statecheck.ExpectKnownValue("data.kohaku_vm_health."+unix.res, tfjsonpath.New("reporting"), knownvalue.Bool(true)),
 				},
 			},
 		},
