@@ -18,8 +18,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/hashicorp/terraform-plugin-testing/compare"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 	"github.com/ulikunitz/xz"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
@@ -366,6 +370,9 @@ resource "kohaku_image" "zst" {
   checksum_url = %[6]q
 }
 `, env.URI, t.TempDir(), env.Pool, prefix, url, sums)
+	// Each seed writes its generation into the share; the VMs follow the
+	// docs' recipe for seed content changes (replace_triggered_by).
+	const generation = "      - echo GEN_%[1]s > /shared/generation\n"
 	for fw, image := range map[string]string{"bios": "qcow2", "uefi": "zst"} {
 		cfg += fmt.Sprintf(`
 resource "kohaku_seed" %[1]q {
@@ -379,7 +386,7 @@ resource "kohaku_seed" %[1]q {
       - cat /proc/cmdline > /shared/cmdline
       - if [ -d /sys/firmware/efi ]; then echo uefi; else echo bios; fi > /shared/firmware
       - findmnt -n -o SOURCE / > /shared/root
-      - sync
+`+generation+`      - sync
   EOT
 }
 
@@ -401,6 +408,9 @@ resource "kohaku_vm" %[1]q {
   shutdown_timeout  = "2s"
   timeouts {
     create = "15m"
+  }
+  lifecycle {
+    replace_triggered_by = [kohaku_seed.%[1]s]
   }
 }
 `, fw, prefix, env.Pool, image, shares[fw])
@@ -441,12 +451,50 @@ resource "kohaku_vm" %[1]q {
 			checkShared(shares[fw], "root", regexp.MustCompile(`^/dev/vda2\n$`)),
 		)
 	}
+	for fw := range shares {
+		checks = append(checks, checkShared(shares[fw], "generation", regexp.MustCompile(`^1\n$`)))
+	}
+	// The documented recipe for a seed content change: the seed's user data
+	// changes (re-uploaded in place, same id), replace_triggered_by replaces
+	// the VM that uses it, and the new guest runs the new content. The other
+	// VM, whose seed did not change, is left alone.
+	biosID := statecheck.CompareValue(compare.ValuesDiffer())
+	uefiID := statecheck.CompareValue(compare.ValuesSame())
+	seedID := statecheck.CompareValue(compare.ValuesSame())
+	gen := func(bios string) string {
+		return strings.NewReplacer("GEN_bios", bios, "GEN_uefi", "1").Replace(cfg)
+	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy:             vmCheckNothingLeft(env, prefix),
-		Steps: []resource.TestStep{{
-			Config: cfg,
-			Check:  resource.ComposeAggregateTestCheckFunc(checks...),
-		}},
+		Steps: []resource.TestStep{
+			{
+				Config: gen("1"),
+				Check:  resource.ComposeAggregateTestCheckFunc(checks...),
+				ConfigStateChecks: []statecheck.StateCheck{
+					biosID.AddStateValue("kohaku_vm.bios", tfjsonpath.New("uuid")),
+					uefiID.AddStateValue("kohaku_vm.uefi", tfjsonpath.New("uuid")),
+					seedID.AddStateValue("kohaku_seed.bios", tfjsonpath.New("id")),
+				},
+			},
+			{
+				Config: gen("2"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("kohaku_seed.bios", plancheck.ResourceActionUpdate),
+					plancheck.ExpectResourceAction("kohaku_vm.bios", plancheck.ResourceActionReplace),
+					plancheck.ExpectResourceAction("kohaku_vm.uefi", plancheck.ResourceActionNoop),
+				}},
+				ConfigStateChecks: []statecheck.StateCheck{
+					biosID.AddStateValue("kohaku_vm.bios", tfjsonpath.New("uuid")),
+					uefiID.AddStateValue("kohaku_vm.uefi", tfjsonpath.New("uuid")),
+					seedID.AddStateValue("kohaku_seed.bios", tfjsonpath.New("id")),
+				},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					checkShared(shares["bios"], "generation", regexp.MustCompile(`^2\n$`)),
+					checkShared(shares["uefi"], "generation", regexp.MustCompile(`^1\n$`)),
+					resource.TestCheckResourceAttr("kohaku_vm.bios", "guest.cloud_init_status", "done"),
+				),
+			},
+		},
 	})
 }
