@@ -246,7 +246,6 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 	plan.Compression = types.StringValue(res.Compression)
 	plan.Size = types.Int64Value(res.Size)
 	plan.setVolume(vol)
-	plan.VirtualSize = types.Int64Value(int64(res.VirtualSize))
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 

@@ -191,12 +191,17 @@ resource "kohaku_image" "bad" {
 	}
 	unixVol := prefix + "unix.qcow2"
 	overlay := prefix + "overlay.qcow2"
-	noBad := func(*terraform.State) error {
+	// After each failing create: no volume of it is on the host. (A
+	// step's Check does not run when ExpectError matched, so this runs in
+	// the next step's PreConfig.)
+	noBad := func() {
 		left, err := vmLeftovers(env.URI, prefix+"bad", env.Pool)
 		if err == nil && len(left) > 0 {
 			err = fmt.Errorf("a failed create left %v", left)
 		}
-		return err
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	volContent := func(name, wantSum string) resource.TestCheckFunc {
 		return func(*terraform.State) error {
@@ -286,15 +291,17 @@ resource "kohaku_image" "bad" {
 				ExpectError: regexp.MustCompile(`(?s)mismatch.*` + strings.Repeat("0", 64) + `.*` + sums["disk.qcow2"]),
 			},
 			{
+				PreConfig:   noBad,
 				Config:      bad(srv.URL+"/backed.qcow2", ""),
-				Check:       noBad,
 				ExpectError: regexp.MustCompile(`(?i)backing\s+file`),
 			},
 			{
+				PreConfig:   noBad,
 				Config:      bad(srv.URL+"/nope.qcow2", ""),
 				ExpectError: regexp.MustCompile(`404`),
 			},
 			{
+				PreConfig:   noBad,
 				Config:      bad(srv.URL+"/cut/disk.qcow2", ""),
 				ExpectError: regexp.MustCompile(`(?s)` + regexp.QuoteMeta(srv.URL+"/cut/disk.qcow2") + `.*(cut|EOF|short|bytes)`),
 			},
@@ -302,7 +309,7 @@ resource "kohaku_image" "bad" {
 				// Another volume backed by the image: its delete is refused,
 				// naming that volume.
 				PreConfig: func() {
-					noBad(nil)
+					noBad()
 					path, err := vmVirsh(env.URI, "vol-path", "--pool", env.Pool, unixVol)
 					if err != nil {
 						t.Fatal(err)

@@ -124,13 +124,14 @@ wait:
 			}
 		}
 	}
+	// The connection ends either way. After an error this is also what
+	// stops the upload: go-libvirt cannot cancel a stream call, and ending
+	// the connection ends the call (and its goroutine) and makes libvirtd
+	// drop the stream.
+	c.endConn(lv, td)
 	if err == nil {
-		c.endConn(lv, td)
 		return out, nil
 	}
-	// go-libvirt cannot cancel a stream call: end the connection, which
-	// ends the call (and its goroutine) and makes libvirtd drop the stream.
-	c.endConn(lv, td)
 	select {
 	case <-done:
 	case <-time.After(channelEndTimeout):
