@@ -434,6 +434,9 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 			resp.Diagnostics.Append(resp.Private.SetKey(ctx, privateGPUGroups, privateGroups(g))...)
 		},
 		Warn: func(w string) { addGPUWarnings(&resp.Diagnostics, summary, []string{w}) },
+		ForcedOff: func(g time.Duration) {
+			resp.Diagnostics.AddWarning(summary+": the guest was forced off", vmlife.ForcedOffNote(g))
+		},
 	})
 	var ue *vmlife.UpdateError
 	switch {
@@ -489,7 +492,7 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 		tflog.Info(ctx, "stopping the guest for destroy", map[string]any{"name": ref.Name, "grace": done.Grace.String(), "why": done.Why})
 	}
 	if done.Forced {
-		tflog.Info(ctx, "the guest did not power off within the shutdown timeout and was forced off", map[string]any{"name": ref.Name, "shutdown_timeout": grace.String()})
+		resp.Diagnostics.AddWarning("Destroying VM "+ref.Name+": the guest was forced off", vmlife.ForcedOffNote(done.Grace))
 	}
 	for _, v := range done.Spared {
 		tflog.Warn(ctx, "not deleting a base image or seed recorded as owned", map[string]any{"volume": v.Pool + "/" + v.Volume})

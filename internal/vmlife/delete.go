@@ -86,6 +86,17 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 	return out, nil
 }
 
+// ForcedOffNote tells the user that a guest was forced off because it did
+// not power off within grace of the shutdown request (Deleted.Forced,
+// Change.ForcedOff), and what that means.
+func ForcedOffNote(grace time.Duration) string {
+	return fmt.Sprintf("The guest did not power off within shutdown_timeout (%s) of the shutdown request "+
+		"(ACPI power button, or the guest agent when it answers), so it was forced off like a pulled plug: "+
+		"whatever it had not written to disk is lost. A guest powers off on the request when something in it "+
+		"handles the power button (systemd-logind, which needs dbus, as in Debian's cloud images; or acpid); "+
+		"a guest that is still booting misses it. If the guest needs longer, raise shutdown_timeout.", grace)
+}
+
 // Survivors names what a domain's guest writes that outlives the domain:
 // a boot disk it does not own (an existing volume or file) and every
 // writable shared folder. The seed is read-only and the base image sits

@@ -27,7 +27,10 @@ type fakeHost struct {
 	fail      map[string]error // operation -> error it returns
 	// startsDead makes StartDomain succeed while the domain stays off.
 	startsDead bool
-	ops        []string
+	// deaf guests ignore the shutdown request: StopDomain forces them off
+	// however long the grace.
+	deaf bool
+	ops  []string
 	// graces are the grace periods StopDomain was called with.
 	graces []time.Duration
 }
@@ -154,7 +157,7 @@ func (h *fakeHost) StopDomain(_ context.Context, ref virt.DomainRef, grace time.
 		return virt.StopNotRunning, nil
 	}
 	d.active = false
-	if grace == 0 {
+	if grace == 0 || h.deaf {
 		return virt.StopForced, nil
 	}
 	return virt.StopGraceful, nil

@@ -30,6 +30,10 @@ type Change struct {
 	Record func(GPUGroups)
 	// Warn receives notes for the user.
 	Warn func(string)
+	// ForcedOff is told when a stop had to force the guest off because it
+	// did not power off within Grace of the shutdown request (ForcedOffNote
+	// says so to the user).
+	ForcedOff func(grace time.Duration)
 }
 
 // UpdateError is an update that failed at Step.
@@ -162,7 +166,11 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	for _, p := range Restarts(ch.Running, view.Status.Active, redefine) {
 		var err error
 		if p.Stop {
-			_, err = h.StopDomain(ctx, ch.Ref, ch.Grace)
+			var how virt.StopResult
+			how, err = h.StopDomain(ctx, ch.Ref, ch.Grace)
+			if err == nil && how == virt.StopForced && ch.Grace > 0 && ch.ForcedOff != nil {
+				ch.ForcedOff(ch.Grace)
+			}
 		} else {
 			err = h.StartDomain(steady, ch.Ref)
 		}

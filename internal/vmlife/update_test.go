@@ -128,6 +128,52 @@ func TestUpdateStartsAStoppedVM(t *testing.T) {
 	}
 }
 
+// A stop or restart that had to force the guest off says so, with the
+// grace it gave; one that powered off cleanly, or was given no grace (so
+// forcing was what was asked for), says nothing.
+func TestUpdateSaysWhenItForcedTheGuestOff(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		deaf   bool
+		grace  time.Duration
+		change func(ch *Change)
+		told   []time.Duration
+	}{
+		{name: "stop, guest ignores the request", deaf: true, grace: 7 * time.Second,
+			change: func(ch *Change) { ch.Running = false }, told: []time.Duration{7 * time.Second}},
+		{name: "restart, guest ignores the request", deaf: true, grace: 7 * time.Second,
+			change: func(ch *Change) { ch.Want.Spec.MemoryMiB = 256 }, told: []time.Duration{7 * time.Second}},
+		{name: "stop, guest powers off", grace: 7 * time.Second, change: func(ch *Change) { ch.Running = false }},
+		{name: "restart, guest powers off", grace: 7 * time.Second, change: func(ch *Change) { ch.Want.Spec.MemoryMiB = 256 }},
+		{name: "stop with no grace", deaf: true, change: func(ch *Change) { ch.Running = false }},
+		{name: "no stop", deaf: true, grace: 7 * time.Second, change: func(ch *Change) { ch.Autostart = true }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := newFakeHost()
+			ch := existing(t, h)
+			h.deaf = c.deaf
+			ch.Grace = c.grace
+			c.change(&ch)
+			var told []time.Duration
+			ch.ForcedOff = func(g time.Duration) { told = append(told, g) }
+			if _, err := Update(context.Background(), h, ch); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(told, c.told) {
+				t.Errorf("ForcedOff told %v, want %v", told, c.told)
+			}
+		})
+	}
+	note := ForcedOffNote(7 * time.Second)
+	for _, want := range []string{"shutdown_timeout (7s)", "forced off", "systemd-logind", "dbus"} {
+		if !strings.Contains(note, want) {
+			t.Errorf("ForcedOffNote lacks %q: %s", want, note)
+		}
+	}
+}
+
 func TestUpdateFailures(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("injected")
@@ -233,6 +279,21 @@ func TestDeleteWaitsOnlyWhenDataOutlivesTheVM(t *testing.T) {
 			}
 			if done.Forced {
 				t.Errorf("a guest given no grace is not reported as 'did not power off in time'")
+			}
+			if c.wantGrace > 0 {
+				// The same destroy of a guest that ignores the request.
+				h := newFakeHost()
+				h.deaf = true
+				p := createPlan(h, "vm")
+				p.Spec.SharedFolders = c.shares
+				view, err := Create(context.Background(), h, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				done, err := Delete(context.Background(), h, Doomed{Ref: view.Status.DomainRef, Overlay: view.Overlay, Mode: c.mode, ShutdownTimeout: timeout})
+				if err != nil || !done.Forced || done.Grace != c.wantGrace {
+					t.Errorf("a guest that ignored the request for %v: forced %t grace %v err %v", c.wantGrace, done.Forced, done.Grace, err)
+				}
 			}
 			if got := h.state(); got != baseOnly {
 				t.Errorf("host after delete:\n%s", got)
