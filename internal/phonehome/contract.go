@@ -6,10 +6,23 @@ import "strings"
 // channel the first-boot reporter writes to (internal/seed/reporter.py
 // names the same port; a test ties the two), and the phone-home URL a guest
 // posts to, <base URL>PathPrefix<token>.
+//
+// A JSON report may carry SentAtField: the guest's clock when it wrote
+// that copy of the report (each delivery try writes it anew), as an RFC
+// 3339 time with sub-second precision in UTC. It is optional: a report
+// without it (an older reporter) is accepted as before, and one whose value
+// does not parse keeps the rest of the report with a warning.
 
 // ReportChannel is the name of the virtio-serial channel a guest writes its
 // first-boot report to; the guest sees it as /dev/virtio-ports/<name>.
 const ReportChannel = "org.kohaku.report.0"
+
+// SentAtField is the JSON report's field for the guest's clock when it
+// wrote the report.
+const SentAtField = "sent_at"
+
+// ViaPhoneHome is Report.Via for a report posted to the listener.
+const ViaPhoneHome = "phone_home"
 
 // URL is the phone-home URL for token under base (an http(s) URL without a
 // path; trailing slashes are dropped).

@@ -77,6 +77,13 @@ type Report struct {
 	// ReceivedAt is when the report was accepted (set by the receiver, not
 	// by ParseReport).
 	ReceivedAt time.Time
+	// SentAt is the guest's clock when it wrote this copy of the report
+	// (the JSON report's "sent_at", see SentAtField); zero when the
+	// reporter did not say (an older reporter, a form post).
+	SentAt time.Time
+	// Via is how the report came ("channel", "phone_home", "guest_agent"),
+	// set by the receiver like ReceivedAt.
+	Via string
 	// Token is the "token" field of a JSON report, for transports whose
 	// channel does not already name the seed. It is secret. The HTTP
 	// endpoint checks it against the URL's token and clears it.
@@ -318,6 +325,7 @@ type wireReport struct {
 	Routes     []wireRoute     `json:"routes"`
 	DNSServers []string        `json:"dns_servers"`
 	Checks     []wireCheck     `json:"checks"`
+	SentAt     json.RawMessage `json:"sent_at"`
 }
 
 type wireRoute struct {
@@ -427,12 +435,40 @@ func parseJSON(body []byte) (*Report, error) {
 	for _, c := range w.Checks {
 		r.Checks = append(r.Checks, parseCheck(c))
 	}
+	if !isNull(w.SentAt) {
+		if r.SentAt, err = parseSentAt(w.SentAt); err != nil {
+			r.Warnings = append(r.Warnings, SentAtField+": not an RFC 3339 time; left out")
+		}
+	}
 	if !isNull(w.CloudInit) {
 		if r.CloudInit, err = ParseCloudInitStatus(w.CloudInit); err != nil {
 			return nil, err
 		}
 	}
 	return r, nil
+}
+
+// parseSentAt reads "sent_at": an RFC 3339 time as a JSON string.
+func parseSentAt(raw json.RawMessage) (time.Time, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return time.Time{}, err
+	}
+	if len(s) > 64 {
+		return time.Time{}, errors.New("too long")
+	}
+	return time.Parse(time.RFC3339Nano, strings.TrimSpace(s))
+}
+
+// Transit is how long the report took from the guest writing it to the
+// provider accepting it, as ReceivedAt (host clock) minus SentAt (guest
+// clock): it includes the offset between the two clocks. ok is false when
+// either time is missing.
+func (r *Report) Transit() (d time.Duration, ok bool) {
+	if r == nil || r.SentAt.IsZero() || r.ReceivedAt.IsZero() {
+		return 0, false
+	}
+	return r.ReceivedAt.Sub(r.SentAt), true
 }
 
 // jsonErrorText describes a decoding error without quoting the input (a

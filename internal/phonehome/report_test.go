@@ -3,8 +3,10 @@ package phonehome
 import (
 	"errors"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseReportForm(t *testing.T) {
@@ -231,5 +233,48 @@ func TestReportClone(t *testing.T) {
 	c.CloudInit.Status = "x"
 	if r.HostKeys["ssh-ed25519"] == "x" || r.Addresses[0].Interface == "x" || r.GPUs[0].Name == "x" || r.CloudInit.Errors[0] == "x" || r.CloudInit.Status == "x" {
 		t.Error("Clone shares state with the original")
+	}
+}
+
+// sent_at is optional: a report with it carries the guest's clock, one
+// without it (an older reporter) parses as before, and one whose value is
+// not an RFC 3339 time keeps the rest of the report with a warning.
+func TestParseReportSentAt(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, field string
+		want        time.Time
+		warn        bool
+	}{
+		{"microseconds in UTC", `, "sent_at": "2026-11-25T12:00:01.123456Z"`, time.Date(2026, 11, 25, 12, 0, 1, 123456000, time.UTC), false},
+		{"nanoseconds with an offset", `, "sent_at": "2026-11-25T13:00:01.123456789+01:00"`, time.Date(2026, 11, 25, 12, 0, 1, 123456789, time.UTC), false},
+		{"absent", ``, time.Time{}, false},
+		{"null", `, "sent_at": null`, time.Time{}, false},
+		{"not RFC 3339", `, "sent_at": "Wed Nov 25 12:00:01 UTC 2026"`, time.Time{}, true},
+		{"a number", `, "sent_at": 1795608001.123`, time.Time{}, true},
+		{"too long", `, "sent_at": "2026-11-25T12:00:01.` + strings.Repeat("1", 80) + `Z"`, time.Time{}, true},
+	}
+	for _, tc := range cases {
+		r, err := ParseReport("application/json", []byte(`{"hostname": "web-1", "cloud_init": {"status": "done", "errors": []}`+tc.field+`}`))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !r.SentAt.Equal(tc.want) || r.Hostname != "web-1" || r.CloudInit == nil {
+			t.Errorf("%s: SentAt %v, want %v (report %s)", tc.name, r.SentAt, tc.want, r)
+		}
+		if warned := slices.Contains(r.Warnings, SentAtField+": not an RFC 3339 time; left out"); warned != tc.warn || len(r.Warnings) > 1 {
+			t.Errorf("%s: warnings %q", tc.name, r.Warnings)
+		}
+		if _, ok := r.Transit(); ok {
+			t.Errorf("%s: a transit time before the report was received", tc.name)
+		}
+	}
+	r, _ := ParseReport("application/json", []byte(`{"sent_at": "2026-11-25T12:00:01.5Z"}`))
+	r.ReceivedAt = time.Date(2026, 11, 25, 12, 0, 1, 750000000, time.UTC)
+	if d, ok := r.Transit(); !ok || d != 250*time.Millisecond {
+		t.Errorf("Transit = %v, %v; want 250ms", d, ok)
+	}
+	if c := r.Clone(); !c.SentAt.Equal(r.SentAt) {
+		t.Errorf("Clone lost SentAt: %v", c.SentAt)
 	}
 }

@@ -375,7 +375,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		rep.Token = ""
 	}
 	rep.RemoteAddr = r.RemoteAddr
-	rep.ReceivedAt = time.Now()
+	rep.ReceivedAt, rep.Via = time.Now(), ViaPhoneHome
 	switch s.deliver(e, rep) {
 	case deliveredFirst:
 		s.logf("report for token %s accepted: kind=%s from %s", id, rep.Kind, r.RemoteAddr)

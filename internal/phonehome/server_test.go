@@ -681,3 +681,25 @@ func rawPost(ctx context.Context, c *http.Client, u, ctype string, body []byte, 
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, nil
 }
+
+// A posted report keeps the guest's sent_at and is marked as come through
+// phone home, with the host's clock when it arrived.
+func TestPostKeepsSentAt(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, Config{})
+	c := newClient(t)
+	tok := mustToken(t)
+	w := register(t, s, tok)
+	before := time.Now()
+	body := []byte(`{"token":"` + tok + `","hostname":"web-1","sent_at":"2026-11-25T12:00:01.123456Z","cloud_init":{"status":"error","errors":["('scripts_user', RuntimeError('x'))"]}}`)
+	if resp := do(t, c, http.MethodPost, endpoint(s, tok), jsonType, body, false); resp.code != 200 {
+		t.Fatalf("POST: %d %s", resp.code, resp.body)
+	}
+	r, err := w.Wait(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Via != ViaPhoneHome || r.ReceivedAt.Before(before) || !r.SentAt.Equal(time.Date(2026, 11, 25, 12, 0, 1, 123456000, time.UTC)) || !r.CloudInit.Failed() {
+		t.Errorf("via %q, received %v, sent %v, cloud-init %+v", r.Via, r.ReceivedAt, r.SentAt, r.CloudInit)
+	}
+}

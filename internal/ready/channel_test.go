@@ -149,3 +149,49 @@ func TestWaitChannelIgnoresHeartbeats(t *testing.T) {
 		t.Fatalf("err = %v; a heartbeat must not be the last thing blamed", err)
 	}
 }
+
+// A report of cloud-init errors over the channel ends the wait at once (it
+// is a report like any other), and Check fails it naming the module, how
+// the report came and both clocks: the guest's when it wrote it, the
+// host's when it arrived.
+func TestWaitChannelErrorReportFailsNamingTheModuleAndTheClocks(t *testing.T) {
+	t.Parallel()
+	line := []byte(`{"token":"` + testToken + `","hostname":"web-1","sent_at":"2026-11-25T12:00:01.123456Z","cloud_init":{"status":"error","errors":["('scripts_user', RuntimeError('Runparts: 1 failures (part-001) in 1 attempted commands'))"]}}`)
+	f := &fakeChannel{batches: []batch{{lines: [][]byte{line}, block: true}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	before := time.Now()
+	out, err := WaitChannel(ctx, f, "web-1", "org.kohaku.report.0", testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := out.Report
+	if rep.Via != "channel" || rep.ReceivedAt.Before(before) || !rep.SentAt.Equal(time.Date(2026, 11, 25, 12, 0, 1, 123456000, time.UTC)) {
+		t.Errorf("via %q, received %v, sent %v", rep.Via, rep.ReceivedAt, rep.SentAt)
+	}
+	_, err = Check("web-1", rep)
+	var ce *CloudInitError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Check = %v, want a CloudInitError", err)
+	}
+	want := "cloud-init in VM web-1 finished with status \"error\":\n" +
+		"  - ('scripts_user', RuntimeError('Runparts: 1 failures (part-001) in 1 attempted commands'))\n" +
+		"Reported through the channel: written by the guest at 2026-11-25T12:00:01.123456Z (guest clock), received at " + rep.ReceivedAt.UTC().Format(time.RFC3339Nano) + " (host clock)."
+	if err.Error() != want {
+		t.Errorf("message:\n%s\nwant:\n%s", err, want)
+	}
+}
+
+// The timing line says what it knows: a report from an older reporter
+// (no sent_at) gives only the host's clock; a report with neither gives no
+// line.
+func TestReportTimingWithWhatIsKnown(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 25, 12, 0, 2, 500000000, time.UTC)
+	if got := reportTiming("phone_home", time.Time{}, at); got != "Reported through phone home: received at 2026-11-25T12:00:02.5Z (host clock)." {
+		t.Errorf("without sent_at: %q", got)
+	}
+	if got := reportTiming("", time.Time{}, time.Time{}); got != "" {
+		t.Errorf("knowing nothing: %q", got)
+	}
+}

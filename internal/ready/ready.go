@@ -86,7 +86,7 @@ func WaitChannel(ctx context.Context, r ChannelReader, domain, channel, token st
 			case subtle.ConstantTimeCompare([]byte(got.Token), []byte(token)) != 1:
 				last = errors.New("the guest reported with another seed's token (was the disk booted from another seed?)")
 			default:
-				got.ReceivedAt = time.Now()
+				got.ReceivedAt, got.Via = time.Now(), string(ModeChannel)
 				rep = got
 				return true
 			}
@@ -143,7 +143,7 @@ func PollGuestAgent(ctx context.Context, a Agent, domain string, interval time.D
 			st, perr := phonehome.ParseCloudInitStatus(b)
 			if perr == nil && st.Finished() {
 				return &Outcome{
-					Report: &phonehome.Report{Kind: "guest_agent", CloudInit: st, ReceivedAt: time.Now()},
+					Report: &phonehome.Report{Kind: "guest_agent", CloudInit: st, ReceivedAt: time.Now(), Via: string(ModeGuestAgent)},
 					Waited: time.Since(start),
 				}, nil
 			}
@@ -189,7 +189,7 @@ func PollGuestAgentReport(ctx context.Context, a Agent, domain string, interval 
 			case subtle.ConstantTimeCompare([]byte(rep.Token), []byte(token)) != 1:
 				why = "it carries another seed's token"
 			default:
-				rep.Token, rep.ReceivedAt = "", time.Now()
+				rep.Token, rep.ReceivedAt, rep.Via = "", time.Now(), string(ModeGuestAgent)
 				if rep.CloudInit == nil {
 					rep.CloudInit = out.Report.CloudInit
 				}
@@ -285,6 +285,11 @@ func (e *WaitError) Error() string {
 type CloudInitError struct {
 	VM     string
 	Status *phonehome.CloudInitStatus
+	// Via, SentAt and ReceivedAt are the report's (see phonehome.Report):
+	// how it came, the guest's clock when it wrote it, the host's when it
+	// arrived. Zero values are left out of the message.
+	Via                string
+	SentAt, ReceivedAt time.Time
 }
 
 func (e *CloudInitError) Error() string {
@@ -296,7 +301,40 @@ func (e *CloudInitError) Error() string {
 			fmt.Fprintf(&b, "\n  - %s", m)
 		}
 	}
+	if line := reportTiming(e.Via, e.SentAt, e.ReceivedAt); line != "" {
+		b.WriteString("\n" + line)
+	}
 	return b.String()
+}
+
+// reportTiming says how and when a report came, e.g. "Reported through the
+// channel: written by the guest at 2026-11-25T12:00:01.123456Z (guest
+// clock), received at 2026-11-25T12:00:01.131002Z (host clock)."; empty
+// when it knows neither.
+func reportTiming(via string, sent, received time.Time) string {
+	if via == "" && received.IsZero() {
+		return ""
+	}
+	s := "Reported"
+	switch via {
+	case string(ModeChannel):
+		s += " through the channel"
+	case string(ModePhoneHome):
+		s += " through phone home"
+	case string(ModeGuestAgent):
+		s += " through the guest agent"
+	}
+	var parts []string
+	if !sent.IsZero() {
+		parts = append(parts, "written by the guest at "+sent.UTC().Format(time.RFC3339Nano)+" (guest clock)")
+	}
+	if !received.IsZero() {
+		parts = append(parts, "received at "+received.UTC().Format(time.RFC3339Nano)+" (host clock)")
+	}
+	if len(parts) > 0 {
+		s += ": " + strings.Join(parts, ", ")
+	}
+	return s + "."
 }
 
 // MismatchError says the guest is not configured as its seed declared: the
@@ -340,7 +378,7 @@ func Check(vm string, rep *phonehome.Report) (warnings []string, err error) {
 	}
 	if st := rep.CloudInit; st != nil {
 		if st.Failed() {
-			return nil, &CloudInitError{VM: vm, Status: st}
+			return nil, &CloudInitError{VM: vm, Status: st, Via: rep.Via, SentAt: rep.SentAt, ReceivedAt: rep.ReceivedAt}
 		}
 		if st.Degraded {
 			warnings = append(append(warnings, fmt.Sprintf("cloud-init in VM %s finished degraded (%s)", vm, st.ExtendedStatus)), st.RecoverableErrors...)

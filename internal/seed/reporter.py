@@ -5,7 +5,7 @@
 # GPUs, and whether the guest has what the seed declared (its "expect":
 # addresses on the NIC with each declared MAC, default routes, nameservers,
 # search domains, hostname, mounted shares). It writes the
-# report as one JSON line to the Kohaku virtio-serial port, which the provider
+# report, stamped with the guest's clock at each try ("sent_at"), as one JSON line to the Kohaku virtio-serial port, which the provider
 # reads through libvirt, and/or posts it to the phone-home URL, retrying both
 # until one gets through. Then, when its configuration has a "heartbeat"
 # interval, it stays as a small agent (on every boot) that writes a
@@ -14,6 +14,7 @@
 # channel, then every interval while it stays. Heartbeats are dropped, not
 # queued, while nobody reads, and a write never blocks. Only python3's
 # standard library is used: every cloud-init image has it.
+import datetime
 import glob
 import ipaddress
 import json
@@ -453,7 +454,16 @@ def save(body):
         print("kohaku-report: saving the report: %s" % type(e).__name__, file=sys.stderr)
 
 
-def deliver(cfg, body):
+def stamped(report):
+    """The report as JSON, with "sent_at": the guest's clock now, RFC 3339
+    in UTC to the microsecond. Each try stamps it anew, so the provider can
+    tell how long the copy that got through took."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    report["sent_at"] = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return json.dumps(report).encode()
+
+
+def deliver(cfg, report):
     # Try the channel every second (cheap: one open that fails at once while
     # the host is not reading) and post with backoff, until one gets through.
     url = cfg.get("url")
@@ -463,11 +473,11 @@ def deliver(cfg, body):
     deadline = time.time() + float(os.environ.get("KOHAKU_REPORT_DEADLINE", 6 * 3600))
     next_post, delay = 0.0, 2
     while True:
-        if os.path.exists(PORT) and write_port(body):
+        if os.path.exists(PORT) and write_port(stamped(report)):
             return True
         now = time.time()
         if url and now >= next_post:
-            if post(url, body):
+            if post(url, stamped(report)):
                 return True
             next_post, delay = now + delay, min(delay * 2, 60)
         if now > deadline:
@@ -630,9 +640,8 @@ def main():
         "cloud_init": status,
         "gpus": gpus(),
     }
-    body = json.dumps(report).encode()
-    save(body)
-    if not deliver(cfg, body):
+    save(stamped(report))
+    if not deliver(cfg, report):
         return 1
     os.makedirs(STATE_DIR, exist_ok=True)
     open(stamp, "w").close()

@@ -1,15 +1,21 @@
 package seed
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -45,6 +51,48 @@ func runReporter(t *testing.T, dir, url, statusJSON string, env ...string) ([]by
 	return cmd.CombinedOutput()
 }
 
+// sameReportButStamp checks that two copies of a report (the one left for
+// the guest agent and the one delivered) say the same but for their
+// "sent_at", which each copy has and the delivered one no earlier.
+func sameReportButStamp(saved, delivered []byte) error {
+	var a, b map[string]any
+	if err := json.Unmarshal(saved, &a); err != nil {
+		return fmt.Errorf("saved: %v", err)
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(delivered), &b); err != nil {
+		return fmt.Errorf("delivered: %v", err)
+	}
+	var stamps [2]time.Time
+	for i, m := range []map[string]any{a, b} {
+		s, _ := m[phonehome.SentAtField].(string)
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return fmt.Errorf("%s %q: %v", phonehome.SentAtField, s, err)
+		}
+		stamps[i] = t
+		delete(m, phonehome.SentAtField)
+	}
+	if stamps[1].Before(stamps[0]) {
+		return fmt.Errorf("delivered copy stamped %s, before the saved one (%s)", stamps[1], stamps[0])
+	}
+	if !reflect.DeepEqual(a, b) {
+		return errors.New("they differ beyond sent_at")
+	}
+	return nil
+}
+
+// checkSentAt: a report's sent_at is the reporter's clock (this machine's,
+// in the test) at a try within [before, after], to the microsecond, in UTC.
+func checkSentAt(t *testing.T, rep *phonehome.Report, raw []byte, before, after time.Time) {
+	t.Helper()
+	if !regexp.MustCompile(`"sent_at": "\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z"`).Match(raw) {
+		t.Errorf("sent_at is not RFC 3339 in UTC to the microsecond: %s", raw)
+	}
+	if rep.SentAt.IsZero() || rep.SentAt.Before(before.Truncate(time.Microsecond)) || rep.SentAt.After(after) {
+		t.Errorf("sent_at %s is outside the run [%s, %s]", rep.SentAt, before, after)
+	}
+}
+
 // The reporter posts a report the provider's parser accepts, with the
 // seed's token and cloud-init's verdict, once per instance; a channel with
 // no reader on the host does not hold it up.
@@ -56,12 +104,21 @@ func TestReporterScriptPostsAParsableReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	bodies := make(chan []byte, 4)
+	var tries atomic.Int32
+	var refused, posted atomic.Int64 // unix nanoseconds
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		if r.Header.Get("Content-Type") != "application/json" || r.Method != http.MethodPost {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
+		if tries.Add(1) == 1 {
+			// The first try fails: the reporter tries again later.
+			refused.Store(time.Now().UnixNano())
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		posted.Store(time.Now().UnixNano())
 		bodies <- b
 	}))
 	defer srv.Close()
@@ -90,6 +147,9 @@ func TestReporterScriptPostsAParsableReport(t *testing.T) {
 	if rep.CloudInit == nil || !rep.CloudInit.Failed() || !strings.Contains(strings.Join(rep.CloudInit.Errors, " "), "scripts_user") {
 		t.Errorf("cloud-init verdict lost: %+v", rep.CloudInit)
 	}
+	// Stamped when the post that got through was made, not when the first
+	// one (answered 503) was.
+	checkSentAt(t, rep, body, time.Unix(0, refused.Load()), time.Unix(0, posted.Load()))
 	// Once per instance: a second run posts nothing.
 	if out, err := runReporter(t, dir, srv.URL+"/v1/phone-home/x", status); err != nil {
 		t.Fatalf("second run: %v\n%s", err, out)
@@ -111,9 +171,11 @@ func TestReporterScriptWritesTheChannel(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := make(chan []byte, 1)
+	var opened atomic.Int64 // unix nanoseconds
 	go func() {
 		// The host opens the channel only after the guest started trying.
 		time.Sleep(2500 * time.Millisecond)
+		opened.Store(time.Now().UnixNano())
 		f, err := os.Open(port)
 		if err != nil {
 			lines <- nil
@@ -147,6 +209,9 @@ func TestReporterScriptWritesTheChannel(t *testing.T) {
 		if rep.Token != "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd" || rep.InstanceID != "iid-reporter-test" || rep.CloudInit == nil || !rep.CloudInit.Finished() {
 			t.Errorf("report = %s", rep)
 		}
+		// Stamped at the try that got through, after the host opened the
+		// channel, not when the first try found nobody reading.
+		checkSentAt(t, rep, []byte(line), time.Unix(0, opened.Load()), time.Now())
 	}
 	if reports != 1 {
 		t.Errorf("%d reports on the channel, want 1: %q", reports, got)
