@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 	"github.com/kohaku/terraform-provider-kohaku/internal/ready"
@@ -229,10 +230,34 @@ func (w *vmWait) wait(ctx context.Context, c *virt.Client, name, serialLog strin
 	default:
 		return nil, nil
 	}
+	if out != nil {
+		logReport(ctx, name, out.Report)
+	}
 	if err == nil {
 		err = w.mismatch(name, out)
 	}
 	return out, ready.Story(ctx, err, c, name, w.url, serialLog, c.Endpoint().Transport == virt.TransportUnix)
+}
+
+// logReport records when the guest's report came: the host's clock when it
+// arrived and, from a reporter that stamps it, the guest's clock when the
+// guest wrote it; transit_seconds is the difference, which includes the
+// offset between the two clocks.
+func logReport(ctx context.Context, vm string, rep *phonehome.Report) {
+	if rep == nil {
+		return
+	}
+	f := map[string]any{"vm": vm, "via": rep.Via, "received_at": rep.ReceivedAt.UTC().Format(time.RFC3339Nano)}
+	if !rep.SentAt.IsZero() {
+		f["sent_at"] = rep.SentAt.UTC().Format(time.RFC3339Nano)
+	}
+	if d, ok := rep.Transit(); ok {
+		f["transit_seconds"] = d.Seconds()
+	}
+	if st := rep.CloudInit; st != nil {
+		f["cloud_init_status"] = st.Status
+	}
+	tflog.Info(ctx, "guest report received", f)
 }
 
 // mismatch is the failed wait of on_config_mismatch = "fail" when the guest
