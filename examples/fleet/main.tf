@@ -50,6 +50,18 @@ locals {
   worker_hosts = { for name, h in data.kohaku_host.each : name => h if !h.reachable || coalesce(h.memory_mib, 0) >= 65536 }
 }
 
+# The vendor's image on every worker host: downloaded and verified once on
+# the machine running Terraform (cached by digest), uploaded to each host
+# over its libvirt connection. No download or tool on the hosts.
+resource "kohaku_image" "debian12" {
+  for_each     = local.worker_hosts
+  host         = each.key
+  pool         = "images"
+  name         = "debian-12-genericcloud-amd64.qcow2"
+  source       = "https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2"
+  checksum_url = "https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS"
+}
+
 resource "kohaku_seed" "worker" {
   for_each = local.worker_hosts
   host     = each.key
@@ -71,11 +83,12 @@ resource "kohaku_vm" "worker" {
   vcpu       = 8
   memory_mib = 16384
 
+  # Each worker's overlay on the image of its own host (its id names the
+  # host; another host's image would be refused at plan time).
   disk = {
-    base_pool   = "images"
-    base_volume = "debian-12-genericcloud-amd64.qcow2"
-    pool        = "default"
-    size_gib    = 40
+    image    = kohaku_image.debian12[each.key].id
+    pool     = "default"
+    size_gib = 40
   }
 
   seed_id           = kohaku_seed.worker[each.key].id

@@ -100,10 +100,11 @@ resource "kohaku_vm" "quickstart" {
 
   firmware = var.firmware
 
+  # The VM's own overlay on the image, booted through firmware by the
+  # image's boot loader (no kernel given).
   disk = {
-    base_pool   = kohaku_image.debian12.pool
-    base_volume = kohaku_image.debian12.name
-    pool        = var.pool
+    image = kohaku_image.debian12.id
+    pool  = var.pool
   }
 
   seed_id           = kohaku_seed.quickstart.id

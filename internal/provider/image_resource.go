@@ -81,13 +81,14 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 	resp.Schema = schema.Schema{
 		Description: "A base disk image in a libvirt storage pool, made from a vendor's cloud image: downloaded (or read from a local file) on the machine running Terraform, verified against its published checksum while it streams, decompressed (xz, gzip, zstd, bzip2, and a tar holding one disk image, recognised by content), checked (qcow2 or raw only; a qcow2 naming a backing file or an external data file is refused) and uploaded through libvirt's stream API over the host's existing connection, so remote hosts need no tool and no download of their own. " +
 			"Downloads are cached on the Terraform machine by digest (provider `image_cache_dir`), so `for_each` over the hosts of the `hosts` map downloads once and uploads to every host. Memory stays bounded whatever the image size. " +
-			"Use it as a VM's `disk.base_pool`/`disk.base_volume`; the VM boots it through firmware (`firmware = \"bios\"` or `\"uefi\"`, no `kernel`).\n\n" +
+			"A VM takes it as `disk = { image = kohaku_image.<name>.id }` and boots it through firmware (`firmware = \"bios\"` or `\"uefi\"`, no `kernel`).\n\n" +
 			"Drift: a volume deleted out of band is recreated by the next apply; a changed capacity or format is reported as a warning. Content changed in place with the same size is not detected (reading a multi-GiB image on every refresh would cost more than it saves).",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
-				Computed:      true,
-				Description:   "`<pool>/<volume name>`.",
-				PlanModifiers: keep,
+				Computed: true,
+				Description: "`<pool>/<volume name>` on the provider's default host, `<host>/<pool>/<volume name>` on a host of the `hosts` map (the forms import takes): what a VM's `disk.image` takes. " +
+					"Known at plan time, so a VM that names an image of another host is refused before anything is made.",
+				PlanModifiers: []planmodifier.String{imageIDFromPlan()},
 			},
 			"host": schema.StringAttribute{
 				Optional:      true,
@@ -240,7 +241,7 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		resp.Diagnostics.AddAttributeWarning(path.Root("checksum"), "Image not verified",
 			fmt.Sprintf("%s was uploaded without a checksum to compare with; its digest is %s. Set checksum = %q (or checksum_url to the vendor's SHA256SUMS/SHA512SUMS) so that a corrupted or substituted download fails instead.", source, res.Digest, res.Digest.String()))
 	}
-	plan.ID = types.StringValue(pool + "/" + name)
+	plan.ID = types.StringValue(imageID(plan.Host.ValueString(), pool, name))
 	plan.Digest = types.StringValue(res.Digest.String())
 	plan.Verified = types.BoolValue(res.Verified)
 	plan.Compression = types.StringValue(res.Compression)
@@ -260,19 +261,27 @@ func (m *imageResourceModel) setVolume(v *virt.VolumeDetail) {
 // progressLogger returns a Progress callback that logs at INFO at most
 // every imageProgressEvery: bytes, rate and time left.
 func progressLogger(ctx context.Context, msg string, fields map[string]any) func(image.Progress) {
-	start, last := time.Now(), time.Now()
+	return progressLoggerClock(ctx, msg, fields, time.Now)
+}
+
+// progressLoggerClock is progressLogger with the clock given, for tests.
+func progressLoggerClock(ctx context.Context, msg string, fields map[string]any, now func() time.Time) func(image.Progress) {
+	start := now()
+	last := start
 	return func(p image.Progress) {
-		if time.Since(last) < imageProgressEvery {
+		t := now()
+		if t.Sub(last) < imageProgressEvery {
 			return
 		}
-		last = time.Now()
-		f := map[string]any{"done_mib": p.Done >> 20, "elapsed": time.Since(start).Round(time.Second).String()}
+		last = t
+		elapsed := t.Sub(start)
+		f := map[string]any{"done_mib": p.Done >> 20, "elapsed": elapsed.Round(time.Second).String()}
 		for k, v := range fields {
 			f[k] = v
 		}
 		rate := p.Rate
-		if rate == 0 && time.Since(start) > 0 {
-			rate = float64(p.Done) / time.Since(start).Seconds()
+		if rate == 0 && elapsed > 0 {
+			rate = float64(p.Done) / elapsed.Seconds()
 		}
 		f["rate_mib_s"] = fmt.Sprintf("%.1f", rate/(1<<20))
 		if p.Total > 0 {
@@ -311,7 +320,7 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 			fmt.Sprintf("%s/%s was %s with a capacity of %d bytes and is now %s with %d bytes. VMs made from it from now on see the changed image; taint this resource (terraform apply -replace) to restore it from its source.",
 				pool, name, state.Format.ValueString(), state.VirtualSize.ValueInt64(), vol.Format, vol.CapacityBytes))
 	}
-	state.ID = types.StringValue(pool + "/" + name)
+	state.ID = types.StringValue(imageID(state.Host.ValueString(), pool, name))
 	state.setVolume(vol)
 	if state.Verified.IsNull() {
 		state.Verified = types.BoolValue(false) // imported
@@ -397,6 +406,43 @@ func importVolume(ctx context.Context, req resource.ImportStateRequest, resp *re
 	if host != "" {
 		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
 	}
+}
+
+// imageID is a kohaku_image's id: `<pool>/<volume>`, after `<host>/` for a
+// host of the hosts map.
+func imageID(host, pool, name string) string {
+	if host != "" {
+		return host + "/" + pool + "/" + name
+	}
+	return pool + "/" + name
+}
+
+// imageIDFromPlan makes the id known at plan time from host, pool and name,
+// so a VM that uses the image can be checked before anything is made.
+func imageIDFromPlan() planmodifier.String {
+	return imageIDModifier{}
+}
+
+type imageIDModifier struct{}
+
+func (imageIDModifier) Description(context.Context) string {
+	return "The id follows from host, pool and name."
+}
+
+func (m imageIDModifier) MarkdownDescription(ctx context.Context) string { return m.Description(ctx) }
+
+func (imageIDModifier) PlanModifyString(ctx context.Context, req planmodifier.StringRequest, resp *planmodifier.StringResponse) {
+	if req.Plan.Raw.IsNull() {
+		return
+	}
+	var host, pool, name types.String
+	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("host"), &host)...)
+	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("pool"), &pool)...)
+	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("name"), &name)...)
+	if host.IsUnknown() || pool.IsUnknown() || name.IsUnknown() {
+		return
+	}
+	resp.PlanValue = types.StringValue(imageID(host.ValueString(), pool.ValueString(), name.ValueString()))
 }
 
 // splitVolumeID parses `<pool>/<volume>` or `<host>/<pool>/<volume>`.

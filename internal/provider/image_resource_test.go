@@ -20,6 +20,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-testing/compare"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
@@ -227,6 +228,12 @@ resource "kohaku_image" "bad" {
 		Steps: []resource.TestStep{
 			{
 				Config: provider + fleet + others,
+				// Ids are known at plan time and name the host, so a VM
+				// can be checked against them before anything is made.
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectKnownValue("kohaku_image.fleet[0]", tfjsonpath.New("id"), knownvalue.StringExact(env.Pool+"/"+prefix+"unix.qcow2")),
+					plancheck.ExpectKnownValue("kohaku_image.fleet[1]", tfjsonpath.New("id"), knownvalue.StringExact("tcp/"+env.Pool+"/"+prefix+"tcp.qcow2")),
+				}},
 				Check: resource.ComposeAggregateTestCheckFunc(
 					resource.TestCheckResourceAttr("kohaku_image.fleet.0", "format", "qcow2"),
 					resource.TestCheckResourceAttr("kohaku_image.fleet.0", "virtual_size_bytes", strconv.FormatInt(rawSize, 10)),
@@ -278,6 +285,28 @@ resource "kohaku_image" "bad" {
 						return nil
 					},
 				),
+			},
+			{
+				// A VM on the default host given the tcp host's image is
+				// refused at plan time.
+				Config: provider + fleet + others + fmt.Sprintf(`
+resource "kohaku_vm" "wrong_host" {
+  name = "%swrong-host"
+  type = "qemu"
+  disk = { image = kohaku_image.fleet[1].id }
+}
+`, prefix),
+				PlanOnly:    true,
+				ExpectError: vmErrRE(`Image on another host`, fmt.Sprintf(`image "tcp/%s/%stcp.qcow2"`, env.Pool, prefix), `is on host "tcp", but this VM is on the provider's default host`),
+			},
+			{
+				ResourceName:      "kohaku_image.fleet[1]",
+				ImportState:       true,
+				ImportStateId:     "tcp/" + env.Pool + "/" + prefix + "tcp.qcow2",
+				ImportStateVerify: true,
+				// What only the download knows; the id (with its host),
+				// pool, name, format and sizes are read back.
+				ImportStateVerifyIgnore: []string{"source", "checksum", "checksum_url", "digest", "verified", "compression", "size_bytes", "timeouts"},
 			},
 			{
 				ResourceName:            "kohaku_image.xz",
@@ -347,7 +376,7 @@ resource "kohaku_image" "bad" {
 // vendor-style cloud image (a partitioned disk with its own boot loader, as
 // the test host serves it over HTTP with a SHA256SUMS) becomes a
 // kohaku_image, once as the qcow2 and once from its zstd copy, and a VM
-// boots each through firmware, SeaBIOS and OVMF, with no kernel given:
+// (disk.image, or base_pool/base_volume) boots each through firmware, SeaBIOS and OVMF, with no kernel given:
 // both become ready over the report channel, and each guest shows it was
 // started by the image's own boot loader (its kernel command line) under
 // the firmware asked for (/sys/firmware/efi only under UEFI).
@@ -406,9 +435,8 @@ resource "kohaku_vm" %[1]q {
   seed_id    = kohaku_seed.%[1]s.id
 
   disk = {
-    base_pool   = kohaku_image.%[4]s.pool
-    base_volume = kohaku_image.%[4]s.name
-    pool        = %[3]q
+    DISK_%[1]s
+    pool = %[3]q
   }
   network_interface = [{ type = "user" }]
   shared_folder     = [{ source = %[5]q, tag = "kohaku_shared" }]
@@ -468,15 +496,20 @@ resource "kohaku_vm" %[1]q {
 	biosID := statecheck.CompareValue(compare.ValuesDiffer())
 	uefiID := statecheck.CompareValue(compare.ValuesSame())
 	seedID := statecheck.CompareValue(compare.ValuesSame())
-	gen := func(bios string) string {
-		return strings.NewReplacer("GEN_bios", bios, "GEN_uefi", "1").Replace(cfg)
+	// The SeaBIOS VM names its image by id (disk.image); the OVMF VM by
+	// pool and volume first, then by id: the same image named another way
+	// is an in-place change of the state only, not a new VM.
+	const byID, byName = "image = kohaku_image.%s.id", "base_pool = kohaku_image.%[1]s.pool\n    base_volume = kohaku_image.%[1]s.name"
+	gen := func(bios string, uefiDisk string) string {
+		return strings.NewReplacer("GEN_bios", bios, "GEN_uefi", "1",
+			"DISK_bios", fmt.Sprintf(byID, "qcow2"), "DISK_uefi", fmt.Sprintf(uefiDisk, "zst")).Replace(cfg)
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy:             vmCheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
-				Config: gen("1"),
+				Config: gen("1", byName),
 				Check:  resource.ComposeAggregateTestCheckFunc(checks...),
 				ConfigStateChecks: []statecheck.StateCheck{
 					biosID.AddStateValue("kohaku_vm.bios", tfjsonpath.New("uuid")),
@@ -485,11 +518,13 @@ resource "kohaku_vm" %[1]q {
 				},
 			},
 			{
-				Config: gen("2"),
+				Config: gen("2", byID),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction("kohaku_seed.bios", plancheck.ResourceActionUpdate),
 					plancheck.ExpectResourceAction("kohaku_vm.bios", plancheck.ResourceActionReplace),
-					plancheck.ExpectResourceAction("kohaku_vm.uefi", plancheck.ResourceActionNoop),
+					plancheck.ExpectResourceAction("kohaku_vm.uefi", plancheck.ResourceActionUpdate),
+					plancheck.ExpectKnownValue("kohaku_vm.uefi", tfjsonpath.New("disk").AtMapKey("image"), knownvalue.StringExact(env.Pool+"/"+prefix+"cloud-from-zst.qcow2")),
+					plancheck.ExpectKnownValue("kohaku_vm.uefi", tfjsonpath.New("disk").AtMapKey("base_pool"), knownvalue.Null()),
 				}},
 				ConfigStateChecks: []statecheck.StateCheck{
 					biosID.AddStateValue("kohaku_vm.bios", tfjsonpath.New("uuid")),

@@ -96,6 +96,11 @@ func TestAccQuickstart_plansShowOnlyWhatChanges(t *testing.T) {
 			t.Errorf("create plan does not show %q:\n%s", want, create)
 		}
 	}
+	// The image's id is known before it exists, so the VM's disk shows it
+	// (and is checked against the VM's host at plan time).
+	if re := regexp.MustCompile(`\+ image\s+= "` + regexp.QuoteMeta(acctest.Env(t, "KOHAKU_TEST_POOL")+"/quickstart-debian-12.qcow2") + `"`); !re.MatchString(create) {
+		t.Errorf("create plan does not show the VM's disk.image (%s):\n%s", re, create)
+	}
 
 	// The image and the seed (no guest boot): the next plan adds the VM and
 	// shows nothing of them; the destroy plan lists their values only.

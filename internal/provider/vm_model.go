@@ -51,6 +51,7 @@ type vmModel struct {
 }
 
 type vmDiskModel struct {
+	Image      types.String `tfsdk:"image"`
 	BaseVolume types.String `tfsdk:"base_volume"`
 	BasePool   types.String `tfsdk:"base_pool"`
 	Volume     types.String `tfsdk:"volume"`
@@ -75,7 +76,7 @@ type vmShareModel struct {
 
 var (
 	vmDiskAttrTypes = map[string]attr.Type{
-		"base_volume": types.StringType, "base_pool": types.StringType,
+		"image": types.StringType, "base_volume": types.StringType, "base_pool": types.StringType,
 		"volume": types.StringType, "pool": types.StringType, "size_gib": types.Int64Type,
 	}
 	vmNICAttrTypes = map[string]attr.Type{
@@ -107,6 +108,53 @@ func parseVolumeID(id string) (pool, volume string, ok bool) {
 		return "", "", false
 	}
 	return pool, volume, true
+}
+
+// overlay reports whether the disk is a new overlay on a base image
+// (image, or base_pool/base_volume) rather than an existing volume.
+func (d *vmDiskModel) overlay() bool { return !d.Image.IsNull() || !d.BaseVolume.IsNull() }
+
+// base is the image the overlay is backed by, from image or from
+// base_pool/base_volume; nil when the disk is an existing volume or the
+// value is not known or not well formed.
+func (d *vmDiskModel) base() *domain.VolumeRef {
+	if !d.Image.IsNull() {
+		if _, pool, vol, ok := splitVolumeID(d.Image.ValueString()); ok && !d.Image.IsUnknown() {
+			return &domain.VolumeRef{Pool: pool, Volume: vol}
+		}
+		return nil
+	}
+	if d.BaseVolume.IsNull() || d.BaseVolume.IsUnknown() || d.BasePool.IsUnknown() {
+		return nil
+	}
+	pool := d.BasePool.ValueString()
+	if pool == "" {
+		pool = vmDefaultPool
+	}
+	return &domain.VolumeRef{Pool: pool, Volume: d.BaseVolume.ValueString()}
+}
+
+// imageHostProblem says why a kohaku_image id cannot back a VM on vmHost
+// ("" is the provider's default connection); empty when it can.
+func imageHostProblem(vmHost, imageID string) string {
+	host, pool, vol, ok := splitVolumeID(imageID)
+	if !ok {
+		return fmt.Sprintf("%q is not a kohaku_image id. Use the image's id, e.g. image = kohaku_image.debian12.id, which is <pool>/<volume> (\"default/debian-12.qcow2\") on the provider's default host or <host>/<pool>/<volume> (\"gpu2/default/debian-12.qcow2\") on a host of the hosts map.", imageID)
+	}
+	if host == vmHost {
+		return ""
+	}
+	where := func(h string) string {
+		if h == "" {
+			return "the provider's default host"
+		}
+		return fmt.Sprintf("host %q", h)
+	}
+	fix := fmt.Sprintf("the id of a kohaku_image with host = %q", vmHost)
+	if vmHost == "" {
+		fix = "the id of a kohaku_image without host"
+	}
+	return fmt.Sprintf("image %q (pool %q, volume %q) is on %s, but this VM is on %s: an overlay can only be backed by an image in a pool of its own host. Use %s (with for_each over hosts: image = kohaku_image.debian12[each.key].id), or put the VM on the image's host.", imageID, pool, vol, where(host), where(vmHost), fix)
 }
 
 func (m *vmModel) disk(ctx context.Context, diags *diag.Diagnostics) *vmDiskModel {
@@ -161,7 +209,8 @@ type specInput struct {
 	Spec     domain.Spec
 	Unknown  []string
 	Hostdevs []hostdevOrigin
-	// DiskMode is "base_volume", "volume" or "" (no disk).
+	// DiskMode is "base_volume" (a new overlay on an image, named by
+	// image or base_volume), "volume" or "" (no disk).
 	DiskMode string
 }
 
@@ -229,9 +278,10 @@ func (m *vmModel) specFrom(ctx context.Context, diags *diag.Diagnostics) specInp
 		}
 		disk := &domain.Disk{Source: domain.Source{Pool: pool}}
 		switch {
-		case !d.BaseVolume.IsNull():
+		case d.overlay():
 			in.DiskMode = "base_volume"
 			in.str(d.BaseVolume, "disk.volume", "")
+			in.str(d.Image, "disk.volume", "")
 			disk.Volume = overlayName(s.Name)
 			disk.Format = domain.DiskQCOW2
 		default:
@@ -471,7 +521,7 @@ func diskFromDomain(ctx context.Context, d *domain.Disk, st *domainView, prior *
 	if pd != nil {
 		matches := false
 		switch {
-		case !pd.BaseVolume.IsNull():
+		case pd.overlay():
 			matches = st.Overlay != nil && d.Pool == st.Overlay.Pool && d.Volume == st.Overlay.Volume
 		default:
 			matches = d.Pool == pd.Pool.ValueString() && d.Volume == pd.Volume.ValueString()
@@ -481,6 +531,7 @@ func diskFromDomain(ctx context.Context, d *domain.Disk, st *domainView, prior *
 		}
 	}
 	out := vmDiskModel{
+		Image:    types.StringNull(),
 		BasePool: types.StringValue(vmDefaultPool),
 		Pool:     types.StringValue(d.Pool),
 		Volume:   types.StringValue(d.Volume),

@@ -184,6 +184,13 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 		return
 	}
 	summary := "Creating VM " + in.Spec.Name
+	// Checked at plan time when the image's id was known then.
+	if d := plan.disk(ctx, &resp.Diagnostics); d != nil && !d.Image.IsNull() {
+		if p := imageHostProblem(plan.Host.ValueString(), d.Image.ValueString()); p != "" {
+			resp.Diagnostics.AddAttributeError(path.Root("disk").AtName("image"), summary, p+" Nothing was created.")
+			return
+		}
+	}
 	gpus, _ := stringSet(plan.GPUs)
 	waits := plan.Running.ValueBool() && plan.WaitFor.ValueString() != string(ready.ModeNone)
 	res, err := vmlife.Resolve(ctx, c, vmlife.Want{Spec: in.Spec, GPUs: gpus, DiskMode: in.DiskMode, InspectSeed: waits}, nil, true)
@@ -204,7 +211,7 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	p := vmlife.Plan{Spec: res.Spec, Autostart: plan.Autostart.ValueBool(), Running: plan.Running.ValueBool(),
 		KeepOnReadyFailure: plan.OnReadyFailure.ValueString() != deleteOnFailure, Timeout: timeout}
 	if disk := plan.disk(ctx, &resp.Diagnostics); in.DiskMode == "base_volume" && disk != nil {
-		p.Base = &domain.VolumeRef{Pool: disk.BasePool.ValueString(), Volume: disk.BaseVolume.ValueString()}
+		p.Base = disk.base()
 		p.SizeBytes = disk.SizeGiB.ValueInt64() << 30
 	}
 	var out *ready.Outcome
@@ -518,8 +525,8 @@ func volumeRef(v types.String) *domain.VolumeRef {
 func protectedVolumes(ctx context.Context, m *vmModel, diags *diag.Diagnostics) []domain.VolumeRef {
 	var out []domain.VolumeRef
 	if d := m.disk(ctx, diags); d != nil {
-		if !d.BaseVolume.IsNull() {
-			out = append(out, domain.VolumeRef{Pool: d.BasePool.ValueString(), Volume: d.BaseVolume.ValueString()})
+		if b := d.base(); b != nil {
+			out = append(out, *b)
 		}
 		if !d.Volume.IsNull() {
 			out = append(out, domain.VolumeRef{Pool: d.Pool.ValueString(), Volume: d.Volume.ValueString()})

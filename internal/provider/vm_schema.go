@@ -90,20 +90,28 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			},
 			"disk": schema.SingleNestedAttribute{
 				Optional: true,
-				Description: "The boot disk, attached as virtio `vda`. Either `base_volume`: the VM gets its own qcow2 overlay volume `<name>-root.qcow2` in `pool`, backed by the base image, which stays untouched and can be shared by many VMs; destroy deletes the overlay. " +
-					"Or `volume`: an existing volume in `pool` is used as it is and never deleted. Without a disk the VM boots `kernel` and `initrd` alone. Any change to the disk replaces the VM.",
-				PlanModifiers: []planmodifier.Object{objectplanmodifier.RequiresReplace()},
+				Description: "The boot disk, attached as virtio `vda`. Either `image` (a `kohaku_image`'s id) or `base_volume`: the VM gets its own qcow2 overlay volume `<name>-root.qcow2` in `pool`, backed by the base image, which stays untouched and can be shared by many VMs; destroy deletes the overlay. " +
+					"Or `volume`: an existing volume in `pool` is used as it is and never deleted. Without a disk the VM boots `kernel` and `initrd` alone. " +
+					"A disk with no `kernel` boots through firmware: the image's own boot loader under `firmware` (`bios` or `uefi`), as vendors' cloud images expect. " +
+					"Any change to the disk replaces the VM, except naming the same base image another way (`image` for `base_pool`/`base_volume` or back), which changes only the state.",
+				PlanModifiers: []planmodifier.Object{imageDiskHasNoBasePool{}, diskRequiresReplace()},
 				Attributes: map[string]schema.Attribute{
+					"image": schema.StringAttribute{
+						Optional: true,
+						Description: "The `id` of a `kohaku_image`, e.g. `kohaku_image.debian12.id`: `<pool>/<volume>` on the provider's default host, `<host>/<pool>/<volume>` on a host of the `hosts` map. The VM gets its own overlay on it, as with `base_volume`. " +
+							"The image must be on the VM's own `host`: an image of another host is refused at plan time (with `for_each` over hosts, `kohaku_image.debian12[each.key].id`). Exactly one of `image`, `base_volume` and `volume` is set.",
+						Validators: []validator.String{stringvalidator.LengthAtLeast(1)},
+					},
 					"base_volume": schema.StringAttribute{
 						Optional:    true,
-						Description: "Name of the base image volume (for example a cloud image in qcow2 or raw) the overlay is backed by. Exactly one of `base_volume` and `volume` is set.",
+						Description: "Name of the base image volume (for example a cloud image in qcow2 or raw) the overlay is backed by, when it is not a `kohaku_image` of this configuration (use `image` for those). Exactly one of `image`, `base_volume` and `volume` is set.",
 						Validators:  []validator.String{stringvalidator.LengthAtLeast(1)},
 					},
 					"base_pool": schema.StringAttribute{
 						Optional:    true,
 						Computed:    true,
 						Default:     stringdefault.StaticString(vmDefaultPool),
-						Description: "Storage pool of `base_volume`. Default `default`.",
+						Description: "Storage pool of `base_volume`. Default `default`. Null with `image`, whose id names the pool.",
 						Validators:  []validator.String{stringvalidator.LengthAtLeast(1)},
 					},
 					"volume": schema.StringAttribute{
@@ -120,7 +128,7 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 					},
 					"size_gib": schema.Int64Attribute{
 						Optional:    true,
-						Description: "Virtual size of the overlay in GiB, at least the base image's size; the guest grows its filesystem into the extra space (cloud-init's growpart does). Default: the base image's size. Only with `base_volume`.",
+						Description: "Virtual size of the overlay in GiB, at least the base image's size; the guest grows its filesystem into the extra space (cloud-init's growpart does). Default: the base image's size. Only with `image` or `base_volume`.",
 						Validators:  []validator.Int64{int64validator.AtLeast(1)},
 					},
 				},
@@ -266,5 +274,62 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 	}
 	for name, a := range waitSchema() {
 		resp.Schema.Attributes[name] = a
+	}
+}
+
+// diskRequiresReplace replaces the VM on any change of the disk except one
+// that names the same base image another way (image for
+// base_pool/base_volume, or back) with the same overlay pool and size: the
+// domain and its overlay stay what they are, so only the state changes.
+func diskRequiresReplace() planmodifier.Object {
+	const desc = "Replaces the VM unless the change names the same base image another way."
+	return objectplanmodifier.RequiresReplaceIf(func(ctx context.Context, req planmodifier.ObjectRequest, resp *objectplanmodifier.RequiresReplaceIfFuncResponse) {
+		resp.RequiresReplace = true
+		if req.StateValue.IsNull() || req.PlanValue.IsNull() || req.PlanValue.IsUnknown() {
+			return
+		}
+		var st, pl vmDiskModel
+		if d := req.StateValue.As(ctx, &st, objectAsOptions); d.HasError() {
+			return
+		}
+		if d := req.PlanValue.As(ctx, &pl, objectAsOptions); d.HasError() {
+			return
+		}
+		sb, pb := st.base(), pl.base()
+		same := sb != nil && pb != nil && *sb == *pb && st.Pool.Equal(pl.Pool) && st.SizeGiB.Equal(pl.SizeGiB)
+		resp.RequiresReplace = !same
+	}, desc, desc)
+}
+
+// imageDiskHasNoBasePool plans base_pool null when the disk names its base
+// by image (whose id holds the pool), instead of the schema's default, so the
+// plan does not show a pool the image is not in.
+type imageDiskHasNoBasePool struct{}
+
+func (imageDiskHasNoBasePool) Description(context.Context) string {
+	return "base_pool is null when image is set."
+}
+
+func (m imageDiskHasNoBasePool) MarkdownDescription(ctx context.Context) string {
+	return m.Description(ctx)
+}
+
+func (imageDiskHasNoBasePool) PlanModifyObject(ctx context.Context, req planmodifier.ObjectRequest, resp *planmodifier.ObjectResponse) {
+	if req.PlanValue.IsNull() || req.PlanValue.IsUnknown() || req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	var cfg vmDiskModel
+	if d := req.ConfigValue.As(ctx, &cfg, objectAsOptions); d.HasError() {
+		return
+	}
+	if cfg.Image.IsNull() || !cfg.BasePool.IsNull() {
+		return
+	}
+	attrs := req.PlanValue.Attributes()
+	attrs["base_pool"] = types.StringNull()
+	v, d := types.ObjectValue(vmDiskAttrTypes, attrs)
+	resp.Diagnostics.Append(d...)
+	if !d.HasError() {
+		resp.PlanValue = v
 	}
 }

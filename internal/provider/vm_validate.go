@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -26,7 +27,7 @@ func (r *vmResource) ValidateConfig(ctx context.Context, req resource.ValidateCo
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	validateDiskChoice(cfg.disk(ctx, &resp.Diagnostics), &in, resp)
+	validateDiskChoice(cfg.disk(ctx, &resp.Diagnostics), cfg.Host, &in, resp)
 	validateWaitConfig(&cfg, &resp.Diagnostics)
 	addValidationErrors(&resp.Diagnostics, domain.Validate(in.Spec), in.report())
 
@@ -46,27 +47,59 @@ func (r *vmResource) ValidateConfig(ctx context.Context, req resource.ValidateCo
 	}
 }
 
-// validateDiskChoice checks that the disk names exactly one source and that
-// the overlay-only settings come with an overlay.
-func validateDiskChoice(d *vmDiskModel, in *specInput, resp *resource.ValidateConfigResponse) {
+// validateDiskChoice checks that the disk names exactly one source, that
+// an image id is well formed and on the VM's host, and that the
+// overlay-only settings come with an overlay.
+func validateDiskChoice(d *vmDiskModel, vmHost types.String, in *specInput, resp *resource.ValidateConfigResponse) {
 	if d == nil {
 		return
 	}
-	example := `disk = { base_pool = "images", base_volume = "debian-12.qcow2" } for a new overlay on an image, or disk = { pool = "default", volume = "web-1.qcow2" } for an existing volume`
+	example := `disk = { image = kohaku_image.debian12.id } or disk = { base_pool = "images", base_volume = "debian-12.qcow2" } for a new overlay on an image, or disk = { pool = "default", volume = "web-1.qcow2" } for an existing volume`
+	if d.Image.IsUnknown() || d.BaseVolume.IsUnknown() || d.Volume.IsUnknown() {
+		return
+	}
+	var set []string
+	for _, c := range []struct {
+		name string
+		v    types.String
+	}{{"image", d.Image}, {"base_volume", d.BaseVolume}, {"volume", d.Volume}} {
+		if !c.v.IsNull() {
+			set = append(set, c.name)
+		}
+	}
 	switch {
-	case d.BaseVolume.IsUnknown() || d.Volume.IsUnknown():
-	case !d.BaseVolume.IsNull() && !d.Volume.IsNull():
-		resp.Diagnostics.AddAttributeError(path.Root("disk").AtName("volume"), "Conflicting disk sources",
-			"disk: set either base_volume (the VM gets its own overlay on that image) or volume (an existing volume, used as it is), not both. For example: "+example+".")
-	case d.BaseVolume.IsNull() && d.Volume.IsNull():
+	case len(set) > 1:
+		resp.Diagnostics.AddAttributeError(path.Root("disk").AtName(set[1]), "Conflicting disk sources",
+			fmt.Sprintf("disk sets %s: set only one of image or base_volume (the VM gets its own overlay on that image) or volume (an existing volume, used as it is). For example: %s.", strings.Join(set, " and "), example))
+		return
+	case len(set) == 0:
 		in.unknownAt("disk.volume") // reported here, better than the domain check would
 		resp.Diagnostics.AddAttributeError(path.Root("disk"), "Missing disk source",
-			"disk: set base_volume (the VM gets its own overlay on that image) or volume (an existing volume, used as it is). For example: "+example+".")
-	case d.BaseVolume.IsNull():
+			"disk: set image or base_volume (the VM gets its own overlay on that image) or volume (an existing volume, used as it is). For example: "+example+".")
+		return
+	}
+	switch set[0] {
+	case "image":
+		if !d.BasePool.IsNull() {
+			resp.Diagnostics.AddAttributeError(path.Root("disk").AtName("base_pool"), "Setting without base_volume",
+				"disk.base_pool names the pool of base_volume; with image, the pool is part of the image's id. Remove base_pool.")
+		}
+		if vmHost.IsUnknown() {
+			return
+		}
+		if p := imageHostProblem(vmHost.ValueString(), d.Image.ValueString()); p != "" {
+			summary := "Image on another host"
+			if _, _, _, ok := splitVolumeID(d.Image.ValueString()); !ok {
+				summary = "Invalid disk.image"
+			}
+			in.unknownAt("disk.volume")
+			resp.Diagnostics.AddAttributeError(path.Root("disk").AtName("image"), summary, p)
+		}
+	case "volume":
 		for name, v := range map[string]attr.Value{"base_pool": d.BasePool, "size_gib": d.SizeGiB} {
 			if !v.IsNull() {
 				resp.Diagnostics.AddAttributeError(path.Root("disk").AtName(name), "Setting without an overlay",
-					fmt.Sprintf("disk.%s only applies to an overlay on a base image (disk.base_volume); an existing volume (disk.volume) is used as it is. Remove %s, or use base_volume instead of volume.", name, name))
+					fmt.Sprintf("disk.%s only applies to an overlay on a base image (disk.image or disk.base_volume); an existing volume (disk.volume) is used as it is. Remove %s, or use image or base_volume instead of volume.", name, name))
 			}
 		}
 	}

@@ -77,6 +77,28 @@ func TestVMRejectsBadInputAtPlan(t *testing.T) {
   gpus = ["gpu2/0000:01:00.0"]`,
 			want: []string{`GPU on another host`, `"gpu2/0000:01:00.0" is bound on host "gpu2", but this VM is on host "gpu1"`},
 		},
+		"image of the default host on a hosts map host": {
+			body: `
+  host = "gpu1"
+  disk = { image = "default/debian-12.qcow2" }`,
+			want: []string{`Image on another host`, `image "default/debian-12.qcow2" (pool "default", volume "debian-12.qcow2") is on the provider's default host, but this VM is on host "gpu1"`, `Use the id of a kohaku_image with host = "gpu1"`},
+		},
+		"image of a hosts map host on the default host": {
+			body: `disk = { image = "gpu2/images/debian-12.qcow2" }`,
+			want: []string{`Image on another host`, `is on host "gpu2", but this VM is on the provider's default host`, `Use the id of a kohaku_image without host`},
+		},
+		"image that is not an id": {
+			body: `disk = { image = "debian-12.qcow2" }`,
+			want: []string{`Invalid disk.image`, `"debian-12.qcow2" is not a kohaku_image id`, `image = kohaku_image.debian12.id`},
+		},
+		"image and base_volume": {
+			body: `disk = { image = "default/debian-12.qcow2", base_volume = "debian-12.qcow2" }`,
+			want: []string{`Conflicting disk sources`, `disk sets image and base_volume: set only one of image or base_volume`},
+		},
+		"base_pool with image": {
+			body: `disk = { image = "default/debian-12.qcow2", base_pool = "images" }`,
+			want: []string{`Setting without base_volume`, `with image, the pool is part of the image's id`},
+		},
 		"unknown on_config_mismatch": {
 			body: `on_config_mismatch = "error"`,
 			want: []string{`Invalid Attribute Value Match`, `on_config_mismatch`, `value must be one of: ["warn" "fail"], got: "error"`},
@@ -131,11 +153,11 @@ func TestVMRejectsBadBootAtPlan(t *testing.T) {
 		},
 		"both base and volume": {
 			body: `disk = { base_volume = "a.qcow2", volume = "b.qcow2" }`,
-			want: []string{`Conflicting disk sources`, `set either base_volume`, `or volume`},
+			want: []string{`Conflicting disk sources`, `disk sets base_volume and volume: set only one of image or base_volume`, `or volume`},
 		},
 		"neither base nor volume": {
 			body: `disk = { pool = "default" }`,
-			want: []string{`Missing disk source`, `set base_volume`},
+			want: []string{`Missing disk source`, `set image or base_volume`},
 		},
 		"size without base": {
 			body: `disk = { volume = "b.qcow2", size_gib = 20 }`,

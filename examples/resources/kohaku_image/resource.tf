@@ -26,16 +26,21 @@ resource "kohaku_image" "debian12_raw" {
 }
 
 # A VM boots the image through its own boot loader: firmware, no kernel.
+# disk.image takes the image's id, which names its host: one VM per host,
+# each on the copy of its own host (a VM given another host's image is
+# refused at plan time).
 resource "kohaku_vm" "web" {
-  name       = "web-1"
+  for_each = kohaku_image.debian12
+
+  host       = each.value.host
+  name       = "web-${each.key == "" ? "default" : each.key}"
   memory_mib = 2048
   vcpu       = 2
   firmware   = "uefi"
 
   disk = {
-    base_pool   = kohaku_image.debian12[""].pool
-    base_volume = kohaku_image.debian12[""].name
-    pool        = "default"
-    size_gib    = 20
+    image    = each.value.id
+    pool     = "default"
+    size_gib = 20
   }
 }
