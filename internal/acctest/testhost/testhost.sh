@@ -111,7 +111,11 @@ readonly IMAGE_SIZE=3G
 # /etc/network/interfaces.d (ENI renderer) when ifupdown is present; no netplan.io.
 # resolvconf: without it the ENI "dns-nameservers" lines of a static config do nothing.
 # zstd: initramfs-tools falls back to gzip -9 without it (about 60 s more per initrd).
-readonly IMAGE_INCLUDE=systemd-sysv,udev,cloud-init,iproute2,ifupdown,isc-dhcp-client,resolvconf,openssh-server,qemu-guest-agent,initramfs-tools,zstd,curl,ca-certificates,netbase,kmod,python3
+# dbus: systemd-logind (in systemd) starts only when dbus.service exists, and logind is
+# what powers the guest off on the ACPI power button, as in Debian's cloud images.
+# minbase has no dbus: without it every graceful shutdown waited its whole timeout.
+# (Debian 13's recipe gets dbus through netplan.io and systemd-resolved.)
+readonly IMAGE_INCLUDE=systemd-sysv,udev,dbus,cloud-init,iproute2,ifupdown,isc-dhcp-client,resolvconf,openssh-server,qemu-guest-agent,initramfs-tools,zstd,curl,ca-certificates,netbase,kmod,python3
 # The kernel goes in with a second apt run: in the same run as initramfs-tools the
 # initrd is generated twice (kernel hook, then initramfs-tools' own trigger).
 readonly IMAGE_KERNEL=linux-image-amd64
