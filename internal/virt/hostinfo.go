@@ -24,8 +24,11 @@ type HostInfo struct {
 	// DomainTypes are the domain types libvirt offers for the host's own
 	// architecture, e.g. ["qemu"] or ["kvm", "qemu"].
 	DomainTypes []string
-	Pools       []PoolInfo
-	Networks    []NetworkInfo
+	// NUMANodes are the host's NUMA cells, by id, with free memory and free
+	// huge pages read at the same time.
+	NUMANodes []NUMANode
+	Pools     []PoolInfo
+	Networks  []NetworkInfo
 }
 
 // KVM reports whether libvirt offers kvm domains on this host.
@@ -57,8 +60,11 @@ type NetworkInfo struct {
 	Active  bool
 }
 
-// HostInfo reads versions, capabilities, pools and networks from the host.
-// It makes a fixed number of calls plus one per pool and one per network.
+// HostInfo reads versions, capabilities, NUMA cells, pools and networks from
+// the host. It makes a fixed number of calls (versions, node info and the
+// capabilities; one free-memory call; one free-pages call per run of
+// consecutive NUMA cell ids, which is one on usual hosts) plus one per pool
+// and one per network.
 func (c *Client) HostInfo(ctx context.Context) (*HostInfo, error) {
 	h := &HostInfo{}
 	var capsXML string
@@ -95,6 +101,9 @@ func (c *Client) HostInfo(ctx context.Context) (*HostInfo, error) {
 	if err := h.fromCapabilities(capsXML); err != nil {
 		return nil, err
 	}
+	if err := c.numaFree(ctx, h.NUMANodes); err != nil {
+		return nil, err
+	}
 	if h.Pools, err = c.pools(ctx); err != nil {
 		return nil, err
 	}
@@ -126,7 +135,9 @@ func (h *HostInfo) fromCapabilities(doc string) error {
 		}
 	}
 	sort.Strings(h.DomainTypes)
-	return nil
+	var err error
+	h.NUMANodes, err = numaFromCapabilities(&caps)
+	return err
 }
 
 func (c *Client) pools(ctx context.Context) ([]PoolInfo, error) {
