@@ -1,0 +1,320 @@
+package provider
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+)
+
+// The graceful shutdown test's two guests: "clean" powers off on the ACPI
+// power button, as a cloud image does (systemd-logind handles it); "deaf"
+// is the same image told to ignore it (logind's HandlePowerKey=ignore).
+// Neither has the guest agent channel, so libvirt's shutdown request is the
+// ACPI power button alone.
+const (
+	shutdownCleanTimeout = 60 * time.Second
+	shutdownDeafTimeout  = 10 * time.Second
+)
+
+// shutdownGuest is one guest of the test as a step configures it.
+type shutdownGuest struct {
+	present bool
+	memory  int
+	running bool
+}
+
+func shutdownConfig(env vmEnv, prefix string, clean, deaf shutdownGuest) string {
+	vm := func(label string, g shutdownGuest, timeout time.Duration, seedExtra string) string {
+		if !g.present {
+			return ""
+		}
+		return fmt.Sprintf(`
+resource "kohaku_seed" %[1]q {
+  name     = "%[2]s%[1]s-seed.iso"
+  pool     = %[3]q
+  hostname = %[1]q
+  network = [{
+    addresses   = ["10.0.2.15/24"]
+    gateway4    = "10.0.2.2"
+    nameservers = ["10.0.2.3"]
+  }]
+%[4]s  user_data = <<-EOT
+    #cloud-config
+    runcmd:
+      - [sh, -c, 'if [ -e /etc/systemd/logind.conf.d/kohaku-deaf.conf ]; then systemctl restart systemd-logind.service; fi']
+      - [sh, -c, 'echo "kohaku-acpi: logind $(systemctl is-active systemd-logind.service), dbus $(systemctl is-active dbus.service), power key $(cat /etc/systemd/logind.conf.d/kohaku-deaf.conf 2>/dev/null | grep -o "HandlePowerKey=.*" || echo default)" > /dev/ttyS0']
+  EOT
+}
+
+resource "kohaku_vm" %[1]q {
+  name       = "%[2]s%[1]s"
+  type       = "qemu"
+  vcpu       = 1
+  memory_mib = %[5]d
+  running    = %[6]t
+  kernel     = %[7]q
+  initrd     = %[8]q
+  cmdline    = "root=/dev/vda rw console=ttyS0 panic=5"
+  seed_id    = kohaku_seed.%[1]s.id
+
+  disk = {
+    base_pool   = %[9]q
+    base_volume = %[10]q
+    pool        = %[3]q
+  }
+  network_interface = [{ type = "user" }]
+  guest_agent       = false
+  shutdown_timeout  = %[11]q
+  destroy_shutdown  = "graceful"
+  timeouts {
+    create = "15m"
+  }
+}
+`, label, prefix, env.Pool, seedExtra, g.memory, g.running, env.Kernel, env.Initrd, env.ImagePool, env.Base, timeout.String())
+	}
+	deafFiles := `  write_files = [{
+    path    = "/etc/systemd/logind.conf.d/kohaku-deaf.conf"
+    content = "[Login]\nHandlePowerKey=ignore\n"
+  }]
+`
+	return providerBlock(env.URI) + vm("clean", clean, shutdownCleanTimeout, "") + vm("deaf", deaf, shutdownDeafTimeout, deafFiles)
+}
+
+var (
+	// consolePowerDown is what the guest kernel prints last when it powers
+	// off (after systemd stopped everything); a forced off prints nothing.
+	consolePowerDown = regexp.MustCompile(`reboot: Power down`)
+	// consoleBoot starts each boot's kernel log.
+	consoleBoot = regexp.MustCompile(`Linux version \d`)
+	// consoleLogind is systemd starting logind, which handles the power
+	// button (the unit name may sit between colour codes).
+	consoleLogind = regexp.MustCompile(`Started \S{0,16}systemd-logind\.service`)
+	// libvirtStop is the line libvirt writes to the domain's log when its
+	// QEMU ends: reason=shutdown when the guest powered off,
+	// reason=destroyed when it was forced off.
+	libvirtStop = regexp.MustCompile(`(?m)^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}[+-]\d{4}): shutting down, reason=(\w+)`)
+)
+
+func readConsole(name string) string {
+	b, _ := os.ReadFile(domain.DefaultSerialLogPath(name))
+	return string(b)
+}
+
+// libvirtStops are the stops libvirt logged for the domain: their times
+// and reasons, in order.
+func libvirtStops(name string) ([]time.Time, []string) {
+	b, _ := os.ReadFile(filepath.Join("/var/log/libvirt/qemu", name+".log"))
+	var at []time.Time
+	var why []string
+	for _, m := range libvirtStop.FindAllStringSubmatch(string(b), -1) {
+		t, err := time.Parse("2006-01-02 15:04:05.000-0700", m[1])
+		if err != nil {
+			continue
+		}
+		at, why = append(at, t), append(why, m[2])
+	}
+	return at, why
+}
+
+// forcedOffWarnings counts the provider's "the guest was forced off"
+// warnings for the VM name in the provider log (TF_LOG_PATH): the
+// diagnostics it sent Terraform, which Terraform shows to the user.
+func forcedOffWarnings(logPath, name string) int {
+	b, _ := os.ReadFile(logPath)
+	reqs := map[string]bool{} // one warning per request, however often logged
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "Response contains warning diagnostic") && strings.Contains(l, "VM "+name+": the guest was forced off") {
+			id := fmt.Sprint(i)
+			if m := logReqID.FindStringSubmatch(l); m != nil {
+				id = m[1]
+			}
+			reqs[id] = true
+		}
+	}
+	return len(reqs)
+}
+
+var logReqID = regexp.MustCompile(`tf_req_id=(\S+)`)
+
+// waitBooted waits until the guest's boot number n (1 is the first) has
+// started logind, so the power button is handled when the next step asks.
+func waitBooted(t *testing.T, name string, n int) {
+	t.Helper()
+	began := time.Now()
+	for time.Since(began) < 8*time.Minute {
+		c := readConsole(name)
+		if boots := consoleBoot.FindAllStringIndex(c, -1); len(boots) >= n && consoleLogind.MatchString(c[boots[n-1][0]:]) {
+			// logind takes its bus name a moment before it has opened
+			// the power button.
+			time.Sleep(2 * time.Second)
+			t.Logf("%s: boot %d reached logind %s after the step that started it", name, n, time.Since(began).Round(time.Second))
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("%s: boot %d did not start logind within 8 minutes; console tail:\n%s", name, n, tail(readConsole(name), 2000))
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// A guest that honours ACPI powers off cleanly, well within its
+// shutdown_timeout, when the provider stops it (running = false), restarts
+// it for an update (memory_mib) and destroys it (destroy_shutdown =
+// "graceful"): the kernel's "reboot: Power down" on its console and
+// libvirt's reason=shutdown prove each. The same image told to ignore the
+// power button is forced off after its shutdown_timeout on a restart and
+// on destroy (reason=destroyed, no power-down on its console), and the
+// provider says so in a warning each time. Two guests, five boots, under
+// TCG; later boots of one guest overlap the other guest's steps.
+func TestAccVM_gracefulShutdown(t *testing.T) {
+	env := newVMEnv(t)
+	prefix := vmTestPrefix(t, env, "acpi")
+	cleanName, deafName := prefix+"clean", prefix+"deaf"
+	// The provider's warnings, as the in-process provider logs every
+	// diagnostic it returns (TF_LOG sets the level of that log, TF_LOG_PATH
+	// where it goes; Terraform's own log stays off).
+	logPath := filepath.Join(t.TempDir(), "provider.log")
+	t.Setenv("TF_LOG", "WARN")
+	t.Setenv("TF_LOG_PATH", logPath)
+
+	var began time.Time
+	start := func() { began = time.Now() }
+	// stopped checks the guest's last stop: the count of clean power-downs
+	// on its console and libvirt's reasons so far, how long the step took
+	// against the guest's shutdown_timeout, and the provider's warnings.
+	stopped := func(name string, timeout time.Duration, powerDowns int, reasons string, warnings int) resource.TestCheckFunc {
+		return func(*terraform.State) error {
+			took := time.Since(began)
+			at, why := libvirtStops(name)
+			downs := len(consolePowerDown.FindAllStringIndex(readConsole(name), -1))
+			warned := forcedOffWarnings(logPath, name)
+			off := "?"
+			if len(at) > 0 {
+				off = at[len(at)-1].Sub(began).Round(100 * time.Millisecond).String()
+			}
+			t.Logf("%s: step took %s (shutdown_timeout %s); powered off %s after the step began, libvirt reasons %v; console power-downs %d; forced-off warnings %d",
+				name, took.Round(100*time.Millisecond), timeout, off, why, downs, warned)
+			if got := strings.Join(why, ","); got != reasons {
+				return fmt.Errorf("%s: libvirt logged stops %q, want %q", name, got, reasons)
+			}
+			if downs != powerDowns {
+				return fmt.Errorf("%s: %d clean power-downs on its console, want %d", name, downs, powerDowns)
+			}
+			if warned != warnings {
+				return fmt.Errorf("%s: %d forced-off warnings from the provider, want %d", name, warned, warnings)
+			}
+			// The step began before Terraform planned, so this is an upper
+			// bound of the time from the request to the power-off.
+			last := at[len(at)-1].Sub(began)
+			if clean := strings.HasSuffix(reasons, "shutdown"); clean && last > timeout/2 {
+				return fmt.Errorf("%s powered off cleanly but %s after the step began, not well within its shutdown_timeout %s", name, last, timeout)
+			} else if !clean && last < timeout {
+				return fmt.Errorf("%s was forced off %s after the step began, before its shutdown_timeout %s", name, last, timeout)
+			}
+			return nil
+		}
+	}
+	noPowerDown := func(name string) resource.TestCheckFunc {
+		return func(*terraform.State) error {
+			if _, why := libvirtStops(name); len(why) > 0 {
+				return fmt.Errorf("%s stopped (%v) in a step that does not touch it", name, why)
+			}
+			return nil
+		}
+	}
+	consoleSays := func(name, want string) resource.TestCheckFunc {
+		return func(*terraform.State) error {
+			if c := readConsole(name); !strings.Contains(c, want) {
+				return fmt.Errorf("the console of %s lacks %q; tail:\n%s", name, want, tail(c, 1500))
+			}
+			return nil
+		}
+	}
+	both := func(cleanMem int, cleanRunning bool, deafMem int) string {
+		return shutdownConfig(env, prefix, shutdownGuest{true, cleanMem, cleanRunning}, shutdownGuest{true, deafMem, true})
+	}
+	update := func(addr string) resource.ConfigPlanChecks {
+		return resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)}}
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		Steps: []resource.TestStep{
+			{
+				// Both guests boot and report ready: logind runs in both
+				// (the test image has dbus, as cloud images do); deaf's
+				// is told to ignore the power key.
+				Config: both(768, true, 768),
+				Check: resource.ComposeAggregateTestCheckFunc(
+					vmCheckDomState(env, cleanName, "running"), vmCheckDomState(env, deafName, "running"),
+					consoleSays(cleanName, "kohaku-acpi: logind active, dbus active, power key default"),
+					consoleSays(deafName, "kohaku-acpi: logind active, dbus active, power key HandlePowerKey=ignore"),
+					noPowerDown(cleanName), noPowerDown(deafName)),
+			},
+			{
+				// An update that restarts: clean powers off on the button.
+				PreConfig:        start,
+				Config:           both(896, true, 768),
+				ConfigPlanChecks: update("kohaku_vm.clean"),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("kohaku_vm.clean", tfjsonpath.New("memory_mib"), knownvalue.Int64Exact(896)),
+				},
+				Check: resource.ComposeAggregateTestCheckFunc(vmCheckDomState(env, cleanName, "running"),
+					stopped(cleanName, shutdownCleanTimeout, 1, "shutdown", 0)),
+			},
+			{
+				// The same update of deaf: forced off after its timeout.
+				PreConfig:        start,
+				Config:           both(896, true, 896),
+				ConfigPlanChecks: update("kohaku_vm.deaf"),
+				Check: resource.ComposeAggregateTestCheckFunc(vmCheckDomState(env, deafName, "running"),
+					stopped(deafName, shutdownDeafTimeout, 0, "destroyed", 1)),
+			},
+			{
+				// Stop (running = false), once clean's second boot is up.
+				PreConfig:        func() { waitBooted(t, cleanName, 2); start() },
+				Config:           both(896, false, 896),
+				ConfigPlanChecks: update("kohaku_vm.clean"),
+				Check: resource.ComposeAggregateTestCheckFunc(vmCheckDomState(env, cleanName, "shut off"),
+					stopped(cleanName, shutdownCleanTimeout, 2, "shutdown,shutdown", 0)),
+			},
+			{
+				Config: both(896, true, 896),
+				Check:  vmCheckDomState(env, cleanName, "running"),
+			},
+			{
+				// Destroy of deaf with destroy_shutdown = "graceful", once
+				// its second boot is up (logind read the drop-in again):
+				// forced off after its timeout.
+				PreConfig: func() { waitBooted(t, deafName, 2); start() },
+				Config:    shutdownConfig(env, prefix, shutdownGuest{true, 896, true}, shutdownGuest{}),
+				Check:     stopped(deafName, shutdownDeafTimeout, 0, "destroyed,destroyed", 2),
+			},
+			{
+				// Destroy of clean, once its third boot is up.
+				PreConfig: func() { waitBooted(t, cleanName, 3); start() },
+				Config:    providerBlock(env.URI),
+				Check: resource.ComposeAggregateTestCheckFunc(vmCheckNothingLeft(env, prefix),
+					stopped(cleanName, shutdownCleanTimeout, 3, "shutdown,shutdown,shutdown", 0)),
+			},
+		},
+	})
+}
