@@ -56,6 +56,12 @@ func Build(spec Spec) (*libvirtxml.Domain, error) {
 		}
 	}
 
+	if n.PCIMMIO64GiB > 0 && n.Firmware == FirmwareUEFI {
+		dom.QEMUCommandline = &libvirtxml.DomainQEMUCommandline{Args: []libvirtxml.DomainQEMUCommandlineArg{
+			{Value: "-fw_cfg"}, {Value: fmt.Sprintf("%s,string=%d", ovmfMMIO64Name, n.PCIMMIO64GiB<<10)},
+		}}
+	}
+
 	meta, err := marshalMetadata(Metadata{SpecHash: Hash(spec), Owner: n.Owner})
 	if err != nil {
 		return nil, fmt.Errorf("build domain %q: %w", n.Name, err)
@@ -113,6 +119,10 @@ func Build(spec Spec) (*libvirtxml.Domain, error) {
 	}}
 	return dom, nil
 }
+
+// ovmfMMIO64Name is the fw_cfg item OVMF reads its 64-bit PCI aperture
+// from, in MiB.
+const ovmfMMIO64Name = "name=opt/ovmf/X-PciMmio64Mb"
 
 // Marshal builds spec and returns the domain XML.
 func Marshal(spec Spec) (string, error) {
@@ -190,10 +200,17 @@ func buildControllers(n Spec) []libvirtxml.DomainController {
 		// libvirt's default SCSI model on x86 is lsilogic; ask for virtio-scsi.
 		cs = append(cs, libvirtxml.DomainController{Type: "scsi", Model: "virtio-scsi"})
 	}
+	var hole64 *libvirtxml.DomainControllerPCI
+	if n.PCIMMIO64GiB > 0 {
+		hole64 = &libvirtxml.DomainControllerPCI{Hole64: &libvirtxml.DomainControllerPCIHole64{Size: uint64(n.PCIMMIO64GiB) << 20, Unit: "KiB"}}
+	}
+	if n.Machine == MachinePC && hole64 != nil {
+		cs = append(cs, libvirtxml.DomainController{Type: "pci", Index: new(uint(0)), Model: "pci-root", PCI: hole64})
+	}
 	if n.Machine == MachineQ35 {
 		// Root ports without an index would make libvirt give the first of
 		// them index 0, which is pcie-root's; name pcie-root so they count on.
-		cs = append(cs, libvirtxml.DomainController{Type: "pci", Index: new(uint(0)), Model: "pcie-root"})
+		cs = append(cs, libvirtxml.DomainController{Type: "pci", Index: new(uint(0)), Model: "pcie-root", PCI: hole64})
 		for range pcieEndpoints(n) + n.HotplugPorts {
 			cs = append(cs, libvirtxml.DomainController{Type: "pci", Model: "pcie-root-port"})
 		}

@@ -100,7 +100,62 @@ func ParseDomain(dom *libvirtxml.Domain) (Observed, error) {
 	if s.Machine == MachineQ35 && dom.Devices != nil {
 		s.HotplugPorts = freeRootPorts(dom.Devices, *s)
 	}
+	o.parseMMIO64(dom)
 	return o, nil
+}
+
+// parseMMIO64 reads PCIMMIO64GiB back from the root bus's pcihole64 and,
+// under UEFI, OVMF's fw_cfg aperture, which Build sets together.
+func (o *Observed) parseMMIO64(dom *libvirtxml.Domain) {
+	s := &o.Spec
+	if dom.Devices != nil {
+		for _, c := range dom.Devices.Controllers {
+			if c.Type != "pci" || (c.Model != "pcie-root" && c.Model != "pci-root") || c.PCI == nil || c.PCI.Hole64 == nil {
+				continue
+			}
+			kib, err := toKiB(c.PCI.Hole64.Size, c.PCI.Hole64.Unit)
+			if err != nil || kib%(1<<20) != 0 {
+				o.unrecognized("pcihole64 of %d %s (not whole GiB)", c.PCI.Hole64.Size, c.PCI.Hole64.Unit)
+				continue
+			}
+			s.PCIMMIO64GiB = int(kib >> 20)
+		}
+	}
+	if dom.QEMUCommandline == nil {
+		return
+	}
+	args := dom.QEMUCommandline.Args
+	for i := 0; i < len(args); i++ {
+		if args[i].Value == "-fw_cfg" && i+1 < len(args) && strings.HasPrefix(args[i+1].Value, ovmfMMIO64Name+",string=") {
+			mib := strings.TrimPrefix(args[i+1].Value, ovmfMMIO64Name+",string=")
+			if s.Firmware != FirmwareUEFI || mib != fmt.Sprint(s.PCIMMIO64GiB<<10) {
+				o.unrecognized("OVMF 64-bit aperture of %s MiB with pcihole64 of %d GiB", mib, s.PCIMMIO64GiB)
+			}
+			i++
+			continue
+		}
+		o.unrecognized("QEMU command-line argument %q", args[i].Value)
+	}
+	if len(dom.QEMUCommandline.Envs) > 0 {
+		o.unrecognized("QEMU command-line environment")
+	}
+}
+
+// toKiB converts a libvirt scaled integer to KiB.
+func toKiB(v uint64, unit string) (uint64, error) {
+	switch strings.ToLower(unit) {
+	case "", "b", "bytes":
+		return v >> 10, nil
+	case "k", "kib":
+		return v, nil
+	case "m", "mib":
+		return v << 10, nil
+	case "g", "gib":
+		return v << 20, nil
+	case "t", "tib":
+		return v << 30, nil
+	}
+	return 0, fmt.Errorf("unit %q", unit)
 }
 
 func (o *Observed) unrecognized(format string, args ...any) {

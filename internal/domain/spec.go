@@ -177,6 +177,9 @@ const (
 	MaxNameLen          = 63
 	DefaultHotplugPorts = 4
 	MaxHotplugPorts     = 16
+	// MaxPCIMMIO64GiB is 32 TiB: within the 46 physical address bits of
+	// current server CPUs, with room for the guest's RAM below it.
+	MaxPCIMMIO64GiB = 32 << 10
 )
 
 // Spec describes a VM. Zero values mean defaults; Normalize fills them in.
@@ -219,6 +222,16 @@ type Spec struct {
 	// hotplug; 0 means DefaultHotplugPorts. It must stay 0 on pc, whose PCI bus
 	// hotplugs without them.
 	HotplugPorts int `json:"hotplug_ports,omitempty"`
+
+	// PCIMMIO64GiB sizes the guest's 64-bit PCI MMIO window, in GiB, for
+	// passed-through devices with large BARs (a data-centre GPU's 64-bit BAR
+	// is 32-128 GiB, more than firmware opens by default). 0 keeps QEMU's and
+	// the firmware's defaults. It sets the root bus's pcihole64 (QEMU's
+	// pci-hole64-size, which SeaBIOS and the guest's ACPI tables follow) and,
+	// under UEFI, OVMF's 64-bit aperture (fw_cfg opt/ovmf/X-PciMmio64Mb,
+	// through libvirt's QEMU command-line namespace: libvirt 9.0 has no
+	// element for it).
+	PCIMMIO64GiB int `json:"pci_mmio64_gib,omitempty"`
 
 	// Owner is recorded in the metadata; it is not part of the VM's hardware.
 	Owner Ownership `json:"-"`

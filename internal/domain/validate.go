@@ -126,6 +126,9 @@ func (v *validator) hardware(s Spec) {
 	default:
 		v.add("cpu_mode", `"host-passthrough", "host-model" or "maximum"`, "unknown CPU mode %q", s.CPUMode)
 	}
+	if s.PCIMMIO64GiB < 0 || s.PCIMMIO64GiB > MaxPCIMMIO64GiB {
+		v.add("pci_mmio64_gib", "256", "%d GiB is outside 0..%d (0 keeps the firmware's default)", s.PCIMMIO64GiB, MaxPCIMMIO64GiB)
+	}
 	if s.HotplugPorts < 0 || s.HotplugPorts > MaxHotplugPorts {
 		v.add("hotplug_ports", "4", "%d is outside 0..%d", s.HotplugPorts, MaxHotplugPorts)
 	} else if s.Machine == MachinePC && s.HotplugPorts != 0 {

@@ -409,6 +409,9 @@ resource "kohaku_image" "zst" {
 	// Each seed writes its generation into the share; the VMs follow the
 	// docs' recipe for seed content changes (replace_triggered_by).
 	const generation = "      - echo GEN_%[1]s > /shared/generation\n"
+	// Each VM asks for a 64-bit PCI window larger than QEMU's default of
+	// 32 GiB; the guest reports the root bus's windows from /proc/iomem.
+	mmio64 := map[string]int{"bios": 64, "uefi": 128}
 	for fw, image := range map[string]string{"bios": "qcow2", "uefi": "zst"} {
 		cfg += fmt.Sprintf(`
 resource "kohaku_seed" %[1]q {
@@ -422,6 +425,7 @@ resource "kohaku_seed" %[1]q {
       - cat /proc/cmdline > /shared/cmdline
       - if [ -d /sys/firmware/efi ]; then echo uefi; else echo bios; fi > /shared/firmware
       - findmnt -n -o SOURCE / > /shared/root
+      - grep 'PCI Bus 0000:00' /proc/iomem > /shared/iomem
 `+generation+`      - sync
   EOT
 }
@@ -433,6 +437,8 @@ resource "kohaku_vm" %[1]q {
   memory_mib = 1024
   firmware   = %[1]q
   seed_id    = kohaku_seed.%[1]s.id
+
+  pci_mmio64_gib = %[6]d
 
   disk = {
     DISK_%[1]s
@@ -448,7 +454,7 @@ resource "kohaku_vm" %[1]q {
     replace_triggered_by = [kohaku_seed.%[1]s]
   }
 }
-`, fw, prefix, env.Pool, image, shares[fw])
+`, fw, prefix, env.Pool, image, shares[fw], mmio64[fw])
 	}
 	noKernel := func(name string, want, notWant []string) resource.TestCheckFunc {
 		return func(*terraform.State) error {
@@ -487,7 +493,12 @@ resource "kohaku_vm" %[1]q {
 		)
 	}
 	for fw := range shares {
-		checks = append(checks, checkShared(shares[fw], "generation", regexp.MustCompile(`^1\n$`)))
+		checks = append(checks,
+			checkShared(shares[fw], "generation", regexp.MustCompile(`^1\n$`)),
+			checkMMIO64Window(shares[fw], mmio64[fw]),
+			checkQEMULog(prefix+fw, mmio64[fw], fw == "uefi"),
+			resource.TestCheckResourceAttr("kohaku_vm."+fw, "pci_mmio64_gib", strconv.Itoa(mmio64[fw])),
+		)
 	}
 	// The documented recipe for a seed content change: the seed's user data
 	// changes (re-uploaded in place, same id), replace_triggered_by replaces
@@ -539,4 +550,52 @@ resource "kohaku_vm" %[1]q {
 			},
 		},
 	})
+}
+
+// checkMMIO64Window checks that the guest's root PCI bus has a 64-bit
+// window (above 4 GiB) of gib GiB, as /proc/iomem lists it in the share.
+func checkMMIO64Window(share string, gib int) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		b, err := os.ReadFile(filepath.Join(share, "iomem"))
+		if err != nil {
+			return fmt.Errorf("the guest wrote no /proc/iomem lines: %v", err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			rng, _, ok := strings.Cut(strings.TrimSpace(line), " ")
+			lo, hi, ok2 := strings.Cut(rng, "-")
+			if !ok || !ok2 {
+				continue
+			}
+			start, err1 := strconv.ParseUint(lo, 16, 64)
+			end, err2 := strconv.ParseUint(hi, 16, 64)
+			if err1 == nil && err2 == nil && start >= 1<<32 && end-start+1 == uint64(gib)<<30 {
+				return nil
+			}
+		}
+		return fmt.Errorf("no 64-bit window of %d GiB on PCI bus 0000:00 in the guest's /proc/iomem:\n%s", gib, b)
+	}
+}
+
+// checkQEMULog checks the QEMU command line libvirt logged for the domain:
+// the root bus's hole64 size and, under UEFI, OVMF's aperture in MiB.
+func checkQEMULog(domain string, gib int, uefi bool) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		b, err := os.ReadFile(filepath.Join("/var/log/libvirt/qemu", domain+".log"))
+		if err != nil {
+			return err
+		}
+		want := []string{fmt.Sprintf("pci-hole64-size=%dK", gib<<20)}
+		if uefi {
+			want = append(want, fmt.Sprintf("-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string=%d", gib<<10))
+		}
+		// libvirt writes the command line one option a line, ending
+		// each with a backslash.
+		cmdline := strings.Join(strings.Fields(strings.ReplaceAll(string(b), "\\\n", " ")), " ")
+		for _, w := range want {
+			if !strings.Contains(cmdline, w) {
+				return fmt.Errorf("QEMU was not started with %q; its log:\n%s", w, b)
+			}
+		}
+		return nil
+	}
 }

@@ -36,6 +36,7 @@ type vmModel struct {
 	SharedFolders     types.List     `tfsdk:"shared_folder"`
 	GPUs              types.Set      `tfsdk:"gpus"`
 	Hostdevs          types.Set      `tfsdk:"hostdevs"`
+	PCIMMIO64GiB      types.Int64    `tfsdk:"pci_mmio64_gib"`
 	GuestAgent        types.Bool     `tfsdk:"guest_agent"`
 	SerialLogPath     types.String   `tfsdk:"serial_log_path"`
 	Autostart         types.Bool     `tfsdk:"autostart"`
@@ -256,6 +257,7 @@ func (m *vmModel) specFrom(ctx context.Context, diags *diag.Diagnostics) specInp
 	s.Machine = domain.Machine(in.str(m.Machine, "machine", ""))
 	s.Firmware = domain.Firmware(in.str(m.Firmware, "firmware", ""))
 	s.CPUMode = domain.CPUMode(in.str(m.CPUMode, "cpu_mode", ""))
+	s.PCIMMIO64GiB = in.int(m.PCIMMIO64GiB, "pci_mmio64_gib", 0)
 	s.Kernel = in.str(m.Kernel, "kernel", "/unknown")
 	s.Initrd = in.str(m.Initrd, "initrd", "/unknown")
 	s.Cmdline = in.str(m.Cmdline, "cmdline", "")
@@ -380,6 +382,10 @@ func (m *vmModel) fromDomain(ctx context.Context, st *domainView, prior *vmModel
 	m.Machine = types.StringValue(string(o.Machine))
 	m.Firmware = types.StringValue(string(o.Firmware))
 	m.CPUMode = types.StringValue(string(o.CPUMode))
+	m.PCIMMIO64GiB = types.Int64Null()
+	if o.PCIMMIO64GiB > 0 {
+		m.PCIMMIO64GiB = types.Int64Value(int64(o.PCIMMIO64GiB))
+	}
 	m.Kernel = nullIfEmpty(o.Kernel, prior.Kernel)
 	m.Initrd = nullIfEmpty(o.Initrd, prior.Initrd)
 	m.Cmdline = nullIfEmpty(o.Cmdline, prior.Cmdline)

@@ -220,6 +220,14 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 				ElementType: types.StringType,
 				Description: "Further host PCI functions to pass through, as `DDDD:BB:SS.F` (for example `0000:01:00.1`), attached like `gpus` but one function each and unchecked: something else must bind them to vfio-pci first. The functions a `gpus` entry brings need no entry here (one listed in both is passed through once). After an import every passed-through device shows here; moving the devices of a binding to `gpus` then changes nothing on the host. Changed in place like `gpus`.",
 			},
+			"pci_mmio64_gib": schema.Int64Attribute{
+				Optional: true,
+				Description: "Size in GiB of the guest's 64-bit PCI MMIO window, for GPUs and other passed-through devices with large 64-bit BARs (an H100 or A100 80GB has a 128 GiB BAR; firmware opens 32 GiB by default, so such a BAR is not assigned and the guest driver fails). " +
+					"It must hold the 64-bit BARs of every function passed through, each rounded up to a power of two: for example `256` for two cards with 128 GiB BARs. Read a function's BARs on its host with `lspci -vv -s 0000:41:00.0` (`Region 1: Memory at ... (64-bit, prefetchable) [size=128G]`). " +
+					"Sets the root bus's `pcihole64` (QEMU's `pci-hole64-size`, which SeaBIOS and the guest's ACPI tables follow) and, with `firmware = \"uefi\"`, OVMF's 64-bit aperture (`-fw_cfg opt/ovmf/X-PciMmio64Mb` through libvirt's QEMU command-line namespace, since libvirt 9.0 has no element for it; libvirt marks such a domain as tainted by custom arguments in its log, which is harmless). " +
+					"Unset keeps QEMU's and the firmware's defaults. At most 32768 (32 TiB). Changed in place: the domain is redefined and, if it runs, restarted.",
+				Validators: []validator.Int64{int64validator.Between(1, domain.MaxPCIMMIO64GiB)},
+			},
 			"guest_agent": schema.BoolAttribute{
 				Optional:    true,
 				Computed:    true,

@@ -99,6 +99,10 @@ func TestVMRejectsBadInputAtPlan(t *testing.T) {
 			body: `disk = { image = "default/debian-12.qcow2", base_pool = "images" }`,
 			want: []string{`Setting without base_volume`, `with image, the pool is part of the image's id`},
 		},
+		"64-bit MMIO window too large": {
+			body: `pci_mmio64_gib = 40000`,
+			want: []string{`Invalid Attribute Value`, `pci_mmio64_gib`, `value must be between 1 and 32768, got: 40000`},
+		},
 		"unknown on_config_mismatch": {
 			body: `on_config_mismatch = "error"`,
 			want: []string{`Invalid Attribute Value Match`, `on_config_mismatch`, `value must be one of: ["warn" "fail"], got: "error"`},

@@ -42,6 +42,11 @@ resource "kohaku_vm" "gpu" {
   # something else, as PCI addresses.
   gpus = [kohaku_gpu_binding.gpu.id]
 
+  # A data-centre GPU's 64-bit BAR (128 GiB on an H100) does not fit the
+  # 32 GiB window firmware opens by default: size the window to hold it.
+  firmware       = "uefi"
+  pci_mmio64_gib = 256
+
   autostart = true
 
   # The default: wait for the guest's report, over the channel when the seed
