@@ -4,6 +4,10 @@
 // N kohaku_vm (defined, not started), and beside them, in the same run and
 // interleaved repeat by repeat:
 //
+//   - the same-schema floor: the same configuration through
+//     internal/bench/schemafloor, a provider with Kohaku's exact schemas and
+//     no-op CRUD (plan echoed into state), which is what Terraform, the
+//     plugin protocol and the framework cost for these schemas;
 //   - the Terraform floor: the same graph of 2N terraform_data resources,
 //     which is what Terraform core costs by itself;
 //   - the libvirt floor: internal/bench/floor, the libvirt calls the same
@@ -11,7 +15,8 @@
 //
 // It prints wall times (min / median of the repeats), the provider's peak
 // RSS, CPU split between Terraform+provider and libvirtd, the ratio
-// kohaku / (terraform floor + libvirt floor), and, from one extra untimed
+// kohaku / (same-schema floor + libvirt floor), the older ratio against the
+// Terraform floor, and, from one extra untimed
 // plan per N through a counting proxy in front of libvirtd's socket, the
 // libvirt calls a refresh makes per VM and per seed.
 //
@@ -62,10 +67,14 @@ type measurement struct {
 	N      int              `json:"n"`
 	Repeat int              `json:"repeat"`
 	Kohaku map[string]usage `json:"kohaku"`
+	SF     map[string]usage `json:"same_schema_floor"`
 	TF     map[string]usage `json:"terraform_floor"`
 	LV     map[string]usage `json:"libvirt_floor"`
 	Floor  *floorResult     `json:"libvirt_floor_detail"`
 	RPCs   *rpcCount        `json:"refresh_rpcs,omitempty"`
+	// StateBytes is the size of terraform.tfstate after apply, for kohaku
+	// and for the same-schema floor.
+	StateBytes, FloorStateBytes int64
 }
 
 // floorResult mirrors internal/bench/floor's output.
@@ -178,6 +187,10 @@ type harness struct {
 
 	providerDir, providerExe, floorExe string
 	env                                []string
+	// The same-schema floor: its provider binary and the CLI settings that
+	// serve it under Kohaku's address.
+	schemaExe string
+	schemaEnv []string
 	proxy                              *countingProxy
 	proxyURI                           string
 }
@@ -211,9 +224,12 @@ func (h *harness) setup() error {
 		}
 		h.o.profile = abs
 	}
+	schemaDir := filepath.Join(h.work, "schema-plugins")
+	h.schemaExe = filepath.Join(schemaDir, "terraform-provider-kohaku")
 	for _, b := range [][]string{
 		{"go", "build", "-o", h.providerExe, provider},
 		{"go", "build", "-o", h.floorExe, "./internal/bench/floor"},
+		{"go", "build", "-o", h.schemaExe, "./internal/bench/schemafloor"},
 	} {
 		if _, _, err := h.r.run(src, logp, nil, "", b); err != nil {
 			return err
@@ -224,6 +240,11 @@ func (h *harness) setup() error {
 		return err
 	}
 	h.env = []string{"TF_CLI_CONFIG_FILE=" + rc, "TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1", "TF_INPUT=0", "TF_LOG=", "TF_LOG_PROVIDER="}
+	schemaRC := filepath.Join(h.work, "terraformrc-schema")
+	if err := writeFile(schemaRC, cliConfig(schemaDir)); err != nil {
+		return err
+	}
+	h.schemaEnv = append([]string{"TF_CLI_CONFIG_FILE=" + schemaRC}, h.env[1:]...)
 	if h.o.profile != "" {
 		h.env = append(h.env, "KOHAKU_BENCH_PROFILE_DIR="+h.o.profile)
 	}
@@ -258,8 +279,19 @@ func (h *harness) setup() error {
 	return nil
 }
 
-// tf runs one terraform step in dir. plan must find no change.
+// tf runs one terraform step in dir with the real provider. plan must find
+// no change.
 func (h *harness) tf(dir, step string, extra []string, sample bool) (usage, int, error) {
+	exe := ""
+	if sample {
+		exe = h.providerExe
+	}
+	return h.tfWith(h.env, exe, dir, step, extra)
+}
+
+// tfWith runs one terraform step in dir with the CLI settings env,
+// sampling the provider processes of exe when it is set.
+func (h *harness) tfWith(env []string, exe, dir, step string, extra []string) (usage, int, error) {
 	argv := []string{h.o.terraform}
 	var ok []int
 	switch step {
@@ -271,11 +303,7 @@ func (h *harness) tf(dir, step string, extra []string, sample bool) (usage, int,
 	}
 	argv = append(argv, "-input=false", "-no-color", fmt.Sprintf("-parallelism=%d", h.o.parallelism))
 	argv = append(argv, extra...)
-	exe := ""
-	if sample {
-		exe = h.providerExe
-	}
-	u, code, err := h.r.run(dir, filepath.Join(dir, "terraform.log"), h.env, exe, argv, ok...)
+	u, code, err := h.r.run(dir, filepath.Join(dir, "terraform.log"), env, exe, argv, ok...)
 	if err == nil && step == "plan" && code == 2 {
 		err = fmt.Errorf("terraform plan in %s found changes right after apply; see %s", dir, filepath.Join(dir, "terraform.log"))
 	}
@@ -297,7 +325,7 @@ func (h *harness) measureAll() ([]measurement, error) {
 }
 
 func (h *harness) measure(n, rep int, last bool) (measurement, error) {
-	m := measurement{N: n, Repeat: rep, Kohaku: map[string]usage{}, TF: map[string]usage{}, LV: map[string]usage{}}
+	m := measurement{N: n, Repeat: rep, Kohaku: map[string]usage{}, SF: map[string]usage{}, TF: map[string]usage{}, LV: map[string]usage{}}
 	tag := fmt.Sprintf("n%dr%d", n, rep)
 	fmt.Fprintf(os.Stderr, "e2e: N=%d repeat %d/%d: kohaku", n, rep, h.o.repeats)
 
@@ -320,6 +348,26 @@ func (h *harness) measure(n, rep int, last bool) (measurement, error) {
 			return m, err
 		}
 		m.Kohaku[s] = u
+		if s == "apply" {
+			m.StateBytes = fileSize(filepath.Join(kdir, "terraform.tfstate"))
+		}
+		fmt.Fprintf(os.Stderr, " %s %.1fs", s, u.Wall)
+	}
+
+	fmt.Fprint(os.Stderr, "; same-schema floor")
+	sdir := filepath.Join(h.work, "s"+tag)
+	if err := writeFile(filepath.Join(sdir, "main.tf"), kohakuConfig(h.o.host, h.prefix+"s"+tag+"-", n)); err != nil {
+		return m, err
+	}
+	for _, s := range steps {
+		u, _, err := h.tfWith(h.schemaEnv, h.schemaExe, sdir, s, nil)
+		if err != nil {
+			return m, err
+		}
+		m.SF[s] = u
+		if s == "apply" {
+			m.FloorStateBytes = fileSize(filepath.Join(sdir, "terraform.tfstate"))
+		}
 		fmt.Fprintf(os.Stderr, " %s %.1fs", s, u.Wall)
 	}
 
@@ -480,8 +528,8 @@ func (h *harness) report(ms []measurement) string {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Fprintf(&b, "Kohaku end-to-end benchmark: N = %s pairs (kohaku_seed + kohaku_vm, defined, not started), %d repeat(s), -parallelism=%d; %d CPUs, load %s; %s\n\n",
 		joinInts(h.o.ns), h.o.repeats, h.o.parallelism, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	b.WriteString("Wall seconds, min / median of the repeats. Ratio = kohaku / (terraform floor + libvirt floor), from medians (from minimums in parentheses); target ≤ 1.3.\n\n")
-	b.WriteString("| N | step | kohaku | terraform floor | libvirt floor | ratio | ≤ 1.3 | provider peak RSS (MiB) |\n|---:|---|---:|---:|---:|---:|:---:|---:|\n")
+	b.WriteString("Wall seconds, min / median of the repeats. Ratio = kohaku / (same-schema floor + libvirt floor), from medians (from minimums in parentheses); target ≤ 1.3. The same-schema floor is Kohaku's schemas with no-op CRUD (internal/bench/schemafloor): Terraform, the plugin protocol and the framework for these schemas. \"vs tf floor\" is kohaku / (terraform floor + libvirt floor), the ratio of earlier reports.\n\n")
+	b.WriteString("| N | step | kohaku | same-schema floor | terraform floor | libvirt floor | ratio | ≤ 1.3 | vs tf floor | peak RSS (MiB): kohaku / floor |\n|---:|---|---:|---:|---:|---:|---:|:---:|---:|---:|\n")
 	byN := map[int][]measurement{}
 	for _, m := range ms {
 		byN[m.N] = append(byN[m.N], m)
@@ -490,31 +538,34 @@ func (h *harness) report(ms []measurement) string {
 	type cpuRow struct {
 		n                      int
 		step                   string
-		kt, kp, kd, tt, lc, ld float64
+		kt, kp, kd, st, sp, tt, lc, ld float64
 	}
 	var cpus []cpuRow
 	for _, n := range ns {
 		group := byN[n]
 		for _, s := range steps {
 			k := collect(group, func(m measurement) usage { return m.Kohaku[s] })
+			sf := collect(group, func(m measurement) usage { return m.SF[s] })
 			t := collect(group, func(m measurement) usage { return m.TF[s] })
 			l := collect(group, func(m measurement) usage { return m.LV[s] })
-			kw, tw, lw := walls(k), walls(t), walls(l)
-			ratio := median(kw) / (median(tw) + median(lw))
-			rmin := minf(kw) / (minf(tw) + minf(lw))
+			kw, sw, tw, lw := walls(k), walls(sf), walls(t), walls(l)
+			ratio := median(kw) / (median(sw) + median(lw))
+			rmin := minf(kw) / (minf(sw) + minf(lw))
+			rtf := median(kw) / (median(tw) + median(lw))
 			met := "yes"
 			if ratio > 1.3 {
 				met = "no"
 			}
-			var rss []float64
-			for _, u := range k {
-				rss = append(rss, float64(u.ProviderRSSKiB)/1024)
+			rss := func(us []usage) float64 {
+				return median(field(us, func(u usage) float64 { return float64(u.ProviderRSSKiB) / 1024 }))
 			}
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %.2f (%.2f) | %s | %.0f |\n", n, s, mm(kw), mm(tw), mm(lw), ratio, rmin, met, median(rss))
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %.2f (%.2f) | %s | %.2f | %.0f / %.0f |\n", n, s, mm(kw), mm(sw), mm(tw), mm(lw), ratio, rmin, met, rtf, rss(k), rss(sf))
 			cpus = append(cpus, cpuRow{n, s,
 				median(field(k, func(u usage) float64 { return u.ChildCPU })),
 				median(field(k, func(u usage) float64 { return u.ProviderCPU })),
 				median(field(k, func(u usage) float64 { return u.DaemonCPU })),
+				median(field(sf, func(u usage) float64 { return u.ChildCPU })),
+				median(field(sf, func(u usage) float64 { return u.ProviderCPU })),
 				median(field(t, func(u usage) float64 { return u.ChildCPU })),
 				median(field(l, func(u usage) float64 { return u.ChildCPU })),
 				median(field(l, func(u usage) float64 { return u.DaemonCPU })),
@@ -522,13 +573,18 @@ func (h *harness) report(ms []measurement) string {
 		}
 	}
 	b.WriteString("\nCPU seconds (medians): where the time goes. \"terraform + provider\" is the terraform process with the providers it reaped; \"provider\" is the provider processes alone (sampled from /proc); libvirtd includes the qemu-img it runs. The libvirt floor's CPU is split over its phases by wall time.\n\n")
-	b.WriteString("| N | step | kohaku: terraform + provider | of which provider | libvirtd | terraform floor | libvirt floor: client | libvirt floor: libvirtd |\n|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| N | step | kohaku: terraform + provider | of which provider | libvirtd | same-schema floor: terraform + provider | of which provider | terraform floor | libvirt floor: client | libvirt floor: libvirtd |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range cpus {
-		fmt.Fprintf(&b, "| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", c.n, c.step, c.kt, c.kp, c.kd, c.tt, c.lc, c.ld)
+		fmt.Fprintf(&b, "| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", c.n, c.step, c.kt, c.kp, c.kd, c.st, c.sp, c.tt, c.lc, c.ld)
+	}
+	b.WriteString("\nState after apply (terraform.tfstate), bytes per seed + VM pair: kohaku against the same-schema floor, whose state holds what the plan knew (the configuration and defaults; computed values null).\n\n| N | kohaku | same-schema floor |\n|---:|---:|---:|\n")
+	for _, n := range ns {
+		m := byN[n][len(byN[n])-1]
+		fmt.Fprintf(&b, "| %d | %d | %d |\n", n, m.StateBytes/int64(n), m.FloorStateBytes/int64(n))
 	}
 	if h.o.rpc {
-		b.WriteString("\nlibvirt calls of one no-change plan (full refresh), counted by a proxy in front of libvirtd's socket. Per VM: domain calls / N; per seed: storage calls / N; the libvirt floor's read makes 2 per VM and 3 per seed.\n\n")
-		b.WriteString("| N | calls | connections | per VM | per seed | connection setup | per pair, by procedure |\n|---:|---:|---:|---:|---:|---:|---|\n")
+		b.WriteString("\nlibvirt calls of one no-change plan (full refresh), counted by a proxy in front of libvirtd's socket. Per VM: domain calls / N; per seed: storage calls / N; the libvirt floor's read makes 2 per VM and 3 per seed. KiB from libvirtd: every reply and download stream byte of the refresh, per seed + VM pair (the seed's ISO read is most of it).\n\n")
+		b.WriteString("| N | calls | connections | per VM | per seed | connection setup | KiB from libvirtd per pair | per pair, by procedure |\n|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, n := range ns {
 			for _, m := range byN[n] {
 				if m.RPCs == nil {
@@ -545,11 +601,19 @@ func (h *harness) report(ms []measurement) string {
 						con += c
 					}
 				}
-				fmt.Fprintf(&b, "| %d | %d | %d | %.2f | %.2f | %d | %s |\n", n, m.RPCs.Total, m.RPCs.Conns, float64(dom)/float64(n), float64(sto)/float64(n), con, m.RPCs.breakdown(n))
+				fmt.Fprintf(&b, "| %d | %d | %d | %.2f | %.2f | %d | %.1f | %s |\n", n, m.RPCs.Total, m.RPCs.Conns, float64(dom)/float64(n), float64(sto)/float64(n), con, float64(m.RPCs.Down)/1024/float64(n), m.RPCs.breakdown(n))
 			}
 		}
 	}
 	return b.String()
+}
+
+// fileSize is the size of the file at p, 0 when it cannot be read.
+func fileSize(p string) int64 {
+	if fi, err := os.Stat(p); err == nil {
+		return fi.Size()
+	}
+	return 0
 }
 
 func collect(ms []measurement, f func(measurement) usage) []usage {

@@ -22,6 +22,7 @@ type countingProxy struct {
 	mu     sync.Mutex
 	counts map[uint32]int64
 	conns  int
+	down   int64 // bytes libvirtd sent to the clients
 	wg     sync.WaitGroup
 }
 
@@ -52,7 +53,7 @@ func (p *countingProxy) accept() {
 		p.wg.Add(2)
 		go func() {
 			defer p.wg.Done()
-			io.Copy(c, up) //nolint:errcheck // ends with either side
+			io.Copy(countingWriter{c, p}, up) //nolint:errcheck // ends with either side
 			c.Close()
 		}()
 		go func() {
@@ -83,12 +84,27 @@ func (p *countingProxy) forward(dst io.Writer, src io.Reader) error {
 	}
 }
 
+// countingWriter adds what it writes to the proxy's download count.
+type countingWriter struct {
+	w io.Writer
+	p *countingProxy
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.p.mu.Lock()
+	c.p.down += int64(n)
+	c.p.mu.Unlock()
+	return n, err
+}
+
 // reset zeroes the counts.
 func (p *countingProxy) reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.counts = map[uint32]int64{}
 	p.conns = 0
+	p.down = 0
 }
 
 // rpcCount is a snapshot of the counts.
@@ -96,12 +112,14 @@ type rpcCount struct {
 	ByProc map[string]int64
 	Total  int64
 	Conns  int
+	// Down is the bytes libvirtd sent (replies and download streams).
+	Down int64
 }
 
 func (p *countingProxy) snapshot() rpcCount {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := rpcCount{ByProc: map[string]int64{}, Conns: p.conns}
+	out := rpcCount{ByProc: map[string]int64{}, Conns: p.conns, Down: p.down}
 	for proc, n := range p.counts {
 		out.ByProc[procName(proc)] += n
 		out.Total += n
