@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
@@ -21,24 +22,41 @@ type hostDataSource struct {
 }
 
 type hostDataSourceModel struct {
-	Host              types.String       `tfsdk:"host"`
-	AllowUnreachable  types.Bool         `tfsdk:"allow_unreachable"`
-	Reachable         types.Bool         `tfsdk:"reachable"`
-	Error             types.String       `tfsdk:"error"`
-	ID                types.String       `tfsdk:"id"`
-	URI               types.String       `tfsdk:"uri"`
-	Hostname          types.String       `tfsdk:"hostname"`
-	LibvirtVersion    types.String       `tfsdk:"libvirt_version"`
-	HypervisorType    types.String       `tfsdk:"hypervisor_type"`
-	HypervisorVersion types.String       `tfsdk:"hypervisor_version"`
-	Arch              types.String       `tfsdk:"arch"`
-	CPUModel          types.String       `tfsdk:"cpu_model"`
-	CPUs              types.Int64        `tfsdk:"cpus"`
-	MemoryMiB         types.Int64        `tfsdk:"memory_mib"`
-	DomainTypes       []types.String     `tfsdk:"domain_types"`
-	KVM               types.Bool         `tfsdk:"kvm_available"`
-	Pools             []hostPoolModel    `tfsdk:"pools"`
-	Networks          []hostNetworkModel `tfsdk:"networks"`
+	Host              types.String        `tfsdk:"host"`
+	AllowUnreachable  types.Bool          `tfsdk:"allow_unreachable"`
+	Reachable         types.Bool          `tfsdk:"reachable"`
+	Error             types.String        `tfsdk:"error"`
+	ID                types.String        `tfsdk:"id"`
+	URI               types.String        `tfsdk:"uri"`
+	Hostname          types.String        `tfsdk:"hostname"`
+	LibvirtVersion    types.String        `tfsdk:"libvirt_version"`
+	HypervisorType    types.String        `tfsdk:"hypervisor_type"`
+	HypervisorVersion types.String        `tfsdk:"hypervisor_version"`
+	Arch              types.String        `tfsdk:"arch"`
+	CPUModel          types.String        `tfsdk:"cpu_model"`
+	CPUs              types.Int64         `tfsdk:"cpus"`
+	MemoryMiB         types.Int64         `tfsdk:"memory_mib"`
+	DomainTypes       []types.String      `tfsdk:"domain_types"`
+	KVM               types.Bool          `tfsdk:"kvm_available"`
+	NUMANodes         []hostNUMANodeModel `tfsdk:"numa_nodes"`
+	GPUs              []pciDeviceModel    `tfsdk:"gpus"`
+	Pools             []hostPoolModel     `tfsdk:"pools"`
+	Networks          []hostNetworkModel  `tfsdk:"networks"`
+}
+
+type hostNUMANodeModel struct {
+	ID            types.Int64          `tfsdk:"id"`
+	CPUs          []types.Int64        `tfsdk:"cpus"`
+	CPUSet        types.String         `tfsdk:"cpuset"`
+	MemoryMiB     types.Int64          `tfsdk:"memory_mib"`
+	FreeMemoryMiB types.Int64          `tfsdk:"free_memory_mib"`
+	HugePages     []hostHugePagesModel `tfsdk:"hugepages"`
+}
+
+type hostHugePagesModel struct {
+	SizeKiB types.Int64 `tfsdk:"size_kib"`
+	Total   types.Int64 `tfsdk:"total"`
+	Free    types.Int64 `tfsdk:"free"`
 }
 
 type hostPoolModel struct {
@@ -64,7 +82,8 @@ func (d *hostDataSource) Metadata(_ context.Context, req datasource.MetadataRequ
 
 func (d *hostDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		Description: "What a libvirt host offers: versions, CPUs and memory, whether KVM is usable, its storage pools and networks. Read it to check the connection, or to choose a host and a pool for VMs.",
+		Description: "What a libvirt host offers: versions, CPUs and memory, whether KVM is usable, its NUMA nodes with their free memory and huge pages, its GPUs, its storage pools and networks. Read it to check the connection, or to choose a host, a pool and a NUMA node for VMs. " +
+			"Everything is read over the libvirt connection in a bounded number of calls: versions, node info and the capabilities; one free-memory call and one free-huge-pages call for all NUMA nodes (one per run of consecutive node ids, should a host number them with gaps); the PCI node devices (one list, then one read per PCI function, as `kohaku_pci_devices` does); one call per pool and per network.",
 		Attributes: map[string]schema.Attribute{
 			"host": schema.StringAttribute{
 				Optional:    true,
@@ -95,6 +114,36 @@ func (d *hostDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 			"kvm_available": schema.BoolAttribute{
 				Computed:    true,
 				Description: "Whether libvirt offers `kvm` domains (hardware virtualisation) on this host. It reflects what libvirt sees (`/dev/kvm` usable); a nested host can offer KVM that still does not run guests well.",
+			},
+			"numa_nodes": schema.ListNestedAttribute{
+				Computed: true,
+				Description: "The host's NUMA nodes (memory and CPUs that sit together, usually one per CPU socket), sorted by id, as libvirt's capabilities describe them, with the free memory and free huge pages of each read at the same time. " +
+					"For placement: a VM performs best with its vCPUs on the CPUs of one node, its memory (and huge pages) on that node, and its GPUs attached to that node (`gpus[*].numa_node`). " +
+					"Free amounts are a snapshot taken at plan time; other VMs can take them before apply. Empty when libvirt reports no NUMA topology.",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"id": schema.Int64Attribute{Computed: true, Description: "NUMA node number, as `gpus[*].numa_node` and `numactl` name it."},
+					"cpus": schema.ListAttribute{Computed: true, ElementType: types.Int64Type,
+						Description: "Host CPU ids (logical CPUs, hyper-threads included) of the node, sorted. `length(cpus)` is how many vCPUs can be pinned to the node without sharing."},
+					"cpuset":          schema.StringAttribute{Computed: true, Description: "The same CPUs as ranges in libvirt's cpuset syntax, e.g. `0-7,16-23`."},
+					"memory_mib":      schema.Int64Attribute{Computed: true, Description: "Memory of the node in MiB, huge pages included."},
+					"free_memory_mib": schema.Int64Attribute{Computed: true, Description: "Memory of the node the kernel has free now, in MiB. Reserved huge pages are not in it, used or not: see `hugepages`."},
+					"hugepages": schema.ListNestedAttribute{
+						Computed:    true,
+						Description: "The node's huge page pools by page size, smallest first (the base page, 4 KiB on x86_64, is not listed). A pool with `total = 0` is a size the CPU supports but the host reserved none of.",
+						NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+							"size_kib": schema.Int64Attribute{Computed: true, Description: "Page size in KiB: `2048` (2 MiB) or `1048576` (1 GiB) on x86_64."},
+							"total":    schema.Int64Attribute{Computed: true, Description: "Pages of this size reserved on the node (a count of pages, not KiB)."},
+							"free":     schema.Int64Attribute{Computed: true, Description: "Pages of this size not in use. `free * size_kib / 1024` is the MiB of hugepage-backed VM memory the node can still take."},
+						}},
+					},
+				}},
+			},
+			"gpus": schema.ListNestedAttribute{
+				Computed: true,
+				Description: "The host's display-class PCI functions (class `03xxxx`: VGA controllers and 3D controllers such as most compute GPUs), sorted by address, with the same attributes as `kohaku_pci_devices`. " +
+					"For placement: a GPU whose `driver` is `vfio-pci` is already held for passthrough (`kohaku_gpu_binding` or by hand), so count those that are not to find hosts with free GPUs; `numa_node` says which of `numa_nodes` to put the VM's CPUs and memory on. " +
+					"The size of a GPU's BARs is not listed: libvirt's node device API does not report it.",
+				NestedObject: schema.NestedAttributeObject{Attributes: pciDeviceAttributes()},
 			},
 			"pools": schema.ListNestedAttribute{
 				Computed:    true,
@@ -138,6 +187,10 @@ func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 		return
 	}
 	info, err := c.HostInfo(ctx)
+	var inv *vfio.Inventory
+	if err == nil {
+		inv, err = newBinder(ctx, c).Inventory(ctx)
+	}
 	var conn *virt.ConnectionError
 	if err != nil && m.AllowUnreachable.ValueBool() && errors.As(err, &conn) {
 		resp.Diagnostics.AddWarning("Host "+conn.Endpoint.Redacted()+" is unreachable",
@@ -170,6 +223,14 @@ func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 	for _, t := range info.DomainTypes {
 		m.DomainTypes = append(m.DomainTypes, types.StringValue(t))
 	}
+	m.NUMANodes = make([]hostNUMANodeModel, 0, len(info.NUMANodes))
+	for _, n := range info.NUMANodes {
+		m.NUMANodes = append(m.NUMANodes, hostNUMANodeFrom(n))
+	}
+	m.GPUs = []pciDeviceModel{}
+	for _, dev := range inv.Filter("", displayClass) {
+		m.GPUs = append(m.GPUs, pciDeviceFrom(dev))
+	}
 	m.Pools = make([]hostPoolModel, 0, len(info.Pools))
 	for _, p := range info.Pools {
 		m.Pools = append(m.Pools, hostPoolModel{
@@ -186,4 +247,28 @@ func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 		})
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// displayClass is the PCI base class of display controllers: VGA (0300),
+// XGA (0301), 3D controllers (0302, most compute GPUs) and others (0380).
+const displayClass = "03"
+
+func hostNUMANodeFrom(n virt.NUMANode) hostNUMANodeModel {
+	out := hostNUMANodeModel{
+		ID:            types.Int64Value(int64(n.ID)),
+		CPUs:          make([]types.Int64, 0, len(n.CPUs)),
+		CPUSet:        types.StringValue(n.CPUSet()),
+		MemoryMiB:     types.Int64Value(n.MemoryMiB),
+		FreeMemoryMiB: types.Int64Value(n.FreeMemoryMiB),
+		HugePages:     make([]hostHugePagesModel, 0, len(n.HugePages)),
+	}
+	for _, c := range n.CPUs {
+		out.CPUs = append(out.CPUs, types.Int64Value(int64(c)))
+	}
+	for _, p := range n.HugePages {
+		out.HugePages = append(out.HugePages, hostHugePagesModel{
+			SizeKiB: types.Int64Value(int64(p.SizeKiB)), Total: types.Int64Value(int64(p.Total)), Free: types.Int64Value(int64(p.Free)),
+		})
+	}
+	return out
 }

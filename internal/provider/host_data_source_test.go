@@ -2,7 +2,11 @@ package provider
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -14,7 +18,7 @@ import (
 )
 
 // hostChecks compares the data source with what virsh reports for the same
-// host and with the test host's known pool.
+// host: versions, NUMA nodes and GPUs.
 func hostChecks(t *testing.T, virshURI, addr string) []statecheck.StateCheck {
 	daemon, hypervisor := virshVersion(t, virshURI)
 	return []statecheck.StateCheck{
@@ -28,6 +32,8 @@ func hostChecks(t *testing.T, virshURI, addr string) []statecheck.StateCheck {
 			return nil
 		})),
 		statecheck.ExpectKnownValue(addr, tfjsonpath.New("id"), knownvalue.StringRegexp(regexp.MustCompile(`^[0-9a-f-]{36}$`))),
+		numaCheck(t, virshURI, addr),
+		gpusCheck(t, virshURI, addr),
 	}
 }
 
@@ -179,4 +185,215 @@ data "kohaku_host" "loopback" {
 			},
 		},
 	})
+}
+
+// virshCell is one NUMA cell of `virsh capabilities`, read with regular
+// expressions: independent of the provider's XML parsing.
+type virshCell struct {
+	id, memoryKiB int64
+	cpus          []int64
+	pages         map[int64]int64 // size KiB -> total
+}
+
+var (
+	virshCellRE  = regexp.MustCompile(`(?s)<cell id='(\d+)'>(.*?)</cell>`)
+	virshMemRE   = regexp.MustCompile(`<memory unit='KiB'>(\d+)</memory>`)
+	virshPagesRE = regexp.MustCompile(`<pages unit='KiB' size='(\d+)'>(\d+)</pages>`)
+	virshCPURE   = regexp.MustCompile(`<cpu id='(\d+)'`)
+)
+
+func atoi64(s string) int64 {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func virshCells(t *testing.T, uri string) []virshCell {
+	t.Helper()
+	caps, err := vmVirsh(uri, "capabilities")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cells []virshCell
+	for _, m := range virshCellRE.FindAllStringSubmatch(caps, -1) {
+		c := virshCell{id: atoi64(m[1]), pages: map[int64]int64{}}
+		if mm := virshMemRE.FindStringSubmatch(m[2]); mm != nil {
+			c.memoryKiB = atoi64(mm[1])
+		}
+		for _, p := range virshPagesRE.FindAllStringSubmatch(m[2], -1) {
+			c.pages[atoi64(p[1])] = atoi64(p[2])
+		}
+		for _, cpu := range virshCPURE.FindAllStringSubmatch(m[2], -1) {
+			c.cpus = append(c.cpus, atoi64(cpu[1]))
+		}
+		slices.Sort(c.cpus)
+		cells = append(cells, c)
+	}
+	if len(cells) == 0 {
+		t.Fatalf("virsh -c %s capabilities lists no NUMA cells:\n%s", uri, caps)
+	}
+	for _, c := range cells {
+		t.Logf("%s: NUMA cell %d: CPUs %v, %d KiB, pages (KiB: count) %v", uri, c.id, c.cpus, c.memoryKiB, c.pages)
+	}
+	return cells
+}
+
+// virshFreeCell reads one cell's free memory in KiB with `virsh freecell`.
+func virshFreeCell(uri string, id int64) (int64, error) {
+	out, err := vmVirsh(uri, "freecell", "--cellno", strconv.FormatInt(id, 10))
+	if err != nil {
+		return 0, err
+	}
+	m := regexp.MustCompile(`(\d+) KiB`).FindStringSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no free memory in virsh freecell output: %q", out)
+	}
+	return atoi64(m[1]), nil
+}
+
+// virshFreePages reads one cell's free pages of one size with `virsh freepages`.
+func virshFreePages(uri string, id, sizeKiB int64) (int64, error) {
+	out, err := vmVirsh(uri, "freepages", "--cellno", strconv.FormatInt(id, 10), "--pagesize", strconv.FormatInt(sizeKiB, 10))
+	if err != nil {
+		return 0, err
+	}
+	m := regexp.MustCompile(fmt.Sprintf(`(?m)^%dKiB: (\d+)$`, sizeKiB)).FindStringSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no %d KiB count in virsh freepages output: %q", sizeKiB, out)
+	}
+	return atoi64(m[1]), nil
+}
+
+// expandCPUSet turns "0-3,8" into [0 1 2 3 8].
+func expandCPUSet(s string) ([]int64, error) {
+	var out []int64
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseInt(lo, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("cpuset %q: %w", s, err)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.ParseInt(hi, 10, 64); err != nil || b <= a {
+				return nil, fmt.Errorf("cpuset %q: bad range %q", s, part)
+			}
+		}
+		for i := a; i <= b; i++ {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+// numaCheck compares numa_nodes with what virsh says about the same host:
+// cells, CPUs and memory from its capabilities; free memory (within 10% of
+// the node's memory, since guests of other tests come and go) from
+// `virsh freecell` and free huge pages from `virsh freepages`, both read
+// when the check runs.
+func numaCheck(t *testing.T, uri, addr string) statecheck.StateCheck {
+	var nodes []knownvalue.Check
+	for _, c := range virshCells(t, uri) {
+		var cpus []knownvalue.Check
+		for _, cpu := range c.cpus {
+			cpus = append(cpus, knownvalue.Int64Exact(cpu))
+		}
+		var pages []knownvalue.Check
+		sizes := slices.Sorted(maps.Keys(c.pages))
+		if len(sizes) > 0 {
+			sizes = sizes[1:] // the smallest is the base page
+		}
+		for _, size := range sizes {
+			pages = append(pages, knownvalue.ObjectExact(map[string]knownvalue.Check{
+				"size_kib": knownvalue.Int64Exact(size),
+				"total":    knownvalue.Int64Exact(c.pages[size]),
+				"free": knownvalue.Int64Func(func(v int64) error {
+					want, err := virshFreePages(uri, c.id, size)
+					if err != nil {
+						return err
+					}
+					if v != want {
+						return fmt.Errorf("node %d: %d free %d KiB pages, virsh freepages says %d", c.id, v, size, want)
+					}
+					return nil
+				}),
+			}))
+		}
+		memMiB := c.memoryKiB / 1024
+		nodes = append(nodes, knownvalue.ObjectExact(map[string]knownvalue.Check{
+			"id":   knownvalue.Int64Exact(c.id),
+			"cpus": knownvalue.ListExact(cpus),
+			"cpuset": knownvalue.StringFunc(func(v string) error {
+				got, err := expandCPUSet(v)
+				if err != nil {
+					return err
+				}
+				if !slices.Equal(got, c.cpus) {
+					return fmt.Errorf("node %d: cpuset %q is %v, virsh capabilities lists %v", c.id, v, got, c.cpus)
+				}
+				return nil
+			}),
+			"memory_mib": knownvalue.Int64Exact(memMiB),
+			"free_memory_mib": knownvalue.Int64Func(func(v int64) error {
+				kib, err := virshFreeCell(uri, c.id)
+				if err != nil {
+					return err
+				}
+				if d := v - kib/1024; v <= 0 || v > memMiB || d > memMiB/10 || d < -memMiB/10 {
+					return fmt.Errorf("node %d: %d MiB free, virsh freecell says %d KiB, the node has %d MiB", c.id, v, kib, memMiB)
+				}
+				return nil
+			}),
+			"hugepages": knownvalue.ListExact(pages),
+		}))
+	}
+	return statecheck.ExpectKnownValue(addr, tfjsonpath.New("numa_nodes"), knownvalue.ListExact(nodes))
+}
+
+// gpusCheck compares gpus with the display-class PCI functions virsh lists
+// on the same host (class 0x03xxxx in nodedev-dumpxml), in address order.
+func gpusCheck(t *testing.T, uri, addr string) statecheck.StateCheck {
+	t.Helper()
+	list, err := vmVirsh(uri, "nodedev-list", "--cap", "pci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := func(doc, re string) string {
+		if m := regexp.MustCompile(re).FindStringSubmatch(doc); m != nil {
+			return m[1]
+		}
+		return ""
+	}
+	optInt := func(s string) knownvalue.Check {
+		if s == "" {
+			return knownvalue.Null()
+		}
+		return knownvalue.Int64Exact(atoi64(s))
+	}
+	names := strings.Fields(list)
+	slices.Sort(names)
+	gpus := []knownvalue.Check{}
+	for _, name := range names {
+		doc, err := vmVirsh(uri, "nodedev-dumpxml", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		class := field(doc, `<class>0x(03[0-9a-f]{4})</class>`)
+		if class == "" {
+			continue
+		}
+		p := strings.Split(strings.TrimPrefix(name, "pci_"), "_")
+		gpus = append(gpus, knownvalue.ObjectPartial(map[string]knownvalue.Check{
+			"address":     knownvalue.StringExact(fmt.Sprintf("%s:%s:%s.%s", p[0], p[1], p[2], p[3])),
+			"class":       knownvalue.StringExact(class),
+			"vendor_id":   knownvalue.StringExact(field(doc, `<vendor id='0x([0-9a-f]{4})'`)),
+			"product_id":  knownvalue.StringExact(field(doc, `<product id='0x([0-9a-f]{4})'`)),
+			"driver":      knownvalue.StringExact(field(doc, `(?s)<driver>\s*<name>([^<]+)</name>`)),
+			"iommu_group": optInt(field(doc, `<iommuGroup number='(\d+)'`)),
+			"numa_node":   optInt(field(doc, `<numa node='(\d+)'`)),
+		}))
+	}
+	return statecheck.ExpectKnownValue(addr, tfjsonpath.New("gpus"), knownvalue.ListExact(gpus))
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 )
 
 var _ datasource.DataSourceWithConfigure = (*pciDevicesDataSource)(nil)
@@ -79,23 +81,9 @@ func (d *pciDevicesDataSource) Schema(_ context.Context, _ datasource.SchemaRequ
 				Description: "Whether the host has a usable IOMMU, i.e. its PCI devices are in IOMMU groups. Without one `kohaku_gpu_binding` is refused.",
 			},
 			"devices": schema.ListNestedAttribute{
-				Computed:    true,
-				Description: "The matching devices, sorted by address.",
-				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-					"address":      schema.StringAttribute{Computed: true, Description: "PCI address `DDDD:BB:SS.F`, as `kohaku_gpu_binding.address` takes it."},
-					"vendor_id":    schema.StringAttribute{Computed: true, Description: "PCI vendor id, four hex digits."},
-					"vendor_name":  schema.StringAttribute{Computed: true, Description: "Vendor name from the host's PCI id database; empty when the host does not know it."},
-					"product_id":   schema.StringAttribute{Computed: true, Description: "PCI product id, four hex digits."},
-					"product_name": schema.StringAttribute{Computed: true, Description: "Product name from the host's PCI id database; empty when the host does not know it."},
-					"class":        schema.StringAttribute{Computed: true, Description: "PCI class code, six hex digits, e.g. `030000`."},
-					"class_name":   schema.StringAttribute{Computed: true, Description: "The class as lspci names it, e.g. `VGA compatible controller`."},
-					"driver":       schema.StringAttribute{Computed: true, Description: "The host driver bound now (`nvidia`, `amdgpu`, `vfio-pci`, ...); empty when none is."},
-					"iommu_group": schema.Int64Attribute{Computed: true,
-						Description: "IOMMU group number; null on a host without a usable IOMMU."},
-					"iommu_group_members": schema.ListAttribute{Computed: true, ElementType: types.StringType,
-						Description: "Every function of the device's IOMMU group, itself included, sorted: what `kohaku_gpu_binding` moves together."},
-					"numa_node": schema.Int64Attribute{Computed: true, Description: "NUMA node the device is attached to; null when the host reports none."},
-				}},
+				Computed:     true,
+				Description:  "The matching devices, sorted by address.",
+				NestedObject: schema.NestedAttributeObject{Attributes: pciDeviceAttributes()},
 			},
 		},
 	}
@@ -128,29 +116,54 @@ func (d *pciDevicesDataSource) Read(ctx context.Context, req datasource.ReadRequ
 	m.IOMMUEnabled = types.BoolValue(inv.HasIOMMU())
 	m.Devices = []pciDeviceModel{}
 	for _, dev := range inv.Filter(m.VendorID.ValueString(), m.ClassPrefix.ValueString()) {
-		out := pciDeviceModel{
-			Address:      types.StringValue(dev.Address.String()),
-			VendorID:     types.StringValue(fmt.Sprintf("%04x", dev.VendorID)),
-			VendorName:   types.StringValue(dev.VendorName),
-			ProductID:    types.StringValue(fmt.Sprintf("%04x", dev.ProductID)),
-			ProductName:  types.StringValue(dev.ProductName),
-			Class:        types.StringValue(dev.ClassHex()),
-			ClassName:    types.StringValue(dev.ClassName()),
-			Driver:       types.StringValue(dev.Driver),
-			IOMMUGroup:   types.Int64Null(),
-			GroupMembers: []types.String{},
-			NUMANode:     types.Int64Null(),
-		}
-		if dev.HasIOMMU() {
-			out.IOMMUGroup = types.Int64Value(int64(dev.Group))
-			for _, a := range dev.GroupMembers {
-				out.GroupMembers = append(out.GroupMembers, types.StringValue(a.String()))
-			}
-		}
-		if dev.NUMANode >= 0 {
-			out.NUMANode = types.Int64Value(int64(dev.NUMANode))
-		}
-		m.Devices = append(m.Devices, out)
+		m.Devices = append(m.Devices, pciDeviceFrom(dev))
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// pciDeviceAttributes describes one PCI function, as kohaku_pci_devices and
+// kohaku_host's gpus list it.
+func pciDeviceAttributes() map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"address":      schema.StringAttribute{Computed: true, Description: "PCI address `DDDD:BB:SS.F`, as `kohaku_gpu_binding.address` takes it."},
+		"vendor_id":    schema.StringAttribute{Computed: true, Description: "PCI vendor id, four hex digits."},
+		"vendor_name":  schema.StringAttribute{Computed: true, Description: "Vendor name from the host's PCI id database; empty when the host does not know it."},
+		"product_id":   schema.StringAttribute{Computed: true, Description: "PCI product id, four hex digits."},
+		"product_name": schema.StringAttribute{Computed: true, Description: "Product name from the host's PCI id database; empty when the host does not know it."},
+		"class":        schema.StringAttribute{Computed: true, Description: "PCI class code, six hex digits, e.g. `030000`."},
+		"class_name":   schema.StringAttribute{Computed: true, Description: "The class as lspci names it, e.g. `VGA compatible controller`."},
+		"driver":       schema.StringAttribute{Computed: true, Description: "The host driver bound now (`nvidia`, `amdgpu`, `vfio-pci`, ...); empty when none is. `vfio-pci` means the function is held for passthrough (by `kohaku_gpu_binding` or by hand) rather than used by the host."},
+		"iommu_group": schema.Int64Attribute{Computed: true,
+			Description: "IOMMU group number; null on a host without a usable IOMMU."},
+		"iommu_group_members": schema.ListAttribute{Computed: true, ElementType: types.StringType,
+			Description: "Every function of the device's IOMMU group, itself included, sorted: what `kohaku_gpu_binding` moves together."},
+		"numa_node": schema.Int64Attribute{Computed: true, Description: "NUMA node the device is attached to; null when the host reports none."},
+	}
+}
+
+// pciDeviceFrom converts a parsed node device for pciDeviceAttributes.
+func pciDeviceFrom(dev *vfio.Device) pciDeviceModel {
+	out := pciDeviceModel{
+		Address:      types.StringValue(dev.Address.String()),
+		VendorID:     types.StringValue(fmt.Sprintf("%04x", dev.VendorID)),
+		VendorName:   types.StringValue(dev.VendorName),
+		ProductID:    types.StringValue(fmt.Sprintf("%04x", dev.ProductID)),
+		ProductName:  types.StringValue(dev.ProductName),
+		Class:        types.StringValue(dev.ClassHex()),
+		ClassName:    types.StringValue(dev.ClassName()),
+		Driver:       types.StringValue(dev.Driver),
+		IOMMUGroup:   types.Int64Null(),
+		GroupMembers: []types.String{},
+		NUMANode:     types.Int64Null(),
+	}
+	if dev.HasIOMMU() {
+		out.IOMMUGroup = types.Int64Value(int64(dev.Group))
+		for _, a := range dev.GroupMembers {
+			out.GroupMembers = append(out.GroupMembers, types.StringValue(a.String()))
+		}
+	}
+	if dev.NUMANode >= 0 {
+		out.NUMANode = types.Int64Value(int64(dev.NUMANode))
+	}
+	return out
 }

@@ -13,7 +13,8 @@ import (
 )
 
 // The nested host's GPU stand-in shows as a display device with its HDMI
-// audio stand-in as the other member of its IOMMU group.
+// audio stand-in as the other member of its IOMMU group; kohaku_host lists
+// it among its gpus, and its NUMA nodes as virsh reads them.
 func TestAccPCIDevicesDataSource_nested(t *testing.T) {
 	h := nestedhost.Require(t)
 	group := iommuGroupOf(t, h, h.GPU)
@@ -31,6 +32,7 @@ data "kohaku_pci_devices" "qemu" {
   vendor_id = "0x1234"
 }
 data "kohaku_pci_devices" "all" {}
+data "kohaku_host" "nested" {}
 `,
 			ConfigStateChecks: []statecheck.StateCheck{
 				statecheck.ExpectKnownValue(display, tfjsonpath.New("iommu_enabled"), knownvalue.Bool(true)),
@@ -54,6 +56,10 @@ data "kohaku_pci_devices" "all" {}
 				statecheck.ExpectKnownValue(qemu, tfjsonpath.New("devices").AtSliceIndex(0).AtMapKey("driver"), knownvalue.StringExact("")),
 				statecheck.ExpectKnownValue(qemu, tfjsonpath.New("devices").AtSliceIndex(1).AtMapKey("address"), knownvalue.StringExact(h.GPU)),
 				statecheck.ExpectKnownValue(qemu, tfjsonpath.New("devices"), knownvalue.ListSizeExact(2)),
+				// the same stand-in as kohaku_host's GPU, checked field by field against virsh
+				statecheck.ExpectKnownValue("data.kohaku_host.nested", tfjsonpath.New("gpus").AtSliceIndex(0).AtMapKey("address"), knownvalue.StringExact(h.GPU)),
+				gpusCheck(t, h.URI, "data.kohaku_host.nested"),
+				numaCheck(t, h.URI, "data.kohaku_host.nested"),
 			},
 			Check: resource.ComposeAggregateTestCheckFunc(
 				resource.TestCheckTypeSetElemNestedAttrs(all, "devices.*", map[string]string{
