@@ -131,20 +131,22 @@ func libvirtStops(name string) ([]time.Time, []string) {
 
 // forcedOffWarnings counts the provider's "the guest was forced off"
 // warnings for the VM name in the provider log (TF_LOG_PATH): the
-// diagnostics it sent Terraform, which Terraform shows to the user.
-func forcedOffWarnings(logPath, name string) int {
+// diagnostics it sent Terraform, which Terraform shows to the user. It
+// also returns the last one's log line.
+func forcedOffWarnings(logPath, name string) (int, string) {
 	b, _ := os.ReadFile(logPath)
 	reqs := map[string]bool{} // one warning per request, however often logged
+	last := ""
 	for i, l := range strings.Split(string(b), "\n") {
 		if strings.Contains(l, "Response contains warning diagnostic") && strings.Contains(l, "VM "+name+": the guest was forced off") {
 			id := fmt.Sprint(i)
 			if m := logReqID.FindStringSubmatch(l); m != nil {
 				id = m[1]
 			}
-			reqs[id] = true
+			reqs[id], last = true, l
 		}
 	}
-	return len(reqs)
+	return len(reqs), last
 }
 
 var logReqID = regexp.MustCompile(`tf_req_id=(\S+)`)
@@ -160,7 +162,7 @@ func waitBooted(t *testing.T, name string, n int) {
 			// logind takes its bus name a moment before it has opened
 			// the power button.
 			time.Sleep(2 * time.Second)
-			t.Logf("%s: boot %d reached logind %s after the step that started it", name, n, time.Since(began).Round(time.Second))
+			t.Logf("%s: boot %d had started logind; waited %s for it", name, n, time.Since(began).Round(time.Second))
 			return
 		}
 		time.Sleep(time.Second)
@@ -205,7 +207,7 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 			took := time.Since(began)
 			at, why := libvirtStops(name)
 			downs := len(consolePowerDown.FindAllStringIndex(readConsole(name), -1))
-			warned := forcedOffWarnings(logPath, name)
+			warned, line := forcedOffWarnings(logPath, name)
 			off := "?"
 			if len(at) > 0 {
 				off = at[len(at)-1].Sub(began).Round(100 * time.Millisecond).String()
@@ -220,6 +222,12 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 			}
 			if warned != warnings {
 				return fmt.Errorf("%s: %d forced-off warnings from the provider, want %d", name, warned, warnings)
+			}
+			if line != "" && !strings.Contains(line, "shutdown_timeout ("+timeout.String()+")") {
+				return fmt.Errorf("%s: the warning does not name the shutdown_timeout %s: %s", name, timeout, line)
+			}
+			if i := strings.Index(line, "diagnostic_"); i >= 0 {
+				t.Logf("%s: the provider's warning: %s", name, line[i:])
 			}
 			// The step began before Terraform planned, so this is an upper
 			// bound of the time from the request to the power-off.
