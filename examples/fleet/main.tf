@@ -50,6 +50,29 @@ locals {
   worker_hosts = { for name, h in data.kohaku_host.each : name => h if !h.reachable || coalesce(h.memory_mib, 0) >= 65536 }
 }
 
+locals {
+  # Free GPUs per host: display-class functions not already held for
+  # passthrough (kohaku_gpu_binding moves a GPU to vfio-pci). A host that is
+  # down has no gpus list; it keeps its place below, as for worker_hosts.
+  free_gpus = {
+    for name, h in data.kohaku_host.each : name => [
+      for g in(h.reachable ? coalesce(h.gpus, []) : []) : g if g.driver != "vfio-pci"
+    ]
+  }
+
+  # Hosts with at least one free GPU, with the NUMA node of the first one
+  # and that node's CPUs and free memory, to size and place a GPU worker.
+  gpu_hosts = {
+    for name, gpus in local.free_gpus : name => {
+      gpu       = try(gpus[0].address, null)
+      numa_node = try(gpus[0].numa_node, null)
+      node = try(one([
+        for n in data.kohaku_host.each[name].numa_nodes : n if n.id == coalesce(gpus[0].numa_node, 0)
+      ]), null)
+    } if !data.kohaku_host.each[name].reachable || length(gpus) > 0
+  }
+}
+
 # The vendor's image on every worker host: downloaded and verified once on
 # the machine running Terraform (cached by digest), uploaded to each host
 # over its libvirt connection. No download or tool on the hosts.
@@ -99,4 +122,17 @@ resource "kohaku_vm" "worker" {
 
 output "workers" {
   value = { for name, vm in kohaku_vm.worker : name => vm.uuid }
+}
+
+output "gpu_hosts" {
+  description = "Hosts with a free GPU: its address, its NUMA node, and that node's CPUs, free memory and free 2 MiB pages."
+  value = {
+    for name, h in local.gpu_hosts : name => {
+      gpu             = h.gpu
+      numa_node       = h.numa_node
+      cpuset          = try(h.node.cpuset, null)
+      free_memory_mib = try(h.node.free_memory_mib, null)
+      free_2m_pages   = try(one([for p in h.node.hugepages : p.free if p.size_kib == 2048]), null)
+    }
+  }
 }

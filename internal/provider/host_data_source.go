@@ -126,14 +126,14 @@ func (d *hostDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 						Description: "Host CPU ids (logical CPUs, hyper-threads included) of the node, sorted. `length(cpus)` is how many vCPUs can be pinned to the node without sharing."},
 					"cpuset":          schema.StringAttribute{Computed: true, Description: "The same CPUs as ranges in libvirt's cpuset syntax, e.g. `0-7,16-23`."},
 					"memory_mib":      schema.Int64Attribute{Computed: true, Description: "Memory of the node in MiB, huge pages included."},
-					"free_memory_mib": schema.Int64Attribute{Computed: true, Description: "Memory of the node the kernel has free now, in MiB. Reserved huge pages are not in it, used or not: see `hugepages`."},
+					"free_memory_mib": schema.Int64Attribute{Computed: true, Description: "Memory of the node the kernel has free now, in MiB. Reserved huge pages are not in it, used or not: see `hugepages`. Null when the host's driver does not report free memory."},
 					"hugepages": schema.ListNestedAttribute{
 						Computed:    true,
 						Description: "The node's huge page pools by page size, smallest first (the base page, 4 KiB on x86_64, is not listed). A pool with `total = 0` is a size the CPU supports but the host reserved none of.",
 						NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 							"size_kib": schema.Int64Attribute{Computed: true, Description: "Page size in KiB: `2048` (2 MiB) or `1048576` (1 GiB) on x86_64."},
 							"total":    schema.Int64Attribute{Computed: true, Description: "Pages of this size reserved on the node (a count of pages, not KiB)."},
-							"free":     schema.Int64Attribute{Computed: true, Description: "Pages of this size not in use. `free * size_kib / 1024` is the MiB of hugepage-backed VM memory the node can still take."},
+							"free":     schema.Int64Attribute{Computed: true, Description: "Pages of this size not in use. `free * size_kib / 1024` is the MiB of hugepage-backed VM memory the node can still take. Null when the host's driver does not report it."},
 						}},
 					},
 				}},
@@ -142,7 +142,8 @@ func (d *hostDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Computed: true,
 				Description: "The host's display-class PCI functions (class `03xxxx`: VGA controllers and 3D controllers such as most compute GPUs), sorted by address, with the same attributes as `kohaku_pci_devices`. " +
 					"For placement: a GPU whose `driver` is `vfio-pci` is already held for passthrough (`kohaku_gpu_binding` or by hand), so count those that are not to find hosts with free GPUs; `numa_node` says which of `numa_nodes` to put the VM's CPUs and memory on. " +
-					"The size of a GPU's BARs is not listed: libvirt's node device API does not report it.",
+					"The size of a GPU's BARs is not listed: libvirt's node device API does not report it (size `kohaku_vm.pci_mmio64_gib` from `lspci -vv` on the host). " +
+					"Null, with a warning, when the host's libvirt has no node-device driver.",
 				NestedObject: schema.NestedAttributeObject{Attributes: pciDeviceAttributes()},
 			},
 			"pools": schema.ListNestedAttribute{
@@ -190,6 +191,13 @@ func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 	var inv *vfio.Inventory
 	if err == nil {
 		inv, err = newBinder(ctx, c).Inventory(ctx)
+		if virt.Unsupported(err) {
+			// A host without libvirt's node-device driver: everything
+			// else is known, the GPUs are not.
+			resp.Diagnostics.AddWarning("No GPU list from "+c.Endpoint().Redacted(),
+				fmt.Sprintf("The host's libvirt does not list node devices (%v), so gpus is null. Install and start libvirt's node-device driver (virtnodedevd, or libvirtd with it built in) to read them.", err))
+			inv, err = nil, nil
+		}
 	}
 	var conn *virt.ConnectionError
 	if err != nil && m.AllowUnreachable.ValueBool() && errors.As(err, &conn) {
@@ -227,9 +235,12 @@ func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 	for _, n := range info.NUMANodes {
 		m.NUMANodes = append(m.NUMANodes, hostNUMANodeFrom(n))
 	}
-	m.GPUs = []pciDeviceModel{}
-	for _, dev := range inv.Filter("", displayClass) {
-		m.GPUs = append(m.GPUs, pciDeviceFrom(dev))
+	m.GPUs = nil
+	if inv != nil {
+		m.GPUs = []pciDeviceModel{}
+		for _, dev := range inv.Filter("", displayClass) {
+			m.GPUs = append(m.GPUs, pciDeviceFrom(dev))
+		}
 	}
 	m.Pools = make([]hostPoolModel, 0, len(info.Pools))
 	for _, p := range info.Pools {
@@ -262,6 +273,9 @@ func hostNUMANodeFrom(n virt.NUMANode) hostNUMANodeModel {
 		FreeMemoryMiB: types.Int64Value(n.FreeMemoryMiB),
 		HugePages:     make([]hostHugePagesModel, 0, len(n.HugePages)),
 	}
+	if !n.FreeKnown {
+		out.FreeMemoryMiB = types.Int64Null()
+	}
 	for _, c := range n.CPUs {
 		out.CPUs = append(out.CPUs, types.Int64Value(int64(c)))
 	}
@@ -269,6 +283,9 @@ func hostNUMANodeFrom(n virt.NUMANode) hostNUMANodeModel {
 		out.HugePages = append(out.HugePages, hostHugePagesModel{
 			SizeKiB: types.Int64Value(int64(p.SizeKiB)), Total: types.Int64Value(int64(p.Total)), Free: types.Int64Value(int64(p.Free)),
 		})
+		if !n.FreeKnown {
+			out.HugePages[len(out.HugePages)-1].Free = types.Int64Null()
+		}
 	}
 	return out
 }

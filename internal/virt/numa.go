@@ -23,6 +23,9 @@ type NUMANode struct {
 	// on it now (huge pages reserved but unused do not count as free).
 	MemoryMiB     int64
 	FreeMemoryMiB int64
+	// FreeKnown says FreeMemoryMiB and the pools' Free were read; false
+	// when the host's driver does not report them.
+	FreeKnown bool
 	// HugePages lists the node's huge page pools by size, smallest first.
 	HugePages []HugePages
 }
@@ -175,13 +178,15 @@ func applyFreePages(nodes []NUMANode, start, count int, sizes []uint32, counts [
 // the capabilities: one NodeGetCellsFreeMemory call for every cell, and one
 // NodeGetFreePages call per run of consecutive cell ids (one on hosts that
 // number their cells 0..n-1), none when the host has no huge page sizes.
+// A driver that does not report them leaves FreeKnown false rather than
+// failing the read.
 func (c *Client) numaFree(ctx context.Context, nodes []NUMANode) error {
 	if len(nodes) == 0 {
 		return nil
 	}
 	first, last := nodes[0].ID, nodes[len(nodes)-1].ID
 	sizes := hugePageSizes(nodes)
-	return c.Call(ctx, "read free memory and huge pages per NUMA node", func(l *libvirt.Libvirt) error {
+	err := c.Call(ctx, "read free memory and huge pages per NUMA node", func(l *libvirt.Libvirt) error {
 		free, err := l.NodeGetCellsFreeMemory(int32(first), int32(last-first+1))
 		if err != nil {
 			return err
@@ -203,4 +208,19 @@ func (c *Client) numaFree(ctx context.Context, nodes []NUMANode) error {
 		}
 		return nil
 	})
+	if Unsupported(err) {
+		return nil
+	}
+	if err == nil {
+		for i := range nodes {
+			nodes[i].FreeKnown = true
+		}
+	}
+	return err
+}
+
+// Unsupported reports whether libvirt refused a call as not supported by
+// the host's driver (rather than failing it).
+func Unsupported(err error) bool {
+	return libvirtCode(err, libvirt.ErrNoSupport) || libvirtCode(err, libvirt.ErrOperationUnsupported)
 }
