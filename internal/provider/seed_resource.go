@@ -255,7 +255,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"volume_key":  schema.StringAttribute{Computed: true, Description: "libvirt's key of the seed volume.", PlanModifiers: keep},
 			"volume_path": schema.StringAttribute{Computed: true, Description: "Path of the seed volume on the host.", PlanModifiers: keep},
 			"size_bytes":  schema.Int64Attribute{Computed: true, Description: "Size of the ISO in bytes."},
-			"sha256":      schema.StringAttribute{Computed: true, Description: "SHA-256 of the ISO. Read compares it with the volume on the host: a volume changed out of band shows up as an update that uploads the right content again."},
+			"sha256":      schema.StringAttribute{Computed: true, Description: "SHA-256 of the ISO. Read compares it with the volume on the host: a volume changed out of band shows up as an update that uploads the right content again. A refresh reads the volume after the ISO's 32 KiB system area (which no ISO 9660 reader uses, and Kohaku writes zero), about 42 KiB for a typical seed, so a change confined to the system area, invisible to the guest, is not seen."},
 			"macs": schema.ListAttribute{
 				Computed: true, ElementType: types.StringType,
 				Description: "MAC address of each structured `network` entry, in order. `kohaku_vm` reads them from the seed itself, so a VM needs only `seed_id`.",
@@ -435,7 +435,15 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		return
 	}
 	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	vol, iso, err := c.ReadVolume(ctx, pool, name, seed.MaxVolumeBytes)
+	// A refresh reads the volume after the ISO's system area, which no ISO
+	// 9660 reader looks at and Kohaku writes zero: 42 KiB of a typical
+	// 74 KiB seed. An import reads it whole, to learn what it holds.
+	importing := state.Format.IsNull() || state.InstanceID.IsNull()
+	var skip int64
+	if !importing {
+		skip = seed.SystemAreaBytes
+	}
+	vol, iso, err := c.ReadVolumeAt(ctx, pool, name, skip, seed.MaxVolumeBytes)
 	if errors.Is(err, virt.ErrNotFound) {
 		tflog.Info(ctx, "seed volume is gone; removing it from state so the next apply recreates it", map[string]any{"pool": pool, "name": name})
 		resp.State.RemoveResource(ctx)
@@ -445,13 +453,17 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		addError(&resp.Diagnostics, fmt.Sprintf("Reading seed %s/%s", pool, name), err)
 		return
 	}
-	sum := sha256.Sum256(iso)
 	state.ID = types.StringValue(pool + "/" + name)
 	state.VolumeKey = types.StringValue(vol.Key)
 	state.VolumePath = types.StringValue(vol.Path)
-	state.SHA256 = types.StringValue(hex.EncodeToString(sum[:]))
-	state.SizeBytes = types.Int64Value(int64(len(iso)))
-	if state.Format.IsNull() || state.InstanceID.IsNull() {
+	if skip > 0 && vol.CapacityBytes > skip {
+		state.SHA256 = types.StringValue(seed.ISODigest(iso))
+	} else {
+		sum := sha256.Sum256(iso)
+		state.SHA256 = types.StringValue(hex.EncodeToString(sum[:]))
+	}
+	state.SizeBytes = types.Int64Value(vol.CapacityBytes)
+	if importing {
 		// Imported: learn what can be learnt from the ISO itself.
 		if in, err := seed.Inspect(iso); err == nil {
 			state.Format = types.StringValue(string(in.Format))

@@ -199,7 +199,24 @@ func TestAccSeed_drift(t *testing.T) {
 					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
 				}},
 			},
-			{Config: seedConfig(pool, name, ""), PlanOnly: true},
+			{
+				// As documented: a refresh reads what follows the ISO's
+				// 32 KiB system area, which the guest never reads, so a
+				// change confined to it plans nothing.
+				PreConfig: func() {
+					iso := downloadWithVirsh(t, pool, name)
+					copy(iso[1024:], strings.Repeat("X", 16))
+					f := filepath.Join(t.TempDir(), "system-area.iso")
+					if err := os.WriteFile(f, iso, 0o600); err != nil {
+						t.Fatal(err)
+					}
+					if out, err := virsh(t, "vol-upload", "--pool", pool, name, f); err != nil {
+						t.Fatalf("virsh vol-upload: %v\n%s", err, out)
+					}
+				},
+				Config:   seedConfig(pool, name, ""),
+				PlanOnly: true,
+			},
 		},
 	})
 }

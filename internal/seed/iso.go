@@ -2,6 +2,8 @@ package seed
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -22,6 +24,22 @@ var ISOTimestamp = time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
 const isoSystemID = "linux"
 
 const sectorSize = 2048
+
+// SystemAreaBytes is the ISO 9660 system area: the first 16 sectors, which
+// ISO 9660 readers (the guest kernel, cloud-init) never read and BuildISO
+// leaves zero. A refresh compares everything after it (see ISODigest).
+const SystemAreaBytes = 16 * sectorSize
+
+// ISODigest is the hex SHA-256 of an image whose system area is zero (as
+// BuildISO writes it) and whose bytes after it are tail: the digest of the
+// whole image, computed from what a refresh reads. A change confined to the
+// system area, invisible to the guest, is not seen.
+func ISODigest(tail []byte) string {
+	h := sha256.New()
+	h.Write(make([]byte, SystemAreaBytes))
+	h.Write(tail)
+	return hex.EncodeToString(h.Sum(nil))
+}
 
 // isoNameOK reports whether a path component survives the writer's name
 // mangling unchanged (lower-case d-characters plus '-' and one '.', within

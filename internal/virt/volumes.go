@@ -167,6 +167,13 @@ func (c *Client) DownloadVolume(ctx context.Context, pool, name string, max int6
 // ReadVolume returns a volume's description and its whole content, in one
 // call on the connection. Volumes larger than max bytes are refused.
 func (c *Client) ReadVolume(ctx context.Context, pool, name string, max int64) (*Volume, []byte, error) {
+	return c.ReadVolumeAt(ctx, pool, name, 0, max)
+}
+
+// ReadVolumeAt is ReadVolume from byte offset on: the volume's info and its
+// bytes from offset to its end (none when offset is past it). Only those
+// bytes cross the connection.
+func (c *Client) ReadVolumeAt(ctx context.Context, pool, name string, offset, max int64) (*Volume, []byte, error) {
 	var buf bytes.Buffer
 	var vol *Volume
 	err := c.Call(ctx, fmt.Sprintf("download volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
@@ -184,8 +191,11 @@ func (c *Client) ReadVolume(ctx context.Context, pool, name string, max int64) (
 		if vol.CapacityBytes > max {
 			return fmt.Errorf("volume %s/%s holds %d bytes, more than the %d expected", pool, name, vol.CapacityBytes, max)
 		}
-		buf.Grow(int(vol.CapacityBytes))
-		return l.StorageVolDownload(v, &buf, 0, uint64(vol.CapacityBytes), 0)
+		if offset >= vol.CapacityBytes {
+			return nil
+		}
+		buf.Grow(int(vol.CapacityBytes - offset))
+		return l.StorageVolDownload(v, &buf, uint64(offset), uint64(vol.CapacityBytes-offset), 0)
 	})
 	if err != nil {
 		return nil, nil, err
