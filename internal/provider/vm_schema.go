@@ -249,13 +249,13 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 				Optional:    true,
 				Computed:    true,
 				Default:     booldefault.StaticBool(true),
-				Description: "Whether the VM should run. Default `true`. Changed in place: `false` shuts the guest down (ACPI, forced off after `shutdown_timeout`), `true` starts it. A VM stopped outside Terraform shows as a change back to `true`.",
+				Description: "Whether the VM should run. Default `true`. Changed in place: `false` shuts the guest down (a shutdown request, through the guest agent when it answers, else ACPI; forced off after `shutdown_timeout`, with a warning), `true` starts it. A VM stopped outside Terraform shows as a change back to `true`.",
 			},
 			"shutdown_timeout": schema.StringAttribute{
 				Optional:    true,
 				Computed:    true,
 				Default:     stringdefault.StaticString(vmDefaultShutdownTimeout),
-				Description: "How long the guest gets to power off after an ACPI shutdown request (when it is stopped, restarted for an update, or destroyed) before it is forced off, as a Go duration. `0s` forces it off at once. Always bounded by the operation's timeout. Default `30s`. Changed in place.",
+				Description: "How long the guest gets to power off after a shutdown request (through the guest agent when it answers, else ACPI; when it is stopped, restarted for an update, or destroyed) before it is forced off, as a Go duration. A guest forced off gives a warning naming this setting: one that honours the request (cloud images do: systemd-logind handles the power button) powers off in seconds. `0s` forces it off at once. Always bounded by the operation's timeout. Default `30s`. Changed in place.",
 				Validators:  []validator.String{nonNegativeDuration},
 			},
 			"destroy_shutdown": schema.StringAttribute{
