@@ -230,10 +230,14 @@ func renderCloudConfig(pl *plan) ([]byte, error) {
 	}
 	if rep := s.reporter(); rep != nil {
 		for _, f := range reporterFiles(rep, expectation(pl)) {
-			files.Content = append(files.Content, newMap().
-				set("path", ystr(f.Path)).
-				set("content", ystr(string(f.Content))).
-				set("permissions", ystr(f.Permissions)).node())
+			fm := newMap().set("path", ystr(f.Path))
+			if f.Path == ReporterScriptPath {
+				fm.set("encoding", ystr("gz+b64"))
+				fm.set("content", ystr(reporterScriptGzB64))
+			} else {
+				fm.set("content", ystr(string(f.Content)))
+			}
+			files.Content = append(files.Content, fm.set("permissions", ystr(f.Permissions)).node())
 		}
 	}
 	if s.PermitRootLogin {
