@@ -255,7 +255,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"volume_key":  schema.StringAttribute{Computed: true, Description: "libvirt's key of the seed volume.", PlanModifiers: keep},
 			"volume_path": schema.StringAttribute{Computed: true, Description: "Path of the seed volume on the host.", PlanModifiers: keep},
 			"size_bytes":  schema.Int64Attribute{Computed: true, Description: "Size of the ISO in bytes."},
-			"sha256":      schema.StringAttribute{Computed: true, Description: "SHA-256 of the ISO. Read compares it with the volume on the host: a volume changed out of band shows up as an update that uploads the right content again. A refresh reads the volume after the ISO's 32 KiB system area (which no ISO 9660 reader uses, and Kohaku writes zero), about 42 KiB for a typical seed, so a change confined to the system area, invisible to the guest, is not seen."},
+			"sha256":      schema.StringAttribute{Computed: true, Description: "SHA-256 of the ISO. Read compares it with the volume on the host: a volume changed out of band shows up as an update that uploads the right content again. A refresh reads the volume after the ISO's 32 KiB system area (which no ISO 9660 reader uses, and Kohaku writes zero), about 24 KiB of a typical 56 KiB seed, so a change confined to the system area, invisible to the guest, is not seen."},
 			"macs": schema.ListAttribute{
 				Computed: true, ElementType: types.StringType,
 				Description: "MAC address of each structured `network` entry, in order. `kohaku_vm` reads them from the seed itself, so a VM needs only `seed_id`.",
@@ -436,8 +436,8 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 	}
 	pool, name := state.Pool.ValueString(), state.Name.ValueString()
 	// A refresh reads the volume after the ISO's system area, which no ISO
-	// 9660 reader looks at and Kohaku writes zero: 42 KiB of a typical
-	// 74 KiB seed. An import reads it whole, to learn what it holds.
+	// 9660 reader looks at and Kohaku writes zero: 24 KiB of a typical
+	// 56 KiB seed. An import reads it whole, to learn what it holds.
 	importing := state.Format.IsNull() || state.InstanceID.IsNull()
 	var skip int64
 	if !importing {
