@@ -206,8 +206,16 @@ const (
 // stopPoll is how often StopDomain checks whether the guest has powered off.
 const stopPoll = 250 * time.Millisecond
 
-// StopDomain asks the guest to power off (ACPI shutdown), waits up to grace
-// for it, then forces it off. The wait also ends with ctx, a little before its
+// stopResend is how often StopDomain repeats its shutdown request while it
+// waits: a request that reaches a guest before it listens (still booting,
+// systemd-logind not up yet) is lost, and one sent again once it listens is
+// honoured instead of the guest being forced off at the end of the grace.
+// A guest already shutting down ignores the repeats.
+const stopResend = 5 * time.Second
+
+// StopDomain asks the guest to power off (libvirt's shutdown: the guest
+// agent when it answers, else ACPI), repeating the request every stopResend,
+// waits up to grace for it, then forces it off. The wait also ends with ctx, a little before its
 // deadline so the forced stop still fits. A domain that is gone or already off
 // is not an error.
 func (c *Client) StopDomain(ctx context.Context, ref DomainRef, grace time.Duration) (StopResult, error) {
@@ -239,10 +247,13 @@ func (c *Client) StopDomain(ctx context.Context, ref DomainRef, grace time.Durat
 		if dl, ok := ctx.Deadline(); ok && dl.Add(-10*time.Second).Before(end) {
 			end = dl.Add(-10 * time.Second)
 		}
-		err := c.Call(ctx, "shut down domain "+ref.String(), func(l *libvirt.Libvirt) error {
-			return l.DomainShutdown(dom)
-		})
-		if err == nil {
+		ask := func() error {
+			return c.Call(ctx, "shut down domain "+ref.String(), func(l *libvirt.Libvirt) error {
+				return l.DomainShutdown(dom)
+			})
+		}
+		if err := ask(); err == nil {
+			asked := time.Now()
 			for time.Now().Before(end) {
 				select {
 				case <-ctx.Done():
@@ -252,6 +263,10 @@ func (c *Client) StopDomain(ctx context.Context, ref DomainRef, grace time.Durat
 				st, err := state()
 				if libvirtCode(err, libvirt.ErrNoDomain) || (err == nil && st == libvirt.DomainShutoff) {
 					return StopGraceful, nil
+				}
+				if time.Since(asked) >= stopResend && err == nil && st == libvirt.DomainRunning {
+					ask() //nolint:errcheck // the first request's answer decided; a repeat may race the power-off
+					asked = time.Now()
 				}
 			}
 		}
