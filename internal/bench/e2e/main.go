@@ -191,8 +191,8 @@ type harness struct {
 	// serve it under Kohaku's address.
 	schemaExe string
 	schemaEnv []string
-	proxy                              *countingProxy
-	proxyURI                           string
+	proxy     *countingProxy
+	proxyURI  string
 }
 
 func (h *harness) setup() error {
@@ -536,8 +536,8 @@ func (h *harness) report(ms []measurement) string {
 	}
 	ns := sortedKeys(byN)
 	type cpuRow struct {
-		n                      int
-		step                   string
+		n                              int
+		step                           string
 		kt, kp, kd, st, sp, tt, lc, ld float64
 	}
 	var cpus []cpuRow
