@@ -135,6 +135,15 @@ func (d *vmDiskModel) base() *domain.VolumeRef {
 	return &domain.VolumeRef{Pool: pool, Volume: d.BaseVolume.ValueString()}
 }
 
+// hostPhrase names a host of the hosts map, or the default connection
+// ("" is the provider's default host), in a message.
+func hostPhrase(h string) string {
+	if h == "" {
+		return "the provider's default host"
+	}
+	return fmt.Sprintf("host %q", h)
+}
+
 // imageHostProblem says why a kohaku_image id cannot back a VM on vmHost
 // ("" is the provider's default connection); empty when it can.
 func imageHostProblem(vmHost, imageID string) string {
@@ -145,17 +154,11 @@ func imageHostProblem(vmHost, imageID string) string {
 	if host == vmHost {
 		return ""
 	}
-	where := func(h string) string {
-		if h == "" {
-			return "the provider's default host"
-		}
-		return fmt.Sprintf("host %q", h)
-	}
 	fix := fmt.Sprintf("the id of a kohaku_image with host = %q", vmHost)
 	if vmHost == "" {
 		fix = "the id of a kohaku_image without host"
 	}
-	return fmt.Sprintf("image %q (pool %q, volume %q) is on %s, but this VM is on %s: an overlay can only be backed by an image in a pool of its own host. Use %s (with for_each over hosts: image = kohaku_image.debian12[each.key].id), or put the VM on the image's host.", imageID, pool, vol, where(host), where(vmHost), fix)
+	return fmt.Sprintf("image %q (pool %q, volume %q) is on %s, but this VM is on %s: an overlay can only be backed by an image in a pool of its own host. Use %s (with for_each over hosts: image = kohaku_image.debian12[each.key].id), or put the VM on the image's host.", imageID, pool, vol, hostPhrase(host), hostPhrase(vmHost), fix)
 }
 
 func (m *vmModel) disk(ctx context.Context, diags *diag.Diagnostics) *vmDiskModel {

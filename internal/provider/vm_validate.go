@@ -36,12 +36,8 @@ func (r *vmResource) ValidateConfig(ctx context.Context, req resource.ValidateCo
 		gpus, _ := stringSet(cfg.GPUs)
 		for _, g := range gpus {
 			if host, _ := vmlife.ParseGPUID(g); host != "" && host != cfg.Host.ValueString() {
-				where := "the provider's default host"
-				if h := cfg.Host.ValueString(); h != "" {
-					where = fmt.Sprintf("host %q", h)
-				}
 				resp.Diagnostics.AddAttributeError(path.Root("gpus").AtSetValue(types.StringValue(g)), "GPU on another host",
-					fmt.Sprintf("%q is bound on host %q, but this VM is on %s. A VM can only use GPUs of its own host: set host = %q, or use a kohaku_gpu_binding on this VM's host.", g, host, where, host))
+					fmt.Sprintf("%q is bound on host %q, but this VM is on %s. A VM can only use GPUs of its own host: set host = %q, or use a kohaku_gpu_binding on this VM's host.", g, host, hostPhrase(cfg.Host.ValueString()), host))
 			}
 		}
 	}
