@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -177,6 +178,15 @@ func (e *AuthError) Error() string {
 
 // sshDialer reaches libvirtd's unix socket on the remote host through an SSH
 // "direct-streamlocal" channel: no ssh binary, nc or virt-ssh-helper needed.
+//
+// Every libvirt connection the dialer makes rides on ONE SSH connection per
+// dialer (one per host): the first dial makes the TCP connection and the
+// handshake, later dials only open a channel on it. So fifty readiness waits
+// make one handshake, not fifty (OpenSSH's MaxStartups 10:30:100 drops
+// unauthenticated connections past ten). The SSH connection is counted by
+// its channels: it is closed, and waited for, when the last libvirt
+// connection on it closes; one that died is dropped and the next dial makes
+// a new one (a dial that finds it dead redials once).
 type sshDialer struct {
 	addr    string
 	socket  string
@@ -185,6 +195,46 @@ type sshDialer struct {
 	auth    []ssh.AuthMethod
 	offered []string
 	check   ssh.HostKeyCallback
+
+	mu     sync.Mutex
+	shared *sharedSSH // the live SSH connection, nil when there is none
+	round  *sshRound  // the handshake under way, nil when there is none
+
+	// tcpDials counts TCP connections made to the SSH server; handshakes
+	// counts the SSH handshakes that completed (authenticated).
+	tcpDials, handshakes atomic.Int64
+}
+
+// sharedSSH is one SSH connection and the libvirt connections riding on it.
+type sharedSSH struct {
+	client *ssh.Client
+	refs   int           // open channels (guarded by the dialer's mu)
+	dead   bool          // closed or lost: no new channel goes on it (mu)
+	done   chan struct{} // closed once the connection has ended
+}
+
+// sshRound is one handshake that concurrent dials wait for together.
+type sshRound struct {
+	done   chan struct{}
+	shared *sharedSSH
+	err    error
+}
+
+// sshCounts are process-wide counters per SSH server address, for tests
+// that cannot reach the dialer (a provider under terraform-plugin-testing).
+var sshCounts sync.Map // addr -> *[2]atomic.Int64 (TCP connections, handshakes)
+
+func sshCounter(addr string) *[2]atomic.Int64 {
+	v, _ := sshCounts.LoadOrStore(addr, new([2]atomic.Int64))
+	return v.(*[2]atomic.Int64)
+}
+
+// SSHConnections reports how many TCP connections and completed SSH
+// handshakes every ssh dialer of this process has made to addr
+// ("host:port") so far.
+func SSHConnections(addr string) (tcp, handshakes int64) {
+	c := sshCounter(addr)
+	return c[0].Load(), c[1].Load()
 }
 
 func newSSHDialer(ep Endpoint, s SSHSettings, timeout time.Duration) (*sshDialer, error) {
@@ -326,16 +376,27 @@ func appendLine(file, line string) error {
 	return err
 }
 
-// Dial opens the SSH session and a channel to the remote libvirt socket. The
-// returned conn closes the SSH client with it, so a reconnect leaks nothing.
-func (d *sshDialer) Dial() (net.Conn, error) {
-	client, err := ssh.Dial("tcp", d.addr, &ssh.ClientConfig{
+// handshake makes a new TCP connection and SSH handshake, both bounded by
+// the dial timeout.
+func (d *sshDialer) handshake() (*ssh.Client, error) {
+	d.tcpDials.Add(1)
+	counts := sshCounter(d.addr)
+	counts[0].Add(1)
+	conn, err := net.DialTimeout("tcp", d.addr, d.timeout)
+	if err != nil {
+		return nil, err
+	}
+	if d.timeout > 0 {
+		_ = conn.SetDeadline(time.Now().Add(d.timeout))
+	}
+	cc, chans, reqs, err := ssh.NewClientConn(conn, d.addr, &ssh.ClientConfig{
 		User:            d.user,
 		Auth:            d.auth,
 		HostKeyCallback: d.check,
 		Timeout:         d.timeout,
 	})
 	if err != nil {
+		conn.Close()
 		var unknown *UnknownHostKeyError
 		var mismatch *HostKeyMismatchError
 		switch {
@@ -348,29 +409,164 @@ func (d *sshDialer) Dial() (net.Conn, error) {
 		}
 		return nil, err
 	}
-	conn, err := client.Dial("unix", d.socket)
-	if err != nil {
-		client.Close()
-		return nil, fmt.Errorf("the SSH server accepted us but could not open libvirt's socket %s on the host (is libvirtd running there, may user %q use it, and does sshd allow stream-local forwarding?): %w", d.socket, d.user, err)
+	_ = conn.SetDeadline(time.Time{})
+	d.handshakes.Add(1)
+	counts[1].Add(1)
+	return ssh.NewClient(cc, chans, reqs), nil
+}
+
+// acquire returns the live SSH connection with one more reference, making
+// it when there is none. Concurrent callers share one handshake and its
+// result.
+func (d *sshDialer) acquire() (*sharedSSH, error) {
+	d.mu.Lock()
+	if s := d.shared; s != nil && !s.dead {
+		s.refs++
+		d.mu.Unlock()
+		return s, nil
 	}
-	return &sshConn{Conn: conn, client: client}, nil
+	if r := d.round; r != nil {
+		d.mu.Unlock()
+		<-r.done
+		if r.err != nil {
+			return nil, r.err
+		}
+		return d.acquire() // the new connection, or a later one if it died already
+	}
+	r := &sshRound{done: make(chan struct{})}
+	d.round = r
+	d.mu.Unlock()
+
+	client, err := d.handshake()
+	d.mu.Lock()
+	d.round = nil
+	if err != nil {
+		r.err = err
+		d.mu.Unlock()
+		close(r.done)
+		return nil, err
+	}
+	s := &sharedSSH{client: client, refs: 1, done: make(chan struct{})}
+	d.shared, r.shared = s, s
+	d.mu.Unlock()
+	close(r.done)
+	go d.watch(s)
+	return s, nil
+}
+
+// watch marks s dead as soon as its connection ends, so the next dial
+// makes a new one instead of failing on it.
+func (d *sshDialer) watch(s *sharedSSH) {
+	_ = s.client.Wait()
+	d.mu.Lock()
+	d.drop(s)
+	d.mu.Unlock()
+	close(s.done)
+}
+
+// drop takes s out of use (the caller holds mu).
+func (d *sshDialer) drop(s *sharedSSH) {
+	s.dead = true
+	if d.shared == s {
+		d.shared = nil
+	}
+}
+
+// release gives back one reference; the last one closes the SSH connection
+// and waits until it has shut down, so no SSH goroutine or socket outlives
+// the last libvirt connection.
+func (d *sshDialer) release(s *sharedSSH) {
+	d.mu.Lock()
+	s.refs--
+	last := s.refs == 0
+	if last {
+		d.drop(s)
+	}
+	d.mu.Unlock()
+	if last {
+		s.client.Close()
+		<-s.done
+	}
+}
+
+// kill closes s for everyone: it failed to open a channel, so every channel
+// on it is as good as lost.
+func (d *sshDialer) kill(s *sharedSSH) {
+	d.mu.Lock()
+	d.drop(s)
+	d.mu.Unlock()
+	s.client.Close()
+}
+
+// openSocket opens a channel to libvirt's socket on s, bounded by the dial
+// timeout: a connection that does not answer is treated as lost.
+func (d *sshDialer) openSocket(s *sharedSSH) (net.Conn, error) {
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		conn, err := s.client.Dial("unix", d.socket)
+		got <- result{conn, err}
+	}()
+	var expired <-chan time.Time
+	if d.timeout > 0 {
+		t := time.NewTimer(d.timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case r := <-got:
+		return r.conn, r.err
+	case <-expired:
+		d.kill(s) // the open then fails and its goroutine returns
+		if r := <-got; r.conn != nil {
+			r.conn.Close()
+		}
+		return nil, fmt.Errorf("the SSH server did not answer a channel open within %s", d.timeout)
+	}
+}
+
+// Dial opens a channel to the remote libvirt socket on the dialer's shared
+// SSH connection, making that connection first when there is none. When
+// the connection turns out to be dead, it is dropped and the dial is tried
+// once more on a new one. The returned conn gives its reference back when
+// it closes.
+func (d *sshDialer) Dial() (net.Conn, error) {
+	for attempt := 0; ; attempt++ {
+		s, err := d.acquire()
+		if err != nil {
+			return nil, err
+		}
+		conn, err := d.openSocket(s)
+		if err == nil {
+			return &sshConn{Conn: conn, d: d, s: s}, nil
+		}
+		var refused *ssh.OpenChannelError
+		if errors.As(err, &refused) || attempt > 0 {
+			d.release(s)
+			return nil, fmt.Errorf("the SSH server accepted us but could not open libvirt's socket %s on the host (is libvirtd running there, may user %q use it, and does sshd allow stream-local forwarding?): %w", d.socket, d.user, err)
+		}
+		// Not a refusal: the connection is gone. Drop it and redial once.
+		d.kill(s)
+		d.release(s)
+	}
 }
 
 type sshConn struct {
 	net.Conn
-	client *ssh.Client
-	once   sync.Once
+	d    *sshDialer
+	s    *sharedSSH
+	once sync.Once
 }
 
-// Close closes the SSH channel, then the SSH client, and waits until the
-// client's connection has shut down, so no SSH goroutine or socket outlives
-// the libvirt connection.
+// Close closes the SSH channel and gives its reference to the SSH
+// connection back; the last channel's close closes the connection and waits
+// until it has shut down.
 func (c *sshConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() {
-		c.client.Close()
-		_ = c.client.Wait()
-	})
+	c.once.Do(func() { c.d.release(c.s) })
 	return err
 }
 
@@ -400,4 +596,13 @@ func firstNonEmpty(vals ...string) string {
 		}
 	}
 	return ""
+}
+
+// SSHConnections reports, for a qemu+ssh client, how many TCP connections
+// and completed SSH handshakes its dialer has made; zero for other transports.
+func (c *Client) SSHConnections() (tcp, handshakes int64) {
+	if d, ok := c.dialer.inner.(*sshDialer); ok {
+		return d.tcpDials.Load(), d.handshakes.Load()
+	}
+	return 0, 0
 }
