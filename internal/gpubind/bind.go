@@ -42,11 +42,14 @@ type Bound struct {
 }
 
 // BindError is a function that could not be bound; Rollback says what
-// happened to the functions bound before it.
+// happened to the functions bound before it, and Left lists those of them
+// the rollback could not give back: they are still on vfio-pci, and whoever
+// records bindings must record them, or nothing will ever give them back.
 type BindError struct {
 	Binding  vfio.Binding
 	Err      error
 	Rollback string
+	Left     []Bound
 }
 
 func (e *BindError) Error() string {
@@ -130,7 +133,8 @@ func (b Binder) Bind(ctx context.Context, plan []vfio.Binding) ([]Bound, error) 
 			}
 		}
 		if err != nil {
-			return nil, &BindError{Binding: fn, Err: err, Rollback: b.GiveBack(ctx, done, plan)}
+			msg, left := b.GiveBack(ctx, done, plan)
+			return nil, &BindError{Binding: fn, Err: err, Rollback: msg, Left: left}
 		}
 		b.log("bound a PCI function to vfio-pci", map[string]any{"address": fn.Address.String(), "original_driver": fn.OriginalDriver})
 		done = append(done, Bound{Device: after, Original: fn.OriginalDriver})
@@ -139,30 +143,33 @@ func (b Binder) Bind(ctx context.Context, plan []vfio.Binding) ([]Bound, error) 
 }
 
 // GiveBack reattaches the functions this operation bound (not those that
-// were on vfio-pci before it) and says how it went.
-func (b Binder) GiveBack(ctx context.Context, done []Bound, plan []vfio.Binding) string {
+// were on vfio-pci before it), says how it went, and returns those it could
+// not give back.
+func (b Binder) GiveBack(ctx context.Context, done []Bound, plan []vfio.Binding) (string, []Bound) {
 	already := map[vfio.Address]bool{}
 	for _, fn := range plan {
 		already[fn.Address] = fn.AlreadyBound
 	}
 	var ok, failed []string
+	var left []Bound
 	for _, f := range slices.Backward(done) {
 		if already[f.Address] {
 			continue // it was on vfio-pci before: leave it there
 		}
 		if err := b.Host.ReattachNodeDevice(ctx, vfio.NodeDeviceName(f.Address)); err != nil {
 			failed = append(failed, fmt.Sprintf("%s: %v (give it back with virsh nodedev-reattach %s)", f.Address, err, vfio.NodeDeviceName(f.Address)))
+			left = append(left, f)
 			continue
 		}
 		ok = append(ok, f.Address.String())
 	}
 	switch {
 	case len(failed) > 0:
-		return "Rolling back FAILED, these functions are still on vfio-pci: " + strings.Join(failed, "; ")
+		return "Rolling back FAILED, these functions are still on vfio-pci: " + strings.Join(failed, "; "), left
 	case len(ok) > 0:
-		return "The functions bound before it were given back to the host (" + strings.Join(ok, ", ") + "); nothing was changed."
+		return "The functions bound before it were given back to the host (" + strings.Join(ok, ", ") + "); nothing was changed.", nil
 	}
-	return "Nothing was changed."
+	return "Nothing was changed.", nil
 }
 
 // Rebind binds the plan's functions found off vfio-pci again and returns

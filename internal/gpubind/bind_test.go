@@ -206,8 +206,26 @@ func TestBindGivesBackOnEachFailure(t *testing.T) {
 			if !reflect.DeepEqual(reattached, c.giveBack) {
 				t.Errorf("gave back %q, want %q", reattached, c.giveBack)
 			}
+			// What the rollback could not give back is named in Left, for
+			// the caller to record: exactly the functions left on vfio-pci.
+			var left []string
+			for _, l := range be.Left {
+				left = append(left, vfio.NodeDeviceName(l.Address))
+			}
+			var onVFIO []string
+			for _, name := range []string{gpu, audio} {
+				if h.driver[name] == "vfio-pci" && h.original[name] != "vfio-pci" {
+					onVFIO = append(onVFIO, name)
+				}
+			}
+			if !reflect.DeepEqual(left, onVFIO) {
+				t.Errorf("Left names %q, but %q are on vfio-pci", left, onVFIO)
+			}
 			if c.name != "give back fails too" && h.drivers() != before {
 				t.Errorf("drivers after the failure %s, want %s", h.drivers(), before)
+			}
+			if c.name == "give back fails too" && len(left) != 1 {
+				t.Errorf("a failed give-back left %q, want the GPU", left)
 			}
 		})
 	}
