@@ -25,6 +25,8 @@ usage: nestedhost.sh COMMAND [--virtio-iommu]
           as L1 sees them; with the virtio-iommu instance up, its URI too)
   image   build (or find) the cached L1 image only
   down    stop L1 by its PID (the image cache stays)
+  diag    ask root's shell on L1's serial console what L1 sees of its network
+          and libvirtd (up does this by itself when libvirtd does not answer)
 
   --virtio-iommu  act on a second instance that boots the same image with
                   virtio-iommu instead of intel-iommu. Debian 12's kernel has no
@@ -49,6 +51,9 @@ readonly BASE_PORT=${KOHAKU_NESTED_PORT:-16609}
 # with the host loaded (OpenTofu compiling in the background on a fresh
 # machine) one of two L1s took over 240 s to answer in a dry run, the other 50 s.
 readonly BOOT_TIMEOUT=${KOHAKU_NESTED_TIMEOUT:-600}
+# seconds after L1's login prompt before a silent libvirtd is diagnosed and L1
+# booted again (libvirtd is socket-activated and answers within seconds)
+readonly ANSWER_GRACE=${KOHAKU_NESTED_ANSWER_GRACE:-240}
 readonly STATE_ROOT=/run/kohaku-nested
 readonly LOG_DIR=/var/log/kohaku-nested
 readonly HOST_PACKAGES=(qemu-system-x86 qemu-utils libvirt-clients mmdebstrap e2fsprogs)
@@ -56,7 +61,7 @@ SELF=$(readlink -f "${BASH_SOURCE[0]}")
 readonly SELF
 
 # Instance parameters, set by select_instance.
-INSTANCE="" PORT="" STATE="" L1_HOSTNAME="" L1_UUID="" IOMMU=""
+INSTANCE="" PORT="" CONSOLE_PORT="" STATE="" L1_HOSTNAME="" L1_UUID="" IOMMU=""
 select_instance() { # $1 = intel | virtio
 	INSTANCE=$1
 	STATE=$STATE_ROOT/$INSTANCE
@@ -66,6 +71,9 @@ select_instance() { # $1 = intel | virtio
 	virtio) PORT=$((BASE_PORT + 1)); IOMMU=virtio; L1_UUID=6b6f6861-6b75-4e65-8000-000000000002 ;;
 	*) die "unknown instance $INSTANCE" ;;
 	esac
+	# L1's serial console (root's autologin shell) on a loopback socket, so a
+	# boot whose libvirtd does not answer can be asked what it sees
+	CONSOLE_PORT=$((PORT + 50))
 }
 uri() { printf 'qemu+tcp://127.0.0.1:%s/system' "$PORT"; }
 
@@ -271,8 +279,8 @@ stop_qemu() {
 	rm -f "$STATE/qemu.pid"
 }
 
-port_busy() { # something already listens on 127.0.0.1:$PORT
-	(exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null
+port_busy() { # $1: something already listens on 127.0.0.1:$1
+	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
 # shellcheck disable=SC2054 # commas belong to QEMU's option syntax
@@ -294,7 +302,8 @@ qemu_args() { # $1 = image dir
 		-drive "file=$dir/rootfs.raw,format=raw,if=none,id=root,cache=unsafe" -device virtio-blk-pci,drive=root
 		-snapshot
 		-netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$PORT-:16509" -device virtio-net-pci,netdev=n0
-		-serial "file:$STATE/console.log"
+		-chardev "socket,id=con0,host=127.0.0.1,port=$CONSOLE_PORT,server=on,wait=off,logfile=$STATE/console.log"
+		-serial chardev:con0
 		-daemonize -pidfile "$STATE/qemu.pid"
 		# the pass-through stand-ins, each behind its own root port (ACS: small groups)
 		-device pcie-root-port,id=rp1,bus=pcie.0,chassis=1,slot=1,addr=0x10
@@ -307,8 +316,50 @@ qemu_args() { # $1 = image dir
 	)
 }
 
+start_qemu() { # $1 = image dir; prints QEMU's pid
+	local dir=$1 p pid
+	for p in "$PORT" "$CONSOLE_PORT"; do
+		port_busy "$p" && die "127.0.0.1:$p is taken by something else: set KOHAKU_NESTED_PORT"
+	done
+	mkdir -p "$STATE"
+	rm -f "$STATE/qemu.pid" "$STATE/devices.env"
+	: >"$STATE/console.log"
+	qemu_args "$dir"
+	printf '%q ' qemu-system-x86_64 "${QEMU_ARGS[@]}" >"$STATE/qemu.cmdline"
+	# 8/9 are our flock fds: QEMU must not inherit (and so hold) them
+	qemu-system-x86_64 "${QEMU_ARGS[@]}" 2>"$STATE/qemu.stderr" 8>&- 9>&- ||
+		{ cat "$STATE/qemu.stderr" >&2; die "qemu-system-x86_64 failed to start"; }
+	pid=$(our_qemu_pid) || die "QEMU started but $STATE/qemu.pid does not name it"
+	log "L1 QEMU pid $pid: TCG q35, 2 vCPU, 1.5 GiB, $IOMMU IOMMU, libvirtd at $(uri); console $STATE/console.log (and 127.0.0.1:$CONSOLE_PORT)"
+	printf '%s\n' "$pid"
+}
+
+# console_diagnose asks root's shell on L1's serial console what L1 sees of
+# its network and libvirtd, and prints the answer: a boot that reached its
+# login prompt but whose libvirtd does not answer says why in the log.
+console_diagnose() {
+	local fd mark=KOHAKU-DIAG-$RANDOM
+	# (a redirection on exec would stay on the shell: only the probe is quiet)
+	port_busy "$CONSOLE_PORT" || { log "L1's console socket does not answer"; return 0; }
+	exec {fd}<>"/dev/tcp/127.0.0.1/$CONSOLE_PORT"
+	# the markers are split in the command so that only the output matches them
+	printf '\n%s\n' "echo ${mark}-\"\"BEGIN; ip -br link; ip -br addr; ip route; ss -tln; systemctl --no-pager --lines=15 status libvirtd-tcp.socket libvirtd.service systemd-networkd.service 2>&1 | cat; echo ${mark}-\"\"END" >&"$fd"
+	local i
+	for ((i = 0; i < 60; i++)); do
+		grep -aq "^${mark}-END" "$STATE/console.log" && break
+		sleep 1 # (the answer is a few KiB: the socket buffers it unread)
+	done
+	exec {fd}>&-
+	log "what L1 says of its network and libvirtd:"
+	sed -n "/^${mark}-BEGIN/,/^${mark}-END/p" "$STATE/console.log" | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | sed 's/^/    /' >&2
+}
+
+# boot_l1 boots L1 and waits for its libvirtd. Under TCG libvirtd answers
+# within seconds of the login prompt; one that has not answered
+# ANSWER_GRACE s after it is diagnosed through the console and booted once
+# more, with BOOT_TIMEOUT again (a second boot is cheaper than a failed run).
 boot_l1() {
-	local dir pid
+	local dir pid attempt=1
 	dir=$(image_dir)
 	if pid=$(our_qemu_pid); then
 		if virsh_ok; then
@@ -317,32 +368,33 @@ boot_l1() {
 		fi
 		log "L1 QEMU pid $pid runs but libvirtd does not answer yet; waiting"
 	else
-		port_busy && die "127.0.0.1:$PORT is taken by something else: set KOHAKU_NESTED_PORT"
-		mkdir -p "$STATE"
-		rm -f "$STATE/qemu.pid" "$STATE/devices.env"
-		: >"$STATE/console.log"
-		qemu_args "$dir"
-		printf '%q ' qemu-system-x86_64 "${QEMU_ARGS[@]}" >"$STATE/qemu.cmdline"
-		# 8/9 are our flock fds: QEMU must not inherit (and so hold) them
-		qemu-system-x86_64 "${QEMU_ARGS[@]}" 2>"$STATE/qemu.stderr" 8>&- 9>&- ||
-			{ cat "$STATE/qemu.stderr" >&2; die "qemu-system-x86_64 failed to start"; }
-		pid=$(our_qemu_pid) || die "QEMU started but $STATE/qemu.pid does not name it"
-		log "L1 QEMU pid $pid: TCG q35, 2 vCPU, 1.5 GiB, $IOMMU IOMMU, libvirtd at $(uri); console $STATE/console.log"
+		pid=$(start_qemu "$dir")
 	fi
-	local deadline=$((SECONDS + BOOT_TIMEOUT)) seen_login=""
+	local deadline=$((SECONDS + BOOT_TIMEOUT)) seen_login="" login_at=0
 	while ((SECONDS < deadline)); do
 		[[ -d /proc/$pid ]] || { tail -n 30 "$STATE/console.log" >&2; die "L1 QEMU (pid $pid) exited during boot"; }
 		if [[ -z $seen_login ]] && grep -aq 'login:\|Reached target.*Multi-User' "$STATE/console.log" 2>/dev/null; then
-			seen_login=$(elapsed "$PHASE_T0")
+			seen_login=$(elapsed "$PHASE_T0") login_at=$SECONDS
 			log "L1 userspace up after ${seen_login}s"
 		fi
 		if virsh_ok; then
 			phase_done "L1 libvirtd answers on $(uri)"
 			return 0
 		fi
+		if [[ -n $seen_login ]] && ((attempt == 1 && SECONDS - login_at > ANSWER_GRACE)); then
+			log "L1 reached its login prompt ${ANSWER_GRACE}s ago but libvirtd does not answer on $(uri)"
+			console_diagnose
+			stop_qemu
+			cp -f "$STATE/console.log" "$STATE/console.1.log"
+			log "its console is kept in $STATE/console.1.log"
+			attempt=2 seen_login="" deadline=$((SECONDS + BOOT_TIMEOUT))
+			log "booting L1 a second time"
+			pid=$(start_qemu "$dir")
+		fi
 		sleep 1
 	done
 	tail -n 30 "$STATE/console.log" >&2
+	[[ -n $seen_login ]] && console_diagnose
 	die "L1's libvirtd did not answer on $(uri) within ${BOOT_TIMEOUT}s (QEMU pid $pid left running: run down)"
 }
 
@@ -513,6 +565,10 @@ main() {
 	image) cmd_image ;;
 	down) cmd_down "$@" ;;
 	_image-build) image_build_into "$1" ;; # internal: used by ensure_image
+	diag)
+		instances_from_args "$@"
+		for i in "${INSTANCES[@]}"; do select_instance "$i"; console_diagnose; done
+		;;
 	-h | --help | help) usage ;;
 	*) usage >&2; exit 2 ;;
 	esac
