@@ -88,8 +88,11 @@ readonly HOST_PACKAGES=(
 	ovmf
 	python3                   # the loopback HTTP server that serves it
 	curl
+	xz-utils                  # the tiny test guest's kernel, unpacked (../tinyguest)
 )
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
+# the tiny test guest for scale tests (kernel + busybox initramfs), built from the image
+TINYGUEST=$(dirname "$SELF")/../tinyguest/tinyguest.sh
 readonly SELF
 
 # ---------------------------------------------------------------- logging
@@ -723,6 +726,7 @@ cmd_up() {
 	phase image-pool-debian13; TESTHOST_GEN=debian13 ensure_image_pool
 	phase cloud-image; ensure_cloud_image
 	phase image-http; ensure_image_http
+	phase tiny-guest; bash "$TINYGUEST" build "$(image_dir)" "$CACHE_ROOT" >/dev/null
 	log "up: done in $(elapsed "$T_START")s; next: eval \"\$(bash $SELF env)\""
 }
 
@@ -757,6 +761,11 @@ cmd_status() {
 	if image_complete "$dir"; then log "image: $dir"; else log "image: missing ($dir)"; ok=1; fi
 	dir13=$(TESTHOST_GEN=debian13 image_dir)
 	if image_complete "$dir13"; then log "image debian13: $dir13"; else log "image debian13: missing ($dir13)"; ok=1; fi
+	if image_complete "$dir"; then
+		local tiny
+		tiny=$(bash "$TINYGUEST" dir "$dir" "$CACHE_ROOT")
+		if [[ -s $tiny/vmlinux && -s $tiny/initrd.img ]]; then log "tiny guest: $tiny"; else log "tiny guest: missing ($tiny)"; ok=1; fi
+	fi
 	if virsh_ok "$URI_UNIX"; then
 		for p in "default:$DEFAULT_POOL_PATH" "$TEST_POOL:$TEST_POOL_PATH" "$IMAGE_POOL:$dir" "$IMAGE_POOL-debian13:$dir13"; do
 			local n=${p%%:*} wantp=${p#*:} st path
@@ -795,6 +804,8 @@ export KOHAKU_TEST_BASE_VOLUME=rootfs.qcow2
 export KOHAKU_TEST_KERNEL=$dir/vmlinuz
 export KOHAKU_TEST_INITRD=$dir/initrd.img
 EOF
+	# the tiny test guest (KOHAKU_TEST_TINY_KERNEL, KOHAKU_TEST_TINY_INITRD)
+	bash "$TINYGUEST" env "$dir" "$CACHE_ROOT"
 	# the cloud-style image, as a vendor serves it
 	if [[ -s $(cloud_dir)/SHA256SUMS ]] && image_http_pid >/dev/null; then
 		cat <<EOF
