@@ -17,7 +17,8 @@ usage: nestedhost.sh COMMAND [--virtio-iommu]
   up      build (or reuse) the cached L1 image and boot L1 with qemu-system-x86_64:
           TCG, q35, intel-iommu, and the pass-through stand-ins (an e1000e NIC,
           QEMU's edu device, and a VGA + ich9-intel-hda pair in one slot, like a
-          GPU and its HDMI audio); wait until its libvirtd answers over TCP.
+          GPU and its HDMI audio, behind a PCIe expander bridge on the second of
+          two NUMA nodes); wait until its libvirtd answers over TCP.
           Idempotent: a running, answering L1 is left alone.
   status  report what is up; exit 0 when L1 answers, else 1
   env     print `export` lines for the tests: eval "$(nestedhost.sh env)"
@@ -109,10 +110,13 @@ image_customize() { # $1 = unpacked root tree
 	# shellcheck disable=SC2016 # $TERM is for systemd to expand
 	printf '[Service]\nExecStart=\nExecStart=-/sbin/agetty --autologin root --noclear --keep-baud 115200,38400,9600 %%I $TERM\n' \
 		>"$t/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf"
-	# user-mode NIC: a static address, no DHCP wait (QEMU's hostfwd targets 10.0.2.15)
+	# user-mode NIC: a static address, no DHCP wait (QEMU's hostfwd targets
+	# 10.0.2.15). Matched by its MAC alone: the e1000e pass-through stand-in is
+	# a NIC too; given the same address (as `en*` did), its routes could come
+	# first and take the replies to the forwarded port away from this NIC.
 	cat >"$t/etc/systemd/network/10-slirp.network" <<'NET'
 [Match]
-Name=en* eth*
+MACAddress=52:54:00:6b:6f:01
 [Network]
 Address=10.0.2.15/24
 Gateway=10.0.2.2
@@ -286,7 +290,8 @@ port_busy() { # $1: something already listens on 127.0.0.1:$1
 # shellcheck disable=SC2054 # commas belong to QEMU's option syntax
 qemu_args() { # $1 = image dir
 	local dir=$1 iommu_dev cmdline
-	cmdline="root=/dev/vda rw console=ttyS0 systemd.hostname=$L1_HOSTNAME iommu=pt mitigations=off"
+	# 2 MiB huge pages, split evenly between the two NUMA nodes (48 each)
+	cmdline="root=/dev/vda rw console=ttyS0 systemd.hostname=$L1_HOSTNAME iommu=pt mitigations=off hugepagesz=2M hugepages=96"
 	if [[ $IOMMU == intel ]]; then
 		iommu_dev=(-device intel-iommu,intremap=on,caching-mode=on)
 		cmdline+=" intel_iommu=on"
@@ -296,12 +301,16 @@ qemu_args() { # $1 = image dir
 	QEMU_ARGS=(
 		-name "$L1_HOSTNAME" -uuid "$L1_UUID"
 		-machine q35,accel=tcg -cpu max -smp 2 -m 1536
+		# two NUMA nodes, one vCPU and half the memory each, like a
+		# two-socket GPU host
+		-object memory-backend-ram,id=mem0,size=768M -object memory-backend-ram,id=mem1,size=768M
+		-numa node,nodeid=0,cpus=0,memdev=mem0 -numa node,nodeid=1,cpus=1,memdev=mem1
 		-nodefaults -vga none -display none -no-user-config
 		"${iommu_dev[@]}"
 		-kernel "$dir/vmlinuz" -initrd "$dir/initrd.img" -append "$cmdline"
 		-drive "file=$dir/rootfs.raw,format=raw,if=none,id=root,cache=unsafe" -device virtio-blk-pci,drive=root
 		-snapshot
-		-netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$PORT-:16509" -device virtio-net-pci,netdev=n0
+		-netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$PORT-:16509" -device virtio-net-pci,netdev=n0,mac=52:54:00:6b:6f:01
 		-chardev "socket,id=con0,host=127.0.0.1,port=$CONSOLE_PORT,server=on,wait=off,logfile=$STATE/console.log"
 		-serial chardev:con0
 		-daemonize -pidfile "$STATE/qemu.pid"
@@ -310,7 +319,10 @@ qemu_args() { # $1 = image dir
 		-device e1000e,bus=rp1,netdev=n1 -netdev user,id=n1,restrict=on
 		-device pcie-root-port,id=rp2,bus=pcie.0,chassis=2,slot=2,addr=0x11
 		-device edu,bus=rp2
-		-device pcie-root-port,id=rp3,bus=pcie.0,chassis=3,slot=3,addr=0x12
+		# the GPU stand-in sits behind a PCIe expander bridge on NUMA node 1
+		# (its own root bus, 0x80, as a second socket's root complex is)
+		-device pxb-pcie,id=pxb1,bus_nr=128,numa_node=1,bus=pcie.0,addr=0x13
+		-device pcie-root-port,id=rp3,bus=pxb1,chassis=3,slot=3,addr=0x0
 		-device VGA,bus=rp3,addr=0x0.0x0,multifunction=on
 		-device ich9-intel-hda,bus=rp3,addr=0x0.0x1
 	)
@@ -330,7 +342,7 @@ start_qemu() { # $1 = image dir; prints QEMU's pid
 	qemu-system-x86_64 "${QEMU_ARGS[@]}" 2>"$STATE/qemu.stderr" 8>&- 9>&- ||
 		{ cat "$STATE/qemu.stderr" >&2; die "qemu-system-x86_64 failed to start"; }
 	pid=$(our_qemu_pid) || die "QEMU started but $STATE/qemu.pid does not name it"
-	log "L1 QEMU pid $pid: TCG q35, 2 vCPU, 1.5 GiB, $IOMMU IOMMU, libvirtd at $(uri); console $STATE/console.log (and 127.0.0.1:$CONSOLE_PORT)"
+	log "L1 QEMU pid $pid: TCG q35, 2 vCPU, 1.5 GiB on 2 NUMA nodes, $IOMMU IOMMU, libvirtd at $(uri); console $STATE/console.log (and 127.0.0.1:$CONSOLE_PORT)"
 	printf '%s\n' "$pid"
 }
 
