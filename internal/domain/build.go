@@ -56,6 +56,8 @@ func Build(spec Spec) (*libvirtxml.Domain, error) {
 		}
 	}
 
+	buildNUMA(n, dom)
+
 	if n.PCIMMIO64GiB > 0 && n.Firmware == FirmwareUEFI {
 		dom.QEMUCommandline = &libvirtxml.DomainQEMUCommandline{Args: []libvirtxml.DomainQEMUCommandlineArg{
 			{Value: "-fw_cfg"}, {Value: fmt.Sprintf("%s,string=%d", ovmfMMIO64Name, n.PCIMMIO64GiB<<10)},

@@ -101,6 +101,7 @@ func ParseDomain(dom *libvirtxml.Domain) (Observed, error) {
 		s.HotplugPorts = freeRootPorts(dom.Devices, *s)
 	}
 	o.parseMMIO64(dom)
+	o.parseNUMA(dom)
 	return o, nil
 }
 

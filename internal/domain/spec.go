@@ -233,6 +233,16 @@ type Spec struct {
 	// element for it).
 	PCIMMIO64GiB int `json:"pci_mmio64_gib,omitempty"`
 
+	// NUMA binds the VM to host NUMA nodes, one guest cell per node (see
+	// NUMACell); empty leaves placement to the host.
+	NUMA []NUMACell `json:"numa,omitempty"`
+	// HugePageKiB backs guest memory with huge pages of this size
+	// (HugePage2MiB or HugePage1GiB); 0 uses normal pages.
+	HugePageKiB int `json:"hugepage_kib,omitempty"`
+	// Topology is the guest CPU topology; nil leaves libvirt's (one socket
+	// per vCPU).
+	Topology *CPUTopology `json:"cpu_topology,omitempty"`
+
 	// Owner is recorded in the metadata; it is not part of the VM's hardware.
 	Owner Ownership `json:"-"`
 }
@@ -318,6 +328,15 @@ func Normalize(s Spec) Spec {
 		n.HotplugPorts = DefaultHotplugPorts
 	}
 	n.Owner.Volumes = slices.Clone(s.Owner.Volumes)
+	n.NUMA = nil
+	for _, c := range s.NUMA {
+		c.CPUs = canonicalCPUSet(c.CPUs)
+		n.NUMA = append(n.NUMA, c)
+	}
+	if s.Topology != nil {
+		t := *s.Topology
+		n.Topology = &t
+	}
 	return n
 }
 

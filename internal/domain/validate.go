@@ -75,6 +75,7 @@ func Validate(s Spec) error {
 	v.shares(s.SharedFolders)
 	v.hostdevs(s.Hostdevs)
 	v.misc(s)
+	v.numa(s)
 	if len(v.errs) == 0 {
 		return nil
 	}

@@ -54,6 +54,29 @@ func expectDrivers(h *nestedhost.Host, want map[string]string) resource.TestChec
 	}
 }
 
+// removeNestedDomainAfter removes the named domain from the nested host
+// when the test ends, if it is still there (only after a failure: a test's
+// own destroy removes it).
+func removeNestedDomainAfter(t *testing.T, h *nestedhost.Host, name string) {
+	t.Cleanup(func() {
+		if _, err := nestedhost.VirshErr(h, "domstate", name); err == nil {
+			_, _ = nestedhost.VirshErr(h, "destroy", name)
+			_, _ = nestedhost.VirshErr(h, "undefine", "--nvram", name)
+		}
+	})
+}
+
+// nestedDomainGone checks, with virsh, that the named domain is not defined
+// on the nested host.
+func nestedDomainGone(h *nestedhost.Host, name string) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		if out, err := nestedhost.VirshErr(h, "domstate", name); err == nil {
+			return fmt.Errorf("domain %s is still defined (%s)", name, out)
+		}
+		return nil
+	}
+}
+
 func onVFIO(h *nestedhost.Host) map[string]string {
 	return map[string]string{h.GPU: "vfio-pci", h.GPUAudio: "vfio-pci"}
 }
@@ -264,13 +287,7 @@ resource "kohaku_gpu_binding" "gpu" {
 func TestAccGPUBinding_vm(t *testing.T) {
 	h := nestedhost.Require(t)
 	name := "kohaku-acc-gpu-vm"
-	t.Cleanup(func() {
-		// only after a failure: the test's own destroy removes the VM
-		if _, err := nestedhost.VirshErr(h, "domstate", name); err == nil {
-			_, _ = nestedhost.VirshErr(h, "destroy", name)
-			_, _ = nestedhost.VirshErr(h, "undefine", "--nvram", name)
-		}
-	})
+	removeNestedDomainAfter(t, h, name)
 	// The L2 guest boots L1's own kernel and initrd with no disk: it only has
 	// to run. type qemu: L1 offers no KVM. kohaku_vm's gpus passes through
 	// every function the binding moved to vfio-pci: the VGA and its audio.
@@ -321,12 +338,7 @@ resource "kohaku_vm" "vm" {
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy: resource.ComposeAggregateTestCheckFunc(
 			expectDrivers(h, onHost(h)),
-			func(*terraform.State) error {
-				if out, err := nestedhost.VirshErr(h, "domstate", name); err == nil {
-					return fmt.Errorf("domain %s is still defined (%s)", name, out)
-				}
-				return nil
-			},
+			nestedDomainGone(h, name),
 		),
 		Steps: []resource.TestStep{
 			{

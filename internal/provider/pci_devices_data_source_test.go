@@ -48,7 +48,7 @@ data "kohaku_host" "nested" {}
 						"driver":              knownvalue.StringExact("bochs-drm"),
 						"iommu_group":         knownvalue.Int64Exact(group),
 						"iommu_group_members": knownvalue.ListExact([]knownvalue.Check{knownvalue.StringExact(h.GPU), knownvalue.StringExact(h.GPUAudio)}),
-						"numa_node":           knownvalue.Null(),
+						"numa_node":           knownvalue.Int64Exact(1), // behind the expander bridge on node 1
 					}),
 				})),
 				// vendor 1234 is QEMU's: the VGA and the edu device, sorted by address

@@ -214,7 +214,12 @@ func (in *specInput) schemaPath(dp validation.Path) (path.Path, bool) {
 			return path.Root(o.Attr).AtSetValue(types.StringValue(o.Value)), true
 		}
 		return path.Root("hostdevs"), true
-	case "name", "type", "vcpu", "memory_mib", "machine", "firmware", "cpu_mode", "kernel", "initrd", "cmdline", "serial_log_path":
+	case "name", "type", "vcpu", "memory_mib", "machine", "firmware", "cpu_mode", "kernel", "initrd", "cmdline", "serial_log_path", "cpu_topology", "pci_mmio64_gib":
+		return path.Root(top), true
+	case "hugepages":
+		if sub != "" {
+			return path.Root(top).AtName(sub), true
+		}
 		return path.Root(top), true
 	}
 	return path.Empty(), false

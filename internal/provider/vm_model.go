@@ -37,6 +37,10 @@ type vmModel struct {
 	GPUs              types.Set      `tfsdk:"gpus"`
 	Hostdevs          types.Set      `tfsdk:"hostdevs"`
 	PCIMMIO64GiB      types.Int64    `tfsdk:"pci_mmio64_gib"`
+	NUMAPlacement     types.String   `tfsdk:"numa_placement"`
+	NUMANodes         types.List     `tfsdk:"numa_nodes"`
+	Hugepages         types.Object   `tfsdk:"hugepages"`
+	CPUTopology       types.Object   `tfsdk:"cpu_topology"`
 	GuestAgent        types.Bool     `tfsdk:"guest_agent"`
 	SerialLogPath     types.String   `tfsdk:"serial_log_path"`
 	Autostart         types.Bool     `tfsdk:"autostart"`
@@ -261,6 +265,7 @@ func (m *vmModel) specFrom(ctx context.Context, diags *diag.Diagnostics) specInp
 	s.Firmware = domain.Firmware(in.str(m.Firmware, "firmware", ""))
 	s.CPUMode = domain.CPUMode(in.str(m.CPUMode, "cpu_mode", ""))
 	s.PCIMMIO64GiB = in.int(m.PCIMMIO64GiB, "pci_mmio64_gib", 0)
+	m.numaSpec(ctx, &in, diags)
 	s.Kernel = in.str(m.Kernel, "kernel", "/unknown")
 	s.Initrd = in.str(m.Initrd, "initrd", "/unknown")
 	s.Cmdline = in.str(m.Cmdline, "cmdline", "")
@@ -389,6 +394,7 @@ func (m *vmModel) fromDomain(ctx context.Context, st *domainView, prior *vmModel
 	if o.PCIMMIO64GiB > 0 {
 		m.PCIMMIO64GiB = types.Int64Value(int64(o.PCIMMIO64GiB))
 	}
+	m.numaFromDomain(o, prior)
 	m.Kernel = nullIfEmpty(o.Kernel, prior.Kernel)
 	m.Initrd = nullIfEmpty(o.Initrd, prior.Initrd)
 	m.Cmdline = nullIfEmpty(o.Cmdline, prior.Cmdline)

@@ -193,7 +193,7 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	}
 	gpus, _ := stringSet(plan.GPUs)
 	waits := plan.Running.ValueBool() && plan.WaitFor.ValueString() != string(ready.ModeNone)
-	res, err := vmlife.Resolve(ctx, c, vmlife.Want{Spec: in.Spec, GPUs: gpus, DiskMode: in.DiskMode, InspectSeed: waits}, nil, true)
+	res, err := vmlife.Resolve(ctx, c, vmlife.Want{Spec: in.Spec, GPUs: gpus, DiskMode: in.DiskMode, InspectSeed: waits, NUMAPlacement: plan.placement()}, nil, true)
 	addGPUWarnings(&resp.Diagnostics, summary, res.Warnings)
 	if err != nil {
 		addStepError(&resp.Diagnostics, summary, err, "Nothing was created.")
@@ -301,7 +301,10 @@ func addStepError(diags *diag.Diagnostics, summary string, err error, nothing st
 	title := fmt.Sprintf("%s failed at step %q", summary, step)
 	var share *vmlife.ShareError
 	var entry *vmlife.GPUEntryError
+	var place *vmlife.PlacementError
 	switch {
+	case errors.As(cause, &place):
+		diags.AddAttributeError(path.Root(place.Attribute), title, place.Err.Error()+"\n\n"+nothing)
 	case errors.As(cause, &share):
 		diags.AddAttributeError(path.Root("shared_folder").AtListIndex(share.Index).AtName("source"), title, share.Error()+"\n\n"+nothing)
 	case step == vmlife.StepGPUs:
@@ -337,6 +340,9 @@ func (m *vmModel) fillUnknowns(defined *virt.DomainRef, overlay *domain.VolumeRe
 	}
 	if m.SerialLogPath.IsUnknown() {
 		m.SerialLogPath = types.StringNull()
+	}
+	if m.NUMANodes.IsUnknown() {
+		m.NUMANodes = types.ListNull(types.Int64Type)
 	}
 	if !m.NetworkInterfaces.IsNull() && !m.NetworkInterfaces.IsUnknown() {
 		var elems []attr.Value
@@ -433,7 +439,7 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 	grace, _ := time.ParseDuration(plan.ShutdownTimeout.ValueString())
 	view, err := vmlife.Update(ctx, c, vmlife.Change{
 		Ref:     virt.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()},
-		Want:    vmlife.Want{Spec: want.Spec, GPUs: gpus},
+		Want:    vmlife.Want{Spec: want.Spec, GPUs: gpus, NUMAPlacement: plan.placement()},
 		Prior:   prior.Spec,
 		Overlay: volumeRef(state.OverlayVolume), Recorded: gpuGroupsFromPrivate(recorded),
 		Running: plan.Running.ValueBool(), Autostart: plan.Autostart.ValueBool(), Grace: grace,

@@ -228,6 +228,42 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 					"Unset keeps QEMU's and the firmware's defaults. At most 32768 (32 TiB). Changed in place: the domain is redefined and, if it runs, restarted.",
 				Validators: []validator.Int64{int64validator.Between(1, domain.MaxPCIMMIO64GiB)},
 			},
+			"numa_placement": schema.StringAttribute{
+				Optional: true,
+				Computed: true,
+				Default:  stringdefault.StaticString(vmlife.PlacementAuto),
+				Description: "Where the VM's vCPUs and memory live on a host with several NUMA nodes. `auto` (default): a VM with `gpus` is bound to the NUMA nodes of its GPUs (read from their node devices), so host-to-device traffic does not cross sockets: its vCPUs run only on those nodes' CPUs and its memory is allocated only from them (`<vcpu cpuset>` and `<numatune mode='strict'>`). GPUs on two nodes give the guest a NUMA topology that mirrors them: one guest cell per node, vCPUs and memory split evenly, each cell pinned to its node. " +
+					"A VM without `gpus`, a host with one node, or GPUs whose node the host does not report, is not bound. Create and update refuse, before anything is changed, a VM whose `vcpu` exceed the CPUs of its GPUs' nodes. `none`: leave placement to the host's scheduler. See `numa_nodes` for the result. Changed in place: the domain is redefined and, if it runs, restarted.",
+				Validators: []validator.String{stringvalidator.OneOf(vmlife.PlacementAuto, vmlife.PlacementNone)},
+			},
+			"numa_nodes": schema.ListAttribute{
+				Computed:    true,
+				ElementType: types.Int64Type,
+				Description: "The host NUMA nodes the VM is bound to, in guest cell order, as read back from the domain; empty when it is not bound (see `numa_placement`).",
+			},
+			"hugepages": schema.SingleNestedAttribute{
+				Optional: true,
+				Description: "Back the guest's memory with huge pages reserved on the host, which GPU and other DMA-heavy workloads need for steady performance (fewer TLB misses, memory that is never swapped or moved). With the VM bound to NUMA nodes (`numa_placement`), the pages come from those nodes. " +
+					"Create refuses, before anything is made, a VM the host cannot back: no pages of that size reserved (on the VM's nodes), or fewer free than `memory_mib` needs. `memory_mib` must be a whole number of pages (per guest NUMA cell). `hugepages = {}` uses 2 MiB pages. Changed in place: the domain is redefined and, if it runs, restarted.",
+				Attributes: map[string]schema.Attribute{
+					"page_size_mib": schema.Int64Attribute{
+						Optional:    true,
+						Computed:    true,
+						Default:     int64default.StaticInt64(2),
+						Description: "Huge page size: `2` (2 MiB, the default) or `1024` (1 GiB, where the host has reserved them, usually at boot with `hugepagesz=1G hugepages=N`).",
+						Validators:  []validator.Int64{int64validator.OneOf(2, 1024)},
+					},
+				},
+			},
+			"cpu_topology": schema.SingleNestedAttribute{
+				Optional:    true,
+				Description: "The guest's CPU topology, for software licensed or tuned per socket or core (for example `{ sockets = 1, cores = 8, threads = 2 }` for `vcpu = 16`). `sockets` x `cores` x `threads` must equal `vcpu`. Unset leaves libvirt's (one socket per vCPU). Changed in place: the domain is redefined and, if it runs, restarted.",
+				Attributes: map[string]schema.Attribute{
+					"sockets": schema.Int64Attribute{Required: true, Description: "Sockets, at least 1.", Validators: []validator.Int64{int64validator.AtLeast(1)}},
+					"cores":   schema.Int64Attribute{Required: true, Description: "Cores per socket, at least 1.", Validators: []validator.Int64{int64validator.AtLeast(1)}},
+					"threads": schema.Int64Attribute{Required: true, Description: "Threads per core, at least 1.", Validators: []validator.Int64{int64validator.AtLeast(1)}},
+				},
+			},
 			"guest_agent": schema.BoolAttribute{
 				Optional:    true,
 				Computed:    true,

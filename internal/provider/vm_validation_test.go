@@ -63,6 +63,24 @@ func TestVMRejectsBadInputAtPlan(t *testing.T) {
 			body: `shared_folder = [{ source = "/srv", tag = "t", driver = "virtiofs", read_only = true }]`,
 			want: []string{`Invalid shared_folder[0].read_only`, `libvirt 9.0 cannot make a virtiofs share read-only`},
 		},
+		"topology that is not vcpu": {
+			body: `vcpu = 8
+  cpu_topology = { sockets = 2, cores = 2, threads = 1 }`,
+			want: []string{`Invalid cpu_topology`, `sockets x cores x threads is 2 x 2 x 1 = 4, not vcpu (8). For example: { sockets = 1, cores = 8, threads = 1 } for vcpu = 8.`},
+		},
+		"memory that is not whole huge pages": {
+			body: `memory_mib = 1000
+  hugepages = { page_size_mib = 1024 }`,
+			want: []string{`Invalid memory_mib`, `1000 MiB is not a whole number of 1024 MiB huge pages. For example: 1024.`},
+		},
+		"huge page size the kernel has not": {
+			body: `hugepages = { page_size_mib = 4 }`,
+			want: []string{`Invalid Attribute Value`, `page_size_mib value must be one of`},
+		},
+		"unknown placement": {
+			body: `numa_placement = "strict"`,
+			want: []string{`Invalid Attribute Value Match`, `numa_placement value must be one of`},
+		},
 		"host-passthrough under TCG": {
 			body: `cpu_mode = "host-passthrough"`,
 			want: []string{`Invalid cpu_mode`, `host-passthrough needs KVM; QEMU refuses it under TCG`},

@@ -5,11 +5,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
 )
 
 // NUMANode is one NUMA cell of a host: its CPUs, its memory and its huge
@@ -43,24 +43,30 @@ func (n *NUMANode) CPUSet() string { return CPUSet(n.CPUs) }
 
 // CPUSet writes CPU ids as ranges, e.g. [0 1 2 3 8] -> "0-3,8", the syntax
 // of libvirt's cpuset attributes and of /sys/.../cpulist.
-func CPUSet(cpus []int) string {
-	s := slices.Clone(cpus)
-	slices.Sort(s)
-	s = slices.Compact(s)
-	var parts []string
-	for i := 0; i < len(s); {
-		j := i
-		for j+1 < len(s) && s[j+1] == s[j]+1 {
-			j++
-		}
-		if j == i {
-			parts = append(parts, strconv.Itoa(s[i]))
-		} else {
-			parts = append(parts, fmt.Sprintf("%d-%d", s[i], s[j]))
-		}
-		i = j + 1
+func CPUSet(cpus []int) string { return domain.FormatCPUSet(cpus) }
+
+// NUMANodes reads the host's NUMA nodes: CPUs, memory and huge page pools
+// from the capabilities, free memory and free huge pages per node (one
+// capabilities call, then numaFree's). A host whose driver reports no cells
+// yields none.
+func (c *Client) NUMANodes(ctx context.Context) ([]NUMANode, error) {
+	var doc string
+	err := c.Call(ctx, "read host capabilities", func(l *libvirt.Libvirt) (err error) {
+		doc, err = l.ConnectGetCapabilities()
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return strings.Join(parts, ",")
+	var caps libvirtxml.Caps
+	if err := caps.Unmarshal(doc); err != nil {
+		return nil, fmt.Errorf("parsing host capabilities: %w", err)
+	}
+	nodes, err := numaFromCapabilities(&caps)
+	if err != nil {
+		return nil, err
+	}
+	return nodes, c.numaFree(ctx, nodes)
 }
 
 // numaFromCapabilities reads the NUMA cells of a host's capabilities: CPUs,

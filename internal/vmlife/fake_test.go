@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ type fakeHost struct {
 	volumes   map[string]*virt.VolumeDetail
 	seeds     map[string][]byte
 	nodeDevs  map[string]string
+	numa      []virt.NUMANode
 	fail      map[string]error // operation -> error it returns
 	// startsDead makes StartDomain succeed while the domain stays off.
 	startsDead bool
@@ -257,6 +259,15 @@ func (h *fakeHost) NodeDeviceXML(_ context.Context, name string) (string, error)
 		return x, nil
 	}
 	return "", fmt.Errorf("node device %s: %w", name, virt.ErrNotFound)
+}
+
+func (h *fakeHost) NUMANodes(context.Context) ([]virt.NUMANode, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("NUMANodes"); err != nil {
+		return nil, err
+	}
+	return slices.Clone(h.numa), nil
 }
 
 // state is what the host holds, for comparing before and after.

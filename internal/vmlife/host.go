@@ -26,6 +26,7 @@ type Host interface {
 	DownloadVolume(ctx context.Context, pool, name string, max int64) ([]byte, error)
 
 	NodeDeviceXML(ctx context.Context, name string) (string, error)
+	NUMANodes(ctx context.Context) ([]virt.NUMANode, error)
 }
 
 var _ Host = (*virt.Client)(nil)

@@ -28,6 +28,8 @@ type Want struct {
 	// InspectSeed reads the seed even when every NIC has a MAC: create
 	// needs the seed's report token and phone-home URL to wait.
 	InspectSeed bool
+	// NUMAPlacement is PlacementAuto ("" means auto) or PlacementNone.
+	NUMAPlacement string
 }
 
 // Resolved is a spec completed against the host.
@@ -70,6 +72,9 @@ func Resolve(ctx context.Context, h Host, w Want, groups GPUGroups, creating boo
 	}
 	r.Groups = groups
 	r.Spec.Hostdevs = groups.Hostdevs(r.Spec.Hostdevs)
+	if err := Place(ctx, h, &r.Spec, w.NUMAPlacement, w.GPUs, creating); err != nil {
+		return r, stepErr(StepPlace, err)
+	}
 	if s := r.Spec.Seed; s != nil {
 		if creating {
 			if _, err := h.VolumeInfo(ctx, s.Pool, s.Volume); err != nil {

@@ -136,7 +136,14 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	// attributes whichever devices the domain then has.
 	groups = groups.Merged(planned)
 	record(groups)
-	redefine := DefinitionChanged(ch.Want.Spec, ch.Prior, planned, view.Observed.Spec.Hostdevs)
+	// The NUMA binding is the host's to tell too (the nodes of the GPUs):
+	// placed anew, it is compared with the domain's own.
+	want, prior := ch.Want.Spec, ch.Prior
+	if err := Place(ctx, h, &want, ch.Want.NUMAPlacement, ch.Want.GPUs, false); err != nil {
+		return nil, &UpdateError{Step: StepPlace, Err: err, Unchanged: true}
+	}
+	prior.NUMA = view.Observed.Spec.NUMA
+	redefine := DefinitionChanged(want, prior, planned, view.Observed.Spec.Hostdevs)
 	if redefine {
 		w := ch.Want
 		w.Spec.UUID = ch.Ref.UUID

@@ -47,6 +47,13 @@ resource "kohaku_vm" "gpu" {
   firmware       = "uefi"
   pci_mmio64_gib = 256
 
+  # numa_placement = "auto" (the default) binds the VM to the GPU's NUMA
+  # node, read from the host: its vCPUs run on that node's CPUs and its
+  # memory comes from that node, here as 2 MiB huge pages reserved there.
+  # Create refuses, before making anything, what the node cannot give.
+  hugepages    = {}
+  cpu_topology = { sockets = 1, cores = 4, threads = 2 }
+
   autostart = true
 
   # The default: wait for the guest's report, over the channel when the seed
