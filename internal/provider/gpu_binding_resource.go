@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/setvalidator"
@@ -54,6 +55,8 @@ func (r *gpuBindingResource) Schema(_ context.Context, _ resource.SchemaRequest,
 		Description: "Moves a GPU, and every other function of its IOMMU group (typically the card's HDMI audio), from the host's drivers to `vfio-pci` through libvirt's node-device API, so a `kohaku_vm` can pass it through. " +
 			"Each function's original driver is recorded, and for NVIDIA cards the host's NVIDIA driver version is read before the unbind so the guest can install the same one. " +
 			"Destroying the binding gives every function back to the host, whose kernel probes its own driver again. " +
+			"While a running domain passes one of the functions through, destroy gives nothing back and fails naming the function and the domain; the binding stays in state until that domain stops. " +
+			"A give-back libvirt refuses keeps the binding in state, recording which functions are still on vfio-pci, and a bind that fails and cannot give back what it moved keeps the binding tainted, recording the functions it left there: the next destroy or apply gives them back. " +
 			"The host needs a working IOMMU (VT-d or AMD-Vi, enabled in the firmware and on the kernel command line); without one the binding is refused. " +
 			"A function that is found back on a host driver (someone ran `virsh nodedev-reattach`, the host rebooted) shows as a change in the next plan, and apply binds it again.",
 		Attributes: map[string]schema.Attribute{
@@ -214,17 +217,77 @@ func (r *gpuBindingResource) Create(ctx context.Context, req resource.CreateRequ
 		plan.NVIDIADriverVersion = r.nvidiaVersion(ctx, c, inv.Lookup(target), &resp.Diagnostics)
 	}
 	bound, err := binder.Bind(ctx, p.Bind)
-	if err != nil {
-		addError(&resp.Diagnostics, "Binding "+target.String()+" to vfio-pci failed", err)
-		return
-	}
 	plan.ID = types.StringValue(bindingID(plan.Host.ValueString(), target))
 	plan.IOMMUGroup = types.Int64Value(int64(p.Group))
 	if plan.Functions.IsUnknown() || plan.Functions.IsNull() {
 		plan.Functions = pciAddressSet(p.Addresses())
 	}
+	if err != nil {
+		var be *gpubind.BindError
+		if errors.As(err, &be) && len(be.Left) > 0 {
+			// The rollback could not give everything back: the state
+			// records what is still on vfio-pci, and Terraform keeps the
+			// binding tainted, so destroy or the next apply gives it back.
+			plan.FunctionDetails = gpuDetailsList(readBack(ctx, binder, be.Left))
+			resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+			addError(&resp.Diagnostics, "Binding "+target.String()+" to vfio-pci failed",
+				fmt.Errorf("%w\n\nThe binding is kept in state, tainted, with the functions still on vfio-pci (%s): terraform destroy, or the next apply, gives them back.", err, boundAddresses(be.Left)))
+			return
+		}
+		addError(&resp.Diagnostics, "Binding "+target.String()+" to vfio-pci failed", err)
+		return
+	}
 	plan.FunctionDetails = gpuDetailsList(bound)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// readBack reads each function's driver again, keeping what was known of
+// a function that cannot be read.
+func readBack(ctx context.Context, b gpubind.Binder, fns []gpubind.Bound) []gpubind.Bound {
+	out := make([]gpubind.Bound, 0, len(fns))
+	for _, f := range fns {
+		if d, err := b.ReadDevice(ctx, f.Address); err == nil {
+			f.Device = d
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// recordLeft is what a binding records after a rollback that left some
+// functions on vfio-pci: the functions it recorded, each with its driver
+// read again (kept as recorded when it cannot be read), and those left.
+func recordLeft(ctx context.Context, b gpubind.Binder, details []gpuFunctionModel, left []gpubind.Bound) types.List {
+	seen := map[string]bool{}
+	for i := range details {
+		seen[details[i].Address.ValueString()] = true
+		if a, err := vfio.ParseAddress(details[i].Address.ValueString()); err == nil {
+			if dev, err := b.ReadDevice(ctx, a); err == nil {
+				details[i].CurrentDriver = types.StringValue(dev.Driver)
+			}
+		}
+	}
+	var more []gpubind.Bound
+	for _, l := range left {
+		if !seen[l.Address.String()] {
+			more = append(more, l)
+		}
+	}
+	var extra []gpuFunctionModel
+	if len(more) > 0 {
+		extra = gpuFunctionDetails(ctx, gpuDetailsList(readBack(ctx, b, more)), &diag.Diagnostics{})
+	}
+	all := append(details, extra...)
+	sort.Slice(all, func(i, j int) bool { return all[i].Address.ValueString() < all[j].Address.ValueString() })
+	return gpuDetailsFromModels(all)
+}
+
+func boundAddresses(fns []gpubind.Bound) string {
+	s := make([]string, 0, len(fns))
+	for _, f := range fns {
+		s = append(s, f.Address.String())
+	}
+	return strings.Join(s, ", ")
 }
 
 func (r *gpuBindingResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -338,6 +401,13 @@ func (r *gpuBindingResource) Update(ctx context.Context, req resource.UpdateRequ
 	}
 	bound, err := binder.Rebind(ctx, p.Bind, known)
 	if err != nil {
+		var be *gpubind.BindError
+		if errors.As(err, &be) && len(be.Left) > 0 {
+			// The rollback left functions on vfio-pci: the prior state,
+			// with every function's driver as it is now, records them.
+			state.FunctionDetails = recordLeft(ctx, binder, gpuFunctionDetails(ctx, state.FunctionDetails, &resp.Diagnostics), be.Left)
+			resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+		}
 		addError(&resp.Diagnostics, "Binding "+target.String()+" to vfio-pci failed", err)
 		return
 	}
@@ -379,7 +449,17 @@ func (r *gpuBindingResource) Delete(ctx context.Context, req resource.DeleteRequ
 		addrs = []vfio.Address{target}
 	}
 	binder := newBinder(ctx, c)
-	if !checkNotInUse(ctx, binder, addrs, target, &resp.Diagnostics) {
+	title := "Giving " + state.ID.ValueString() + " back to the host failed"
+	// A function a running domain holds cannot be given back: say which
+	// domain, and give back none of the group (the domain needs all of it).
+	err := binder.CheckNotInUse(ctx, addrs)
+	var users *gpubind.UsersError
+	switch {
+	case errors.As(err, &users):
+		addError(&resp.Diagnostics, "Checking which domains use "+target.String(), users.Err)
+		return
+	case err != nil:
+		resp.Diagnostics.AddError(title, fmt.Sprintf("Nothing was given back: the functions are %v\n\nThe binding stays in state: stop those domains, then run destroy again.", err))
 		return
 	}
 	notes, failed := binder.Release(ctx, addrs, original)
@@ -387,8 +467,14 @@ func (r *gpuBindingResource) Delete(ctx context.Context, req resource.DeleteRequ
 		resp.Diagnostics.AddWarning("GPU binding "+state.ID.ValueString()+" given back with remarks", strings.Join(notes, "; ")+".")
 	}
 	if len(failed) > 0 {
-		resp.Diagnostics.AddError("Giving "+state.ID.ValueString()+" back to the host failed",
+		resp.Diagnostics.AddError(title,
 			fmt.Sprintf("These functions are still on vfio-pci:\n  %s\nThe binding stays in state: fix the cause and run destroy again, or give a function back by hand with `virsh nodedev-reattach pci_DDDD_BB_SS_F`.", strings.Join(failed, "\n  ")))
+		// The state keeps the binding; its drivers say what was given back
+		// and what was not.
+		if len(details) > 0 {
+			state.FunctionDetails = recordLeft(ctx, binder, details, nil)
+			resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+		}
 	}
 }
 
