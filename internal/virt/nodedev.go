@@ -152,7 +152,7 @@ var safeHostPath = regexp.MustCompile(`^/[A-Za-z0-9/._-]+$`)
 
 // ReadHostFile reads a small file of the host, such as
 // /sys/module/nvidia/version: directly for a local connection, with `cat`
-// over an SSH session of its own for qemu+ssh hosts. A missing file yields
+// over an SSH session on the host's shared SSH connection for qemu+ssh hosts. A missing file yields
 // an error wrapping os.ErrNotExist; tcp and tls yield ErrHostFilesUnsupported.
 // At most max bytes are returned; the read is bounded by the call timeout.
 func (c *Client) ReadHostFile(ctx context.Context, path string, max int64) ([]byte, error) {
@@ -180,22 +180,37 @@ func (c *Client) ReadHostFile(ctx context.Context, path string, max int64) ([]by
 		}
 		done := make(chan result, 1)
 		var mu sync.Mutex
-		var client *ssh.Client
+		var session *ssh.Session
+		var conn *sharedSSH
 		go func() {
-			cl, err := ssh.Dial("tcp", d.addr, &ssh.ClientConfig{User: d.user, Auth: d.auth, HostKeyCallback: d.check, Timeout: d.timeout})
+			// A session on the host's shared SSH connection (no handshake
+			// of its own); a connection of its own only when that one has
+			// no session to spare (OpenSSH's MaxSessions, 10 by default).
+			shared, err := d.acquire()
+			if err != nil {
+				done <- result{err: err}
+				return
+			}
+			defer d.release(shared)
+			mu.Lock()
+			conn = shared
+			mu.Unlock()
+			s, err := shared.client.NewSession()
+			var refused *ssh.OpenChannelError
+			if errors.As(err, &refused) {
+				var own *ssh.Client
+				if own, err = d.handshake(); err == nil {
+					defer own.Close()
+					s, err = own.NewSession()
+				}
+			}
 			if err != nil {
 				done <- result{err: err}
 				return
 			}
 			mu.Lock()
-			client = cl
+			session = s
 			mu.Unlock()
-			defer cl.Close()
-			s, err := cl.NewSession()
-			if err != nil {
-				done <- result{err: err}
-				return
-			}
 			defer s.Close()
 			var stdout, stderr bytes.Buffer
 			s.Stdout, s.Stderr = &limitedBuffer{buf: &stdout, max: max}, &limitedBuffer{buf: &stderr, max: 4096}
@@ -214,9 +229,14 @@ func (c *Client) ReadHostFile(ctx context.Context, path string, max int64) ([]by
 		case r := <-done:
 			return r.out, r.err
 		case <-ctx.Done():
+			// Closing the session ends the read without disturbing the
+			// connection's other channels. A connection that did not even
+			// open the session in time is as good as lost: drop it.
 			mu.Lock()
-			if client != nil {
-				client.Close()
+			if session != nil {
+				session.Close()
+			} else if conn != nil {
+				d.kill(conn)
 			}
 			mu.Unlock()
 			return nil, fmt.Errorf("reading %s on %s over SSH: %w", path, d.addr, ctx.Err())
