@@ -1,0 +1,334 @@
+package provider
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
+)
+
+// Issue #22: fifty VMs becoming ready at once, over each transport, against
+// the test host's libvirtd at its default limits (max_workers 20,
+// max_anonymous_clients 20, max_client_requests 5) and, over ssh, an OpenSSH
+// server at its defaults (MaxStartups 10:30:100, MaxSessions 10). The guests
+// are the tiny test guest (internal/acctest/tinyguest): each reads its own
+// seed and reports for it over the report channel within seconds of start,
+// so fifty of them fit in a test. Terraform runs as the CLI with
+// -parallelism=50 (terraform-plugin-testing always applies with
+// -parallelism=10, and TF_CLI_ARGS_apply cannot override an explicit flag),
+// so fifty creates, and fifty readiness waits, run at once.
+//
+// Every wait must succeed, each guest's report must carry its own seed's
+// instance id and hostname, and libvirtd must have served about fifty
+// clients at once (each wait reads the channel over a libvirt connection of
+// its own). Over ssh all of them ride on ONE SSH connection: the sshd sees
+// one TCP connection from the provider for the whole apply.
+
+const fiftyVMs = 50
+
+func TestAccVM_fiftyReadyUnix(t *testing.T) { fiftyReady(t, "unix") }
+func TestAccVM_fiftyReadyTCP(t *testing.T)  { fiftyReady(t, "tcp") }
+func TestAccVM_fiftyReadyTLS(t *testing.T)  { fiftyReady(t, "tls") }
+func TestAccVM_fiftyReadySSH(t *testing.T)  { fiftyReady(t, "ssh") }
+
+func fiftyReady(t *testing.T, transport string) {
+	env := newVMEnv(t)
+	kernel := acctest.Env(t, "KOHAKU_TEST_TINY_KERNEL")
+	initrd := acctest.Env(t, "KOHAKU_TEST_TINY_INITRD")
+	if _, err := exec.LookPath("terraform"); err != nil {
+		t.Fatal("the terraform CLI is not on PATH: this test drives it directly to apply with -parallelism=50")
+	}
+	prefix := vmTestPrefix(t, env, "fifty"+transport)
+
+	var provider string
+	var sshd *acctest.SSHD
+	switch transport {
+	case "unix":
+		provider = fmt.Sprintf("provider \"kohaku\" {\n  uri = %q\n}\n", env.URI)
+	case "tcp":
+		provider = fmt.Sprintf("provider \"kohaku\" {\n  uri = %q\n}\n", acctest.Env(t, "KOHAKU_TEST_TCP_URI"))
+	case "tls":
+		provider = fmt.Sprintf("provider \"kohaku\" {\n  uri = %q\n  tls = { pki_path = %q }\n}\n",
+			acctest.Env(t, "KOHAKU_TEST_TLS_URI"), acctest.Env(t, "KOHAKU_TEST_TLS_PKI"))
+	case "ssh":
+		sshd = acctest.StartSSHD(t)
+		provider = fmt.Sprintf("provider \"kohaku\" {\n  uri = %q\n  ssh = {\n    key_file         = %q\n    known_hosts_file = %q\n    use_agent        = false\n  }\n}\n",
+			fmt.Sprintf("qemu+ssh://root@127.0.0.1:%d/system", sshd.Port), sshd.ClientKey, sshd.WriteKnownHosts(t))
+	}
+	config := faultCLIHead + provider + fmt.Sprintf(`
+resource "kohaku_seed" "tiny" {
+  count    = %[1]d
+  name     = "%[2]s${count.index}-seed.iso"
+  pool     = %[3]q
+  hostname = "tiny${count.index}"
+}
+
+resource "kohaku_vm" "tiny" {
+  count      = %[1]d
+  name       = "%[2]s${count.index}"
+  type       = "qemu"
+  memory_mib = 96
+  kernel     = %[4]q
+  initrd     = %[5]q
+  cmdline    = "console=ttyS0 quiet mitigations=off no_timer_check panic=1"
+  seed_id    = kohaku_seed.tiny[count.index].id
+  wait_for   = "channel"
+  timeouts {
+    create = "15m"
+  }
+}
+
+output "reports" {
+  value = [for i, vm in kohaku_vm.tiny : {
+    via      = vm.guest.ready_via
+    seconds  = vm.guest.seconds_to_ready
+    instance = vm.guest.instance_id
+    hostname = vm.guest.hostname
+    want     = kohaku_seed.tiny[i].instance_id
+  }]
+}
+`, fiftyVMs, prefix, env.Pool, kernel, initrd)
+
+	w := newFaultWorkspace(t, config)
+	t.Cleanup(func() {
+		if out, err := w.run("destroy", "-auto-approve", "-input=false", "-parallelism=50"); err != nil {
+			t.Logf("destroy after the test: %v\n%s", err, out)
+		}
+	})
+
+	s := startFiftySampler(t, sshd)
+	start := time.Now()
+	out, err := w.run("apply", "-auto-approve", "-input=false", "-parallelism=50")
+	took := time.Since(start)
+	s.stop()
+	if err != nil {
+		t.Fatalf("apply with -parallelism=50 over %s failed after %s: %v\n%s", transport, took.Round(time.Second), err, tail(out, 6000))
+	}
+
+	// Each VM is ready through the channel with its own seed's report.
+	var reports []struct {
+		Via      string  `json:"via"`
+		Instance string  `json:"instance"`
+		Hostname string  `json:"hostname"`
+		Want     string  `json:"want"`
+		Seconds  float64 `json:"seconds"`
+	}
+	if err := jsonOutput(w, "reports", &reports); err != nil {
+		t.Fatal(err)
+	}
+	if len(reports) != fiftyVMs {
+		t.Fatalf("%d reports, want %d", len(reports), fiftyVMs)
+	}
+	slowest := 0.0
+	for i, r := range reports {
+		if r.Via != "channel" || r.Instance == "" || r.Instance != r.Want || r.Hostname != fmt.Sprintf("tiny%d", i) {
+			t.Errorf("VM %d: ready via %q, instance %q (its seed's: %q), hostname %q (want tiny%d)", i, r.Via, r.Instance, r.Want, r.Hostname, i)
+		}
+		slowest = max(slowest, r.Seconds)
+	}
+
+	// The waits ran at once: libvirtd served about fifty clients together.
+	if s.maxClients < fiftyVMs*4/5 {
+		t.Errorf("libvirtd served at most %d clients at once during the apply; fifty concurrent waits need about %d", s.maxClients, fiftyVMs)
+	}
+	t.Logf("%s: %d VMs ready in one apply of %s (slowest wait %.1fs); libvirtd served up to %d clients at once (nclients_max 5000, max_workers 20 as shipped)",
+		transport, fiftyVMs, took.Round(time.Second), slowest, s.maxClients)
+
+	if sshd != nil {
+		// Terraform starts the provider once for the plan and once for
+		// the apply; each provider process makes one SSH connection to
+		// the host, which carries every libvirt connection it opens (the
+		// fifty waits among them). The sshd's own view: each connection
+		// it accepts is a child process of it.
+		var per []string
+		for pid, ports := range s.providerPorts {
+			per = append(per, fmt.Sprintf("provider %s: %d", pid, len(ports)))
+			if len(ports) != 1 {
+				t.Errorf("provider process %s made %d TCP connections to the sshd, want 1", pid, len(ports))
+			}
+		}
+		if len(s.providerPorts) == 0 || len(s.providerPorts) > 3 {
+			t.Errorf("%d provider processes connected to the sshd (%v), want one or two (plan, apply)", len(s.providerPorts), per)
+		}
+		if n := len(s.sshClientPorts); n != len(s.providerPorts) || len(s.sshChildren) != n {
+			t.Errorf("%d TCP connections to the sshd and %d sshd connection processes, want one per provider process (%d)", n, len(s.sshChildren), len(s.providerPorts))
+		}
+		if s.maxSSHConns != 1 {
+			t.Errorf("up to %d SSH connections were open at once, want 1", s.maxSSHConns)
+		}
+		t.Logf("ssh: %d TCP connections / SSH handshakes for the whole apply (%s), at most %d open at once, %d sshd connection processes, for %d concurrent waits (sshd MaxStartups 10:30:100 as shipped)",
+			len(s.sshClientPorts), strings.Join(per, ", "), s.maxSSHConns, len(s.sshChildren), fiftyVMs)
+	}
+}
+
+// fiftySampler watches the host while the apply runs: libvirtd's client
+// count (virt-admin) and, for ssh, the sshd's connection processes and the
+// TCP connections to its port.
+type fiftySampler struct {
+	maxClients     int
+	sshChildren    map[string]bool
+	sshClientPorts map[string]bool
+	// providerPorts maps each provider process to the local ports of its
+	// TCP connections to the sshd; maxSSHConns is the most seen at once.
+	providerPorts map[string]map[string]bool
+	maxSSHConns   int
+	done          chan struct{}
+	wg            sync.WaitGroup
+}
+
+func startFiftySampler(t *testing.T, sshd *acctest.SSHD) *fiftySampler {
+	s := &fiftySampler{sshChildren: map[string]bool{}, sshClientPorts: map[string]bool{}, providerPorts: map[string]map[string]bool{}, done: make(chan struct{})}
+	if _, err := exec.LookPath("virt-admin"); err != nil {
+		t.Fatal("virt-admin is missing (libvirt-clients): the test counts libvirtd's clients with it")
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for n := 0; ; n++ {
+			if sshd != nil {
+				for _, pid := range childPIDs(sshd.PID) {
+					s.sshChildren[pid] = true
+				}
+				conns := tcpClientPorts(sshd.Port)
+				for _, p := range conns {
+					s.sshClientPorts[p.port] = true
+				}
+				s.maxSSHConns = max(s.maxSSHConns, len(conns))
+				for pid, inodes := range providerSockets() {
+					for _, c := range conns {
+						if inodes[c.inode] {
+							if s.providerPorts[pid] == nil {
+								s.providerPorts[pid] = map[string]bool{}
+							}
+							s.providerPorts[pid][c.port] = true
+						}
+					}
+				}
+			}
+			if n%3 == 0 {
+				if c := libvirtdClientCount(); c > s.maxClients {
+					s.maxClients = c
+				}
+			}
+			select {
+			case <-s.done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *fiftySampler) stop() {
+	close(s.done)
+	s.wg.Wait()
+}
+
+// libvirtdClientCount is libvirtd's current client count, -1 when unknown.
+func libvirtdClientCount() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "virt-admin", "-c", "libvirtd:///system", "srv-clients-info", "libvirtd").Output()
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "nclients" {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return -1
+}
+
+// childPIDs lists the processes whose parent is pid.
+func childPIDs(pid int) []string {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var kids []string
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		st := string(b)
+		f := strings.Fields(st[strings.LastIndexByte(st, ')')+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			kids = append(kids, e.Name())
+		}
+	}
+	return kids
+}
+
+// tcpConn is the client end of a TCP connection: its local port and socket inode.
+type tcpConn struct{ port, inode string }
+
+// tcpClientPorts lists the client ends of IPv4 TCP connections whose remote
+// port is port (connections to a loopback server), in any state but LISTEN.
+func tcpClientPorts(port int) []tcpConn {
+	f, err := os.Open("/proc/net/tcp")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	want := fmt.Sprintf(":%04X", port)
+	var conns []tcpConn
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 10 || fields[3] == "0A" || !strings.HasSuffix(fields[2], want) {
+			continue
+		}
+		conns = append(conns, tcpConn{port: fields[1], inode: fields[9]})
+	}
+	return conns
+}
+
+// providerSockets maps each running provider process of the CLI tests (the
+// binary faultCLIConfig built) to the inodes of its sockets.
+func providerSockets() map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	if faultBuild.dir == "" {
+		return out
+	}
+	bin := faultBuild.dir + "/terraform-provider-kohaku"
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if exe, err := os.Readlink("/proc/" + e.Name() + "/exe"); err != nil || exe != bin {
+			continue
+		}
+		fds, _ := os.ReadDir("/proc/" + e.Name() + "/fd")
+		inodes := map[string]bool{}
+		for _, fd := range fds {
+			l, err := os.Readlink("/proc/" + e.Name() + "/fd/" + fd.Name())
+			if err == nil && strings.HasPrefix(l, "socket:[") {
+				inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+			}
+		}
+		out[e.Name()] = inodes
+	}
+	return out
+}
+
+// jsonOutput decodes a Terraform output of the workspace.
+func jsonOutput(w *faultWorkspace, name string, v any) error {
+	out, err := w.run("output", "-json", name)
+	if err != nil {
+		return fmt.Errorf("terraform output %s: %v\n%s", name, err, out)
+	}
+	return json.Unmarshal([]byte(out), v)
+}
