@@ -14,7 +14,7 @@
 # IMAGE_DIR is a testhost.sh image dir (vmlinuz, rootfs.qcow2, kernel-version).
 # The kernel is the image's own, unpacked to a PVH ELF (vmlinux) that QEMU
 # boots directly; boot it with 96 MiB or more and a cmdline such as
-# "console=ttyS0 quiet mitigations=off".
+# "console=ttyS0 quiet mitigations=off no_timer_check panic=1".
 set -euo pipefail
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
