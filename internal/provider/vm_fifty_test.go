@@ -156,17 +156,17 @@ output "reports" {
 				t.Errorf("provider process %s made %d TCP connections to the sshd, want 1", pid, len(ports))
 			}
 		}
-		if len(s.providerPorts) == 0 || len(s.providerPorts) > 3 {
-			t.Errorf("%d provider processes connected to the sshd (%v), want one or two (plan, apply)", len(s.providerPorts), per)
-		}
-		if n := len(s.sshClientPorts); n != len(s.providerPorts) || len(s.sshChildren) != n {
-			t.Errorf("%d TCP connections to the sshd and %d sshd connection processes, want one per provider process (%d)", n, len(s.sshChildren), len(s.providerPorts))
+		// A short-lived provider (the plan's) may be gone before a sample
+		// sees it with its socket; its connection is still counted, in
+		// TIME_WAIT, and its process was seen.
+		if n := len(s.sshClientPorts); n < 1 || n > len(s.providers) || len(s.sshChildren) != n {
+			t.Errorf("%d TCP connections to the sshd and %d sshd connection processes, want one per provider process at most (%d provider processes)", n, len(s.sshChildren), len(s.providers))
 		}
 		if s.maxSSHConns != 1 {
-			t.Errorf("up to %d SSH connections were open at once, want 1", s.maxSSHConns)
+			t.Errorf("up to %d SSH connections were established at once, want 1", s.maxSSHConns)
 		}
-		t.Logf("ssh: %d TCP connections / SSH handshakes for the whole apply (%s), at most %d open at once, %d sshd connection processes, for %d concurrent waits (sshd MaxStartups 10:30:100 as shipped)",
-			len(s.sshClientPorts), strings.Join(per, ", "), s.maxSSHConns, len(s.sshChildren), fiftyVMs)
+		t.Logf("ssh: %d TCP connections / SSH handshakes for the whole apply by %d provider processes (seen with their connection: %s), at most %d established at once, %d sshd connection processes, for %d concurrent waits (sshd MaxStartups 10:30:100 as shipped)",
+			len(s.sshClientPorts), len(s.providers), strings.Join(per, ", "), s.maxSSHConns, len(s.sshChildren), fiftyVMs)
 	}
 }
 
@@ -181,12 +181,13 @@ type fiftySampler struct {
 	// TCP connections to the sshd; maxSSHConns is the most seen at once.
 	providerPorts map[string]map[string]bool
 	maxSSHConns   int
+	providers     map[string]bool // provider processes seen
 	done          chan struct{}
 	wg            sync.WaitGroup
 }
 
 func startFiftySampler(t *testing.T, sshd *acctest.SSHD) *fiftySampler {
-	s := &fiftySampler{sshChildren: map[string]bool{}, sshClientPorts: map[string]bool{}, providerPorts: map[string]map[string]bool{}, done: make(chan struct{})}
+	s := &fiftySampler{sshChildren: map[string]bool{}, sshClientPorts: map[string]bool{}, providerPorts: map[string]map[string]bool{}, providers: map[string]bool{}, done: make(chan struct{})}
 	if _, err := exec.LookPath("virt-admin"); err != nil {
 		t.Fatal("virt-admin is missing (libvirt-clients): the test counts libvirtd's clients with it")
 	}
@@ -204,8 +205,15 @@ func startFiftySampler(t *testing.T, sshd *acctest.SSHD) *fiftySampler {
 				for _, p := range conns {
 					s.sshClientPorts[p.port] = true
 				}
-				s.maxSSHConns = max(s.maxSSHConns, len(conns))
+				established := 0
+				for _, c := range conns {
+					if c.state == "01" {
+						established++
+					}
+				}
+				s.maxSSHConns = max(s.maxSSHConns, established)
 				for pid, inodes := range providerSockets() {
+					s.providers[pid] = true
 					for _, c := range conns {
 						if inodes[c.inode] {
 							if s.providerPorts[pid] == nil {
@@ -275,7 +283,7 @@ func childPIDs(pid int) []string {
 }
 
 // tcpConn is the client end of a TCP connection: its local port and socket inode.
-type tcpConn struct{ port, inode string }
+type tcpConn struct{ port, inode, state string }
 
 // tcpClientPorts lists the client ends of IPv4 TCP connections whose remote
 // port is port (connections to a loopback server), in any state but LISTEN.
@@ -293,7 +301,7 @@ func tcpClientPorts(port int) []tcpConn {
 		if len(fields) < 10 || fields[3] == "0A" || !strings.HasSuffix(fields[2], want) {
 			continue
 		}
-		conns = append(conns, tcpConn{port: fields[1], inode: fields[9]})
+		conns = append(conns, tcpConn{port: fields[1], inode: fields[9], state: fields[3]})
 	}
 	return conns
 }
