@@ -140,6 +140,15 @@ func checkShared(share, file string, want *regexp.Regexp) resource.TestCheckFunc
 // Apply returns only once the real guest's first-boot report arrived, and
 // the guest is what the seed said: hostname, user and key, the static
 // address on the MAC-matched NIC, the write_files file and the 9p mount.
+//
+// The same guest proves the NVIDIA install path (issue #19 item 4): its seed
+// has nvidia_driver with a url_template on the stand-in site on loopback
+// (nvidia_standin_test.go). The guest installs the build tools and headers
+// from the stand-in mirror, downloads exactly that version's installer and
+// runs it with the arguments the seed documents; the installer records how
+// it ran in the share and installs nvidia-smi, whose GPU arrives parsed in
+// guest.gpus. (This seed has no write_files nvidia-smi: the GPU can only
+// come from the installer.)
 func TestAccReady_phoneHome(t *testing.T) {
 	env := newVMEnv(t)
 	prefix := vmTestPrefix(t, env, "ph")
@@ -147,6 +156,21 @@ func TestAccReady_phoneHome(t *testing.T) {
 	port := acctest.ClosedPort(t)
 	addr := "kohaku_vm.test"
 	var burst *faultBurst
+	nv := startNVIDIAStandIn(t, env.Kernel)
+	cfg := readyConfig(env, prefix, port, share, fmt.Sprintf(`  phone_home = true
+  nvidia_driver = {
+    version      = %q
+    url_template = "http://10.0.2.2:%d/{version}/NVIDIA-Linux-x86_64-{version}.run"
+  }`, nvidiaStandInVersion, nv.Port), "  wait_for = \"phone_home\"\n  timeouts {\n    create = \"12m\"\n  }")
+	for _, r := range []struct{ old, new string }{
+		{fmt.Sprintf("    { path = \"/usr/local/bin/nvidia-smi\", permissions = \"0755\", content = %q },\n", standInNvidiaSMI), ""},
+		{"    #cloud-config\n", "    #cloud-config\n    " + nvidiaStandInAptUserData(nv.Port)},
+	} {
+		if !strings.Contains(cfg, r.old) {
+			t.Fatalf("readyResources changed: no %q in\n%s", r.old, cfg)
+		}
+		cfg = strings.Replace(cfg, r.old, r.new, 1)
+	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy:             vmCheckNothingLeft(env, prefix),
@@ -154,9 +178,14 @@ func TestAccReady_phoneHome(t *testing.T) {
 			// While the real guest boots, the listener takes a burst of
 			// wrong-token, oversized, slow and malformed requests.
 			PreConfig: func() { burst = startFaultBurst(t, port) },
-			Config:    readyConfig(env, prefix, port, share, "  phone_home = true", "  wait_for = \"phone_home\"\n  timeouts {\n    create = \"12m\"\n  }"),
+			Config:    cfg,
 			ConfigStateChecks: []statecheck.StateCheck{
 				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("ready_via"), knownvalue.StringExact("phone_home")),
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("gpus"), knownvalue.ListExact([]knownvalue.Check{
+					knownvalue.ObjectExact(map[string]knownvalue.Check{
+						"name": knownvalue.StringExact(nvidiaStandInGPU), "driver_version": knownvalue.StringExact(nvidiaStandInVersion), "memory_mib": knownvalue.Int64Exact(nvidiaStandInMiB),
+					}),
+				})),
 				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("hostname"), knownvalue.StringExact("e2e-guest")),
 				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("cloud_init_status"), knownvalue.StringExact("done")),
 				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("ssh_host_keys").AtMapKey("ssh-ed25519"),
@@ -167,6 +196,9 @@ func TestAccReady_phoneHome(t *testing.T) {
 			Check: resource.ComposeAggregateTestCheckFunc(
 				func(*terraform.State) error { return burst.check(t) },
 				guestChecks(env, addr, prefix+"vm", share),
+				func(*terraform.State) error { return nv.check() },
+				checkShared(share, nvidiaStandInRecord, regexp.MustCompile(`^name=nvidia\.run\nversion=`+regexp.QuoteMeta(nvidiaStandInVersion)+
+					`\nargs=--silent --dkms --no-cc-version-check\nkernel=\S+\nresult=installed /usr/bin/nvidia-smi\n$`)),
 			),
 		}},
 	})
