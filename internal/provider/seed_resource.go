@@ -176,7 +176,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			},
 			"nvidia_driver": schema.SingleNestedAttribute{
 				Optional:    true,
-				Description: "Install the NVIDIA driver in the guest from NVIDIA's `.run` installer with `--silent --dkms` (build tools and kernel headers first), before anything else in runcmd that needs the GPU. Pass `kohaku_gpu_binding.<name>.nvidia_driver_version` to install the host's version." + contentChange,
+				Description: "Install the NVIDIA driver in the guest from NVIDIA's `.run` installer with `--silent --dkms` (build tools and kernel headers first), before anything else in runcmd that needs the GPU. Pass `kohaku_gpu_binding.<name>.nvidia_driver_version` to install the host's version. With the first-boot reporter, the guest's report checks that `nvidia-smi` then reports this version (a failed download or install does not stop cloud-init): a guest without it is a configuration mismatch, a warning or a failed create as the VM's `on_config_mismatch` says." + contentChange,
 				Attributes: map[string]schema.Attribute{
 					"version":      schema.StringAttribute{Required: true, Description: "Driver version, e.g. `550.54.14`."},
 					"url_template": schema.StringAttribute{Optional: true, Description: "Download URL with `{version}` placeholders, for mirrors. Default NVIDIA's download site."},

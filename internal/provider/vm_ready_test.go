@@ -161,7 +161,7 @@ func TestAccReady_phoneHome(t *testing.T) {
   nvidia_driver = {
     version      = %q
     url_template = "http://10.0.2.2:%d/{version}/NVIDIA-Linux-x86_64-{version}.run"
-  }`, nvidiaStandInVersion, nv.Port), "  wait_for = \"phone_home\"\n  timeouts {\n    create = \"12m\"\n  }")
+  }`, nvidiaStandInVersion, nv.Port), "  wait_for = \"phone_home\"\n  on_config_mismatch = \"fail\"\n  timeouts {\n    create = \"12m\"\n  }")
 	for _, r := range []struct{ old, new string }{
 		{fmt.Sprintf("    { path = \"/usr/local/bin/nvidia-smi\", permissions = \"0755\", content = %q },\n", standInNvidiaSMI), ""},
 		{"    #cloud-config\n", "    #cloud-config\n    " + nvidiaStandInAptUserData(nv.Port)},

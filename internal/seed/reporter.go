@@ -151,6 +151,9 @@ type Expectation struct {
 	Search      []string `json:"search,omitempty"`
 	// Mounts are the shares' mount points.
 	Mounts []string `json:"mounts,omitempty"`
+	// NVIDIADriver is the NVIDIA driver version the seed installs, which
+	// nvidia-smi should report for the guest's GPUs.
+	NVIDIADriver string `json:"nvidia_driver,omitempty"`
 }
 
 // ExpectedNIC is one declared NIC, found in the guest by its MAC.
@@ -203,6 +206,9 @@ func expectation(pl *plan) Expectation {
 	}
 	for _, m := range pl.spec.Mounts {
 		add(&e.Mounts, m.Path)
+	}
+	if pl.spec.NVIDIA != nil {
+		e.NVIDIADriver = pl.spec.NVIDIA.Version
 	}
 	return e
 }

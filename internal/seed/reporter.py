@@ -364,6 +364,12 @@ def compare(expect, facts):
     points = [m["path"].rstrip("/") or "/" for m in facts["mounts"]]
     for want in expect.get("mounts") or []:
         checks.append(check("share mounted at", want, "not mounted", (want.rstrip("/") or "/") in points))
+    # The driver the seed installs: runcmd goes on past a failed install
+    # (only its last command's status counts), so this is where it shows.
+    want = expect.get("nvidia_driver")
+    if want:
+        got = sorted({g["driver_version"] for g in facts.get("gpus") or []})
+        checks.append(check("NVIDIA driver", want, ", ".join(got) or "no GPU answered nvidia-smi", want in got))
     return checks
 
 
@@ -627,6 +633,11 @@ def main():
         return heartbeats(cfg, instance)
     status = cloud_init_status()
     f = facts()
+    try:
+        f["gpus"] = gpus()
+    except Exception as e:  # the report goes out without them
+        print("kohaku-report: reading gpus: %s" % type(e).__name__, file=sys.stderr)
+        f["gpus"] = []
     report = {
         "token": cfg.get("token", ""),
         "instance_id": instance,
@@ -638,7 +649,7 @@ def main():
         "dns_servers": f["dns"][0],
         "checks": verify(cfg.get("expect") or {}, f),
         "cloud_init": status,
-        "gpus": gpus(),
+        "gpus": f["gpus"],
     }
     save(stamped(report))
     if not deliver(cfg, report):

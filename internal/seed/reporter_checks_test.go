@@ -331,8 +331,8 @@ func TestReporterChecksOnThisMachine(t *testing.T) {
 // The reporter is given what the seed declares: per NIC its MAC (derived
 // when not given), set_name, addresses, DHCP and gateways; the nameservers
 // and search domains of every NIC once; the hostname (the FQDN's first label
-// without one); the shares' mount points. A raw network_config declares no
-// NICs to check.
+// without one); the shares' mount points; the NVIDIA driver it installs. A
+// raw network_config declares no NICs to check.
 func TestReporterIsGivenTheDeclaration(t *testing.T) {
 	t.Parallel()
 	spec := &Spec{
@@ -359,5 +359,46 @@ func TestReporterIsGivenTheDeclaration(t *testing.T) {
 	}
 	if got, _ := json.Marshal(expectation(pl)); string(got) != `{"hostname":"gpu-1","mounts":["/data"]}` {
 		t.Errorf("with a raw network_config: %s", got)
+	}
+	// and the NVIDIA driver it installs
+	spec.NVIDIA = &NVIDIA{Version: "550.54.15"}
+	if pl, err = prepare(spec); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := json.Marshal(expectation(pl)); string(got) != `{"hostname":"gpu-1","mounts":["/data"],"nvidia_driver":"550.54.15"}` {
+		t.Errorf("with nvidia_driver: %s", got)
+	}
+}
+
+// The driver a seed installs is checked against what nvidia-smi reports:
+// runcmd goes on past a failed install, so the check is where a missing or
+// wrong driver shows (degraded, or a failed create with
+// on_config_mismatch = "fail").
+func TestReporterChecksNVIDIADriver(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	smi := filepath.Join(bin, "nvidia-smi")
+	path := "PATH=" + bin + ":" + os.Getenv("PATH")
+	exp := Expectation{NVIDIADriver: "550.54.15"}
+	if got := messages(reportFrom(t, guestFixture{}, exp, path), phonehome.CheckMismatch); !slices.Equal(got, []string{"no NVIDIA driver 550.54.15; found: no GPU answered nvidia-smi"}) {
+		t.Errorf("without nvidia-smi: mismatches %q", got)
+	}
+	if err := os.WriteFile(smi, []byte("#!/bin/sh\necho 'NVIDIA H100 NVL, 550.54.15, 95830'\necho 'NVIDIA H100 NVL, 550.54.15, 95830'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rep := reportFrom(t, guestFixture{}, exp, path)
+	if got := messages(rep, phonehome.CheckOK); !slices.Equal(got, []string{"NVIDIA driver 550.54.15: ok"}) {
+		t.Errorf("with the driver: ok checks %q", got)
+	}
+	if len(rep.GPUs) != 2 || rep.GPUs[0].DriverVersion != "550.54.15" {
+		t.Errorf("gpus = %+v", rep.GPUs)
+	}
+	exp.NVIDIADriver = "535.183.01"
+	if got := messages(reportFrom(t, guestFixture{}, exp, path), phonehome.CheckMismatch); !slices.Equal(got, []string{"no NVIDIA driver 535.183.01; found: 550.54.15"}) {
+		t.Errorf("another driver: mismatches %q", got)
+	}
+	// A seed without nvidia_driver checks nothing of the GPUs.
+	if got := reportFrom(t, guestFixture{}, Expectation{}, path).Checks; len(got) != 0 {
+		t.Errorf("checks without a declared driver: %+v", got)
 	}
 }
