@@ -5,6 +5,8 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 
@@ -87,4 +89,38 @@ func (m *vmModel) numaFromDomain(o domain.Spec, prior *vmModel) {
 			"sockets": types.Int64Value(int64(t.Sockets)), "cores": types.Int64Value(int64(t.Cores)), "threads": types.Int64Value(int64(t.Threads)),
 		})
 	}
+}
+
+// keepNUMANodes plans numa_nodes as the state has them while what decides
+// the binding (gpus and numa_placement) stays as it is: any other change,
+// and a plan that only differs from the state in how a value is spelled,
+// leaves the binding alone, so it must not show as "known after apply".
+type keepNUMANodes struct{}
+
+func (keepNUMANodes) Description(context.Context) string {
+	return "keeps the NUMA nodes while gpus and numa_placement stay the same"
+}
+
+func (k keepNUMANodes) MarkdownDescription(ctx context.Context) string { return k.Description(ctx) }
+
+func (keepNUMANodes) PlanModifyList(ctx context.Context, req planmodifier.ListRequest, resp *planmodifier.ListResponse) {
+	if req.StateValue.IsNull() || !req.PlanValue.IsUnknown() || req.Plan.Raw.IsNull() || req.State.Raw.IsNull() {
+		return
+	}
+	var planGPUs, stateGPUs types.Set
+	var planMode, stateMode types.String
+	for _, d := range []diag.Diagnostics{
+		req.Plan.GetAttribute(ctx, path.Root("gpus"), &planGPUs),
+		req.State.GetAttribute(ctx, path.Root("gpus"), &stateGPUs),
+		req.Plan.GetAttribute(ctx, path.Root("numa_placement"), &planMode),
+		req.State.GetAttribute(ctx, path.Root("numa_placement"), &stateMode),
+	} {
+		if d.HasError() {
+			return
+		}
+	}
+	if planGPUs.IsUnknown() || planMode.IsUnknown() || !planGPUs.Equal(stateGPUs) || !planMode.Equal(stateMode) {
+		return
+	}
+	resp.PlanValue = req.StateValue
 }

@@ -237,9 +237,10 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 				Validators: []validator.String{stringvalidator.OneOf(vmlife.PlacementAuto, vmlife.PlacementNone)},
 			},
 			"numa_nodes": schema.ListAttribute{
-				Computed:    true,
-				ElementType: types.Int64Type,
-				Description: "The host NUMA nodes the VM is bound to, in guest cell order, as read back from the domain; empty when it is not bound (see `numa_placement`).",
+				Computed:      true,
+				ElementType:   types.Int64Type,
+				Description:   "The host NUMA nodes the VM is bound to, in guest cell order, as read back from the domain; empty when it is not bound (see `numa_placement`).",
+				PlanModifiers: []planmodifier.List{keepNUMANodes{}},
 			},
 			"hugepages": schema.SingleNestedAttribute{
 				Optional: true,
