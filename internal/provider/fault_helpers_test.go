@@ -294,15 +294,24 @@ type faultProxy struct {
 	// them: a call that hangs (held counts them).
 	hold sync.Map // procedure -> true
 	held atomic.Int64
+	// rejectIf, when set, also rejects the calls it says yes to, with its
+	// message (for faults that depend on the order of calls).
+	rejectIf func(virt.Header) (any, bool)
 }
 
 func newFaultProxy(t *testing.T, upstream string) *faultProxy {
+	return newFaultProxyRejecting(t, upstream, nil)
+}
+
+// newFaultProxyRejecting is newFaultProxy with a rejectIf, set before the
+// proxy accepts its first connection.
+func newFaultProxyRejecting(t *testing.T, upstream string, rejectIf func(virt.Header) (any, bool)) *faultProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultProxy{ln: ln, upstream: upstream}
+	p := &faultProxy{ln: ln, upstream: upstream, rejectIf: rejectIf}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -350,7 +359,12 @@ func (p *faultProxy) serve(client net.Conn) {
 			return
 		}
 		h := virt.ParseHeader(b)
-		if msg, ok := p.reject.Load(h.Procedure); ok && h.Program == virt.WireProgRemote && h.Type == virt.WireTypeCall {
+		msg, ok := p.reject.Load(h.Procedure)
+		ok = ok && h.Program == virt.WireProgRemote && h.Type == virt.WireTypeCall
+		if !ok && p.rejectIf != nil {
+			msg, ok = p.rejectIf(h)
+		}
+		if ok {
 			p.rejected.Add(1)
 			wmu.Lock()
 			_, err = client.Write(lvErrorReply(b, msg.(string)))

@@ -3,12 +3,10 @@ package provider
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -297,12 +295,10 @@ const (
 // and whose rollback cannot give the first back (failBind), or a give-back
 // whose second function cannot be given back (failSecondReattach).
 type gpuFailProxy struct {
-	ln        net.Listener
-	upstream  string
+	*faultProxy
 	mode      atomic.Int32
 	detaches  atomic.Int64
 	reattachs atomic.Int64
-	rejected  atomic.Int64
 }
 
 const (
@@ -326,27 +322,14 @@ func (p *gpuFailProxy) set(mode int32) {
 
 func newGPUFailProxy(t *testing.T, upstream string) *gpuFailProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &gpuFailProxy{ln: ln, upstream: upstream}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.serve(conn)
-		}
-	}()
+	p := &gpuFailProxy{}
+	p.faultProxy = newFaultProxyRejecting(t, upstream, func(h virt.Header) (any, bool) {
+		return gpuFailInjected, p.rejectGPU(h)
+	})
 	return p
 }
 
-func (p *gpuFailProxy) URI() string { return fmt.Sprintf("qemu+tcp://%s/system", p.ln.Addr()) }
-
-func (p *gpuFailProxy) reject(h virt.Header) bool {
+func (p *gpuFailProxy) rejectGPU(h virt.Header) bool {
 	mode := p.mode.Load()
 	if mode == gpuFailOff || h.Program != virt.WireProgRemote || h.Type != virt.WireTypeCall {
 		return false
@@ -359,50 +342,6 @@ func (p *gpuFailProxy) reject(h virt.Header) bool {
 		return mode == gpuFailBind || n == 2
 	}
 	return false
-}
-
-func (p *gpuFailProxy) serve(client net.Conn) {
-	defer client.Close()
-	server, err := net.Dial("tcp", p.upstream)
-	if err != nil {
-		return
-	}
-	defer server.Close()
-	var wmu sync.Mutex
-	go func() {
-		defer client.Close()
-		for {
-			b, err := virt.ReadPacket(server, nil)
-			if err != nil {
-				return
-			}
-			wmu.Lock()
-			_, err = client.Write(b)
-			wmu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
-	for {
-		b, err := virt.ReadPacket(client, nil)
-		if err != nil {
-			return
-		}
-		if p.reject(virt.ParseHeader(b)) {
-			p.rejected.Add(1)
-			wmu.Lock()
-			_, err = client.Write(lvErrorReply(b, gpuFailInjected))
-			wmu.Unlock()
-			if err != nil {
-				return
-			}
-			continue
-		}
-		if _, err := server.Write(b); err != nil {
-			return
-		}
-	}
 }
 
 // Give-backs libvirt refuses (injected by a proxy: no real failure reaches
