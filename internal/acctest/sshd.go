@@ -39,11 +39,19 @@ type SSHD struct {
 // forks a child per connection.
 func (s *SSHD) Sessions(t testing.TB) int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	return len(ChildPIDs(s.PID))
+}
+
+// ChildPIDs lists the processes whose parent is pid, read from /proc.
+func ChildPIDs(pid int) []string {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var kids []string
 	for _, e := range ents {
 		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
 		if err != nil {
@@ -52,11 +60,11 @@ func (s *SSHD) Sessions(t testing.TB) int {
 		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'
 		st := string(b)
 		f := strings.Fields(st[strings.LastIndexByte(st, ')')+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(s.PID) {
-			n++
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			kids = append(kids, e.Name())
 		}
 	}
-	return n
+	return kids
 }
 
 // StartSSHD starts /usr/sbin/sshd in the foreground with a config of its own

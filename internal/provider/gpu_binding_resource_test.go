@@ -77,6 +77,25 @@ func nestedDomainGone(h *nestedhost.Host, name string) resource.TestCheckFunc {
 	}
 }
 
+// nestedGPUVM is a kohaku_vm "vm" on the nested host with the binding
+// "gpu"'s GPU: it boots L1's own kernel and initrd with no disk (it only has
+// to run), type qemu since L1 offers no KVM.
+func nestedGPUVM(name string) string {
+	return fmt.Sprintf(`
+resource "kohaku_vm" "vm" {
+  name             = %q
+  type             = "qemu"
+  vcpu             = 1
+  memory_mib       = 128
+  kernel           = "/vmlinuz"
+  initrd           = "/initrd.img"
+  cmdline          = "console=ttyS0 panic=-1"
+  gpus             = [kohaku_gpu_binding.gpu.id]
+  shutdown_timeout = "1s"
+}
+`, name)
+}
+
 func onVFIO(h *nestedhost.Host) map[string]string {
 	return map[string]string{h.GPU: "vfio-pci", h.GPUAudio: "vfio-pci"}
 }
@@ -291,19 +310,7 @@ func TestAccGPUBinding_vm(t *testing.T) {
 	// The L2 guest boots L1's own kernel and initrd with no disk: it only has
 	// to run. type qemu: L1 offers no KVM. kohaku_vm's gpus passes through
 	// every function the binding moved to vfio-pci: the VGA and its audio.
-	vm := fmt.Sprintf(`
-resource "kohaku_vm" "vm" {
-  name             = %q
-  type             = "qemu"
-  vcpu             = 1
-  memory_mib       = 128
-  kernel           = "/vmlinuz"
-  initrd           = "/initrd.img"
-  cmdline          = "console=ttyS0 panic=-1"
-  gpus             = [kohaku_gpu_binding.gpu.id]
-  shutdown_timeout = "1s"
-}
-`, name)
+	vm := nestedGPUVM(name)
 	running := func(*terraform.State) error {
 		out, err := nestedhost.VirshErr(h, "domstate", name)
 		if err != nil || out != "running" {

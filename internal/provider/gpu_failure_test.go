@@ -187,19 +187,7 @@ func TestAccGPUFailure_heldFunction(t *testing.T) {
 resource "kohaku_gpu_binding" "gpu" {
   address = %q
 }
-
-resource "kohaku_vm" "vm" {
-  name             = %q
-  type             = "qemu"
-  vcpu             = 1
-  memory_mib       = 128
-  kernel           = "/vmlinuz"
-  initrd           = "/initrd.img"
-  cmdline          = "console=ttyS0 panic=-1"
-  gpus             = [kohaku_gpu_binding.gpu.id]
-  shutdown_timeout = "1s"
-}
-`, h.GPU, vmName)
+`, h.GPU) + nestedGPUVM(vmName)
 	pair := []string{h.GPU, h.GPUAudio}
 	slices.Sort(pair)
 	bindingHolds := func(st []faultResource, when string) {
