@@ -119,7 +119,7 @@ func sshSchema() schema.SingleNestedAttribute {
 			},
 			"known_hosts_file": schema.StringAttribute{
 				Optional:    true,
-				Description: "known_hosts file the host's key is checked against. Default `~/.ssh/known_hosts`. Conflicts with `host_key`.",
+				Description: "known_hosts file the host's key is checked against. Default `~/.ssh/known_hosts`. As OpenSSH's client does, Kohaku asks the server for a key of a type the file (or `host_key`) holds for the host, so a file with only the host's ed25519 line (`ssh-keyscan -t ed25519`) works with a server that also has ECDSA and RSA keys. Conflicts with `host_key`.",
 			},
 			"known_hosts_verify": schema.StringAttribute{
 				Optional:    true,

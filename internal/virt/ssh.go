@@ -2,6 +2,7 @@ package virt
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -195,6 +196,9 @@ type sshDialer struct {
 	auth    []ssh.AuthMethod
 	offered []string
 	check   ssh.HostKeyCallback
+	// algorithms lists the host key algorithms to ask the server for,
+	// from the keys the client knows for it (nil: the library's default).
+	algorithms func() []string
 
 	mu     sync.Mutex
 	shared *sharedSSH // the live SSH connection, nil when there is none
@@ -316,6 +320,8 @@ func newSSHDialer(ep Endpoint, s SSHSettings, timeout time.Duration) (*sshDialer
 			return nil, err
 		}
 		d.check = pinnedHostKey("ssh.host_key", keys)
+		algs := hostKeyAlgorithms(keys)
+		d.algorithms = func() []string { return algs }
 		return d, nil
 	}
 	switch verify {
@@ -323,6 +329,8 @@ func newSSHDialer(ep Endpoint, s SSHSettings, timeout time.Duration) (*sshDialer
 		d.check = ssh.InsecureIgnoreHostKey() //nolint:gosec // explicit user opt-out
 	case HostKeyNormal, HostKeyAuto:
 		d.check = hostKeyChecker(knownHosts, verify == HostKeyAuto)
+		// read at each handshake: auto mode may have recorded a key since
+		d.algorithms = func() []string { return hostKeyAlgorithms(knownKeys(knownHosts, d.addr)) }
 	default:
 		return nil, fmt.Errorf("known_hosts_verify must be normal, auto or ignore, not %q", verify)
 	}
@@ -363,6 +371,65 @@ func hostKeyChecker(file string, tofu bool) ssh.HostKeyCallback {
 	}
 }
 
+// probeHostKey is a key no known_hosts file holds (its private half is all
+// zeros): knownKeys asks a known_hosts file about it to learn which keys the
+// file has for a host.
+var probeHostKey = func() ssh.PublicKey {
+	k, err := ssh.NewPublicKey(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)).Public())
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
+// knownKeys lists the keys a known_hosts file holds for addr (host:port),
+// one per key type; none when the file or the host is not there.
+func knownKeys(file, addr string) []ssh.PublicKey {
+	check, err := knownhosts.New(file)
+	if err != nil {
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	var ke *knownhosts.KeyError
+	if !errors.As(check(addr, &net.TCPAddr{IP: net.ParseIP(host)}, probeHostKey), &ke) {
+		return nil
+	}
+	keys := make([]ssh.PublicKey, 0, len(ke.Want))
+	for _, w := range ke.Want {
+		keys = append(keys, w.Key)
+	}
+	return keys
+}
+
+// hostKeyAlgorithms lists the host key algorithms that can be checked
+// against keys, strongest first, as OpenSSH's client prefers the types it
+// knows for a host. Without it the server may offer a key of another type
+// than the one known (an ECDSA key where known_hosts holds the host's
+// ed25519 key, as `ssh-keyscan -t ed25519` writes it), and a host whose key
+// never changed would be refused as changed. Nil for no keys.
+func hostKeyAlgorithms(keys []ssh.PublicKey) []string {
+	order := []string{
+		ssh.KeyAlgoED25519, ssh.KeyAlgoSKED25519,
+		ssh.KeyAlgoECDSA256, ssh.KeyAlgoECDSA384, ssh.KeyAlgoECDSA521, ssh.KeyAlgoSKECDSA256,
+		ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA,
+	}
+	have := map[string]bool{}
+	for _, k := range keys {
+		have[k.Type()] = true
+	}
+	var out []string
+	for _, a := range order {
+		keyType := a
+		if a == ssh.KeyAlgoRSASHA512 || a == ssh.KeyAlgoRSASHA256 {
+			keyType = ssh.KeyAlgoRSA // RSA keys sign with any of the three
+		}
+		if have[keyType] {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 func appendLine(file, line string) error {
 	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
 		return fmt.Errorf("recording host key: %w", err)
@@ -389,11 +456,16 @@ func (d *sshDialer) handshake() (*ssh.Client, error) {
 	if d.timeout > 0 {
 		_ = conn.SetDeadline(time.Now().Add(d.timeout))
 	}
+	var algorithms []string
+	if d.algorithms != nil {
+		algorithms = d.algorithms()
+	}
 	cc, chans, reqs, err := ssh.NewClientConn(conn, d.addr, &ssh.ClientConfig{
-		User:            d.user,
-		Auth:            d.auth,
-		HostKeyCallback: d.check,
-		Timeout:         d.timeout,
+		User:              d.user,
+		Auth:              d.auth,
+		HostKeyCallback:   d.check,
+		HostKeyAlgorithms: algorithms,
+		Timeout:           d.timeout,
 	})
 	if err != nil {
 		conn.Close()

@@ -2,8 +2,11 @@ package virt
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -19,6 +22,7 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 )
@@ -447,4 +451,124 @@ func TestAccReadHostFileSharesTheSSHConnection(t *testing.T) {
 	if n := sshd.Sessions(t); n != 0 {
 		t.Errorf("%d SSH connections still open after the reads", n)
 	}
+}
+
+// A host with ECDSA and ed25519 host keys, as every stock OpenSSH server
+// has, whose known_hosts entry holds one of them (as `ssh-keyscan -t
+// ed25519` writes it) or whose key is pinned: the client asks for the key
+// type it knows, so a host whose key never changed is not refused as
+// changed (the library's default order would ask for ECDSA first).
+func TestSSHHostKeyOfTheKnownType(t *testing.T) {
+	t.Parallel()
+	_, edPriv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecPriv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	var pubs []ssh.PublicKey
+	for _, k := range []any{ecPriv, edPriv} {
+		signer, err := ssh.NewSignerFromKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.AddHostKey(signer)
+		pubs = append(pubs, signer.PublicKey())
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				if conn, chans, reqs, err := ssh.NewServerConn(nc, cfg); err == nil {
+					go ssh.DiscardRequests(reqs)
+					go func() {
+						for nch := range chans {
+							_ = nch.Reject(ssh.ConnectionFailed, "no such socket")
+						}
+					}()
+					conn.Wait()
+				}
+			}()
+		}
+	}()
+	addr := ln.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	ecKey, edKey := pubs[0], pubs[1]
+
+	for _, c := range []struct {
+		name     string
+		known    []ssh.PublicKey // known_hosts lines for the host
+		pinned   string          // ssh.host_key instead
+		wantAlgs []string
+	}{
+		{name: "known_hosts holds its ed25519 key only", known: []ssh.PublicKey{edKey}, wantAlgs: []string{ssh.KeyAlgoED25519}},
+		{name: "known_hosts holds its ECDSA key only", known: []ssh.PublicKey{ecKey}, wantAlgs: []string{ssh.KeyAlgoECDSA256}},
+		{name: "known_hosts holds both", known: []ssh.PublicKey{ecKey, edKey}, wantAlgs: []string{ssh.KeyAlgoED25519, ssh.KeyAlgoECDSA256}},
+		{name: "ssh.host_key pins its ed25519 key", pinned: string(ssh.MarshalAuthorizedKey(edKey)), wantAlgs: []string{ssh.KeyAlgoED25519}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "known_hosts")
+			var lines string
+			for _, k := range c.known {
+				lines += knownhosts.Line([]string{knownhosts.Normalize(addr)}, k) + "\n"
+			}
+			if err := os.WriteFile(file, []byte(lines), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ep, err := ParseURI("qemu+ssh://test@127.0.0.1:" + port + "/system?known_hosts=" + file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := newSSHDialer(ep, SSHSettings{DisableAgent: true, HostKey: c.pinned}, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := d.algorithms(); fmt.Sprint(got) != fmt.Sprint(c.wantAlgs) {
+				t.Errorf("host key algorithms asked for = %v, want %v", got, c.wantAlgs)
+			}
+			cl, err := d.handshake()
+			if err != nil {
+				t.Fatalf("handshake with a host whose key is known: %v", err)
+			}
+			cl.Close()
+		})
+	}
+
+	// Unknown host: no preference, and the error still says how to add it.
+	if got := hostKeyAlgorithms(knownKeys(filepath.Join(t.TempDir(), "none"), addr)); got != nil {
+		t.Errorf("algorithms for a host known_hosts does not hold = %v, want none", got)
+	}
+	// An RSA key allows all three RSA signature algorithms.
+	rsaPub, err := ssh.ParsePublicKey(mustRSAWire(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hostKeyAlgorithms([]ssh.PublicKey{rsaPub}); fmt.Sprint(got) != fmt.Sprint([]string{ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA}) {
+		t.Errorf("algorithms for an RSA key = %v", got)
+	}
+}
+
+func mustRSAWire(t *testing.T) []byte {
+	t.Helper()
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ssh.NewPublicKey(&k.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Marshal()
 }
