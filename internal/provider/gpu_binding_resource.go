@@ -97,7 +97,7 @@ func (r *gpuBindingResource) Schema(_ context.Context, _ resource.SchemaRequest,
 				Optional: true,
 				Computed: true,
 				Description: "The host's NVIDIA driver version, e.g. `550.54.14`, for `kohaku_seed.nvidia_driver.version` so the guest installs the same driver. " +
-					"When not set and the device is an NVIDIA card, it is read from `" + nvidiaVersionFile + "` on the host before the unbind: directly for a local (`qemu:///system`) connection, and over SSH for `qemu+ssh://` hosts. " +
+					"When not set and the device is an NVIDIA card (PCI vendor `10de`, or a function the host's `nvidia` module drives), it is read from `" + nvidiaVersionFile + "` on the host before the unbind: directly for a local (`qemu:///system`) connection, and over SSH for `qemu+ssh://` hosts. " +
 					"Over `tcp` and `tls` Kohaku cannot read host files: set it here. Null when there is no NVIDIA driver to read. Changed in place.",
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
 			},
@@ -561,11 +561,12 @@ func addBindingPlanError(diags *diag.Diagnostics, target vfio.Address, err error
 	}
 }
 
-// nvidiaVersion reads the host's NVIDIA driver version for an NVIDIA card,
+// nvidiaVersion reads the host's NVIDIA driver version for an NVIDIA card
+// (vendor 10de, or a function the nvidia module drives, whoever made it),
 // or returns null when there is none to read (with a warning when it could
 // not be read at all).
 func (r *gpuBindingResource) nvidiaVersion(ctx context.Context, c *virt.Client, dev *vfio.Device, diags *diag.Diagnostics) types.String {
-	if dev == nil || dev.VendorID != 0x10de {
+	if !dev.IsNVIDIA() {
 		return types.StringNull()
 	}
 	b, err := c.ReadHostFile(ctx, nvidiaVersionFile, 256)

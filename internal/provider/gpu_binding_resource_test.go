@@ -101,7 +101,7 @@ func onVFIO(h *nestedhost.Host) map[string]string {
 }
 
 func onHost(h *nestedhost.Host) map[string]string {
-	return map[string]string{h.GPU: "bochs-drm", h.GPUAudio: "snd_hda_intel"}
+	return map[string]string{h.GPU: "nvidia", h.GPUAudio: "snd_hda_intel"}
 }
 
 // iommuGroupOf reads a function's IOMMU group number with virsh.
@@ -158,7 +158,7 @@ func TestAccGPUBinding_lifecycle(t *testing.T) {
 							"address": knownvalue.StringExact(h.GPU), "class": knownvalue.StringExact("030000"),
 							"class_name": knownvalue.StringExact("VGA compatible controller"),
 							"vendor_id":  knownvalue.StringExact("1234"), "product_id": knownvalue.StringExact("1111"),
-							"original_driver": knownvalue.StringExact("bochs-drm"), "current_driver": knownvalue.StringExact("vfio-pci"),
+							"original_driver": knownvalue.StringExact("nvidia"), "current_driver": knownvalue.StringExact("vfio-pci"),
 						}),
 						knownvalue.ObjectExact(map[string]knownvalue.Check{
 							"address": knownvalue.StringExact(h.GPUAudio), "class": knownvalue.StringExact("040300"),
@@ -197,7 +197,7 @@ func TestAccGPUBinding_lifecycle(t *testing.T) {
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(addr, detail(1, "original_driver"), knownvalue.StringExact("snd_hda_intel")),
 					statecheck.ExpectKnownValue(addr, detail(1, "current_driver"), knownvalue.StringExact("vfio-pci")),
-					statecheck.ExpectKnownValue(addr, detail(0, "original_driver"), knownvalue.StringExact("bochs-drm")),
+					statecheck.ExpectKnownValue(addr, detail(0, "original_driver"), knownvalue.StringExact("nvidia")),
 				},
 				Check: expectDrivers(h, onVFIO(h)),
 			},

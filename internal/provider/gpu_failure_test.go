@@ -394,7 +394,7 @@ resource "kohaku_gpu_binding" "gpu" {
 		t.Fatal(err)
 	}
 	gpuFailAgree(t, c, st, "replaced")
-	if d := gpuFailResource(st, "kohaku_gpu_binding").Values["function_details"].([]any); fmt.Sprint(d[0].(map[string]any)["original_driver"]) != "bochs-drm" {
+	if d := gpuFailResource(st, "kohaku_gpu_binding").Values["function_details"].([]any); fmt.Sprint(d[0].(map[string]any)["original_driver"]) != "nvidia" {
 		t.Errorf("the replaced binding records the VGA's original driver as %v", d[0].(map[string]any)["original_driver"])
 	}
 	t.Logf("2. the next apply replaces the tainted binding: %s", time.Since(start).Round(time.Second))

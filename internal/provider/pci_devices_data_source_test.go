@@ -45,7 +45,7 @@ data "kohaku_host" "nested" {}
 						"product_name":        knownvalue.StringExact(""),
 						"class":               knownvalue.StringExact("030000"),
 						"class_name":          knownvalue.StringExact("VGA compatible controller"),
-						"driver":              knownvalue.StringExact("bochs-drm"),
+						"driver":              knownvalue.StringExact("nvidia"),
 						"iommu_group":         knownvalue.Int64Exact(group),
 						"iommu_group_members": knownvalue.ListExact([]knownvalue.Check{knownvalue.StringExact(h.GPU), knownvalue.StringExact(h.GPUAudio)}),
 						"numa_node":           knownvalue.Int64Exact(1), // behind the expander bridge on node 1

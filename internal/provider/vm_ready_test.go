@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest/nestedhost"
 )
 
 // The end-to-end tests boot the real Debian 12 cloud-init guest under TCG:
@@ -149,8 +150,18 @@ func checkShared(share, file string, want *regexp.Regexp) resource.TestCheckFunc
 // it ran in the share and installs nvidia-smi, whose GPU arrives parsed in
 // guest.gpus. (This seed has no write_files nvidia-smi: the GPU can only
 // come from the installer.)
+//
+// The version comes from where a user's does: kohaku_gpu_binding reads it
+// from the nested host's NVIDIA stand-in module (/sys/module/nvidia/version
+// over qemu+ssh, before it moves the GPU stand-in off the nvidia driver),
+// and the seed takes kohaku_gpu_binding.gpu.nvidia_driver_version. Destroy
+// gives the GPU back to nvidia.
 func TestAccReady_phoneHome(t *testing.T) {
 	env := newVMEnv(t)
+	h := nestedhost.RequireSSH(t)
+	if h.NVIDIAVersion != nvidiaStandInVersion {
+		t.Fatalf("the nested host's NVIDIA stand-in declares %s, the stand-in site serves %s: make them agree", h.NVIDIAVersion, nvidiaStandInVersion)
+	}
 	prefix := vmTestPrefix(t, env, "ph")
 	share := t.TempDir()
 	port := acctest.ClosedPort(t)
@@ -159,9 +170,21 @@ func TestAccReady_phoneHome(t *testing.T) {
 	nv := startNVIDIAStandIn(t, env.Kernel)
 	cfg := readyConfig(env, prefix, port, share, fmt.Sprintf(`  phone_home = true
   nvidia_driver = {
-    version      = %q
+    version      = kohaku_gpu_binding.gpu.nvidia_driver_version
     url_template = "http://10.0.2.2:%d/{version}/NVIDIA-Linux-x86_64-{version}.run"
-  }`, nvidiaStandInVersion, nv.Port), "  wait_for = \"phone_home\"\n  on_config_mismatch = \"fail\"\n  timeouts {\n    create = \"12m\"\n  }")
+  }`, nv.Port), "  wait_for = \"phone_home\"\n  on_config_mismatch = \"fail\"\n  timeouts {\n    create = \"12m\"\n  }") + fmt.Sprintf(`
+resource "kohaku_gpu_binding" "gpu" {
+  host    = "l1"
+  address = %q
+}
+`, h.GPU)
+	// The nested host is a host of the provider's hosts map, reached over ssh.
+	hostsMap := fmt.Sprintf("  hosts = {\n    l1 = { uri = %q }\n  }\n  phone_home = {", h.SSHURI)
+	if !strings.Contains(cfg, "  phone_home = {") {
+		t.Fatalf("readyConfig changed: no phone_home block in\n%s", cfg)
+	}
+	cfg = strings.Replace(cfg, "  phone_home = {", hostsMap, 1)
+	binding := "kohaku_gpu_binding.gpu"
 	for _, r := range []struct{ old, new string }{
 		{fmt.Sprintf("    { path = \"/usr/local/bin/nvidia-smi\", permissions = \"0755\", content = %q },\n", standInNvidiaSMI), ""},
 		{"    #cloud-config\n", "    #cloud-config\n    " + nvidiaStandInAptUserData(nv.Port)},
@@ -173,13 +196,20 @@ func TestAccReady_phoneHome(t *testing.T) {
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             resource.ComposeAggregateTestCheckFunc(vmCheckNothingLeft(env, prefix), expectDrivers(h, onHost(h))),
 		Steps: []resource.TestStep{{
 			// While the real guest boots, the listener takes a burst of
 			// wrong-token, oversized, slow and malformed requests.
-			PreConfig: func() { burst = startFaultBurst(t, port) },
-			Config:    cfg,
+			PreConfig: func() {
+				if err := expectDrivers(h, onHost(h))(nil); err != nil {
+					t.Fatalf("the nested host's GPU stand-in is not on its host drivers: %v", err)
+				}
+				burst = startFaultBurst(t, port)
+			},
+			Config: cfg,
 			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue(binding, tfjsonpath.New("nvidia_driver_version"), knownvalue.StringExact(h.NVIDIAVersion)),
+				statecheck.ExpectKnownValue(binding, detail(0, "original_driver"), knownvalue.StringExact("nvidia")),
 				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("ready_via"), knownvalue.StringExact("phone_home")),
 				statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest").AtMapKey("gpus"), knownvalue.ListExact([]knownvalue.Check{
 					knownvalue.ObjectExact(map[string]knownvalue.Check{
@@ -195,6 +225,7 @@ func TestAccReady_phoneHome(t *testing.T) {
 			},
 			Check: resource.ComposeAggregateTestCheckFunc(
 				func(*terraform.State) error { return burst.check(t) },
+				expectDrivers(h, onVFIO(h)),
 				guestChecks(env, addr, prefix+"vm", share),
 				func(*terraform.State) error { return nv.check() },
 				checkShared(share, nvidiaStandInRecord, regexp.MustCompile(`^name=nvidia\.run\nversion=`+regexp.QuoteMeta(nvidiaStandInVersion)+

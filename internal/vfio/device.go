@@ -63,6 +63,20 @@ func (d *Device) ClassName() string { return ClassName(d.Class) }
 // HasIOMMU reports whether the host put the device in an IOMMU group.
 func (d *Device) HasIOMMU() bool { return d.Group != NoGroup }
 
+// VendorNVIDIA is NVIDIA's PCI vendor ID.
+const VendorNVIDIA = 0x10de
+
+// DriverNVIDIA is the name NVIDIA's kernel driver registers (its module is
+// nvidia too, with its version in /sys/module/nvidia/version).
+const DriverNVIDIA = "nvidia"
+
+// IsNVIDIA reports whether the function is an NVIDIA card whose host driver
+// version matters to a guest: NVIDIA's vendor ID, or a function the host's
+// nvidia driver drives (whoever made it).
+func (d *Device) IsNVIDIA() bool {
+	return d != nil && (d.VendorID == VendorNVIDIA || d.Driver == DriverNVIDIA)
+}
+
 // ParseDevice reads one PCI node device from libvirt's XML (virsh
 // nodedev-dumpxml). Devices of other capabilities are refused.
 func ParseDevice(doc string) (*Device, error) {

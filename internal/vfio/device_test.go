@@ -134,3 +134,24 @@ func TestClassName(t *testing.T) {
 		}
 	}
 }
+
+func TestIsNVIDIA(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		dev  *Device
+		want bool
+	}{
+		{"no device", nil, false},
+		{"an NVIDIA card on nvidia", &Device{VendorID: 0x10de, Driver: "nvidia"}, true},
+		{"an NVIDIA card on nouveau", &Device{VendorID: 0x10de, Driver: "nouveau"}, true},
+		{"an NVIDIA card on vfio-pci already", &Device{VendorID: 0x10de, Driver: "vfio-pci"}, true},
+		{"another vendor's function the nvidia driver drives", &Device{VendorID: 0x1234, Driver: "nvidia"}, true},
+		{"QEMU's VGA on bochs-drm", &Device{VendorID: 0x1234, Driver: "bochs-drm"}, false},
+		{"an AMD card on amdgpu", &Device{VendorID: 0x1002, Driver: "amdgpu"}, false},
+		{"a driver merely named like nvidia", &Device{VendorID: 0x1234, Driver: "nvidiafb"}, false},
+	} {
+		if got := c.dev.IsNVIDIA(); got != c.want {
+			t.Errorf("%s: IsNVIDIA() = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -11,6 +11,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 )
 
 // Host is one nested host as nestedhost.sh env describes it.
@@ -20,10 +24,17 @@ type Host struct {
 	Hostname string
 	UUID     string
 	// PCI addresses of the stand-ins as L1 sees them (intel-iommu host only).
-	GPU      string // QEMU's VGA, function 0, driver bochs-drm
+	GPU      string // QEMU's VGA, function 0, driver nvidia (the NVIDIA stand-in)
 	GPUAudio string // ich9-intel-hda, function 1 of the same slot, snd_hda_intel
 	NIC      string // e1000e, alone in its group
 	EDU      string // QEMU's edu device, no host driver
+	// SSHURI reaches the same libvirtd as URI through L1's sshd
+	// (qemu+ssh://root@127.0.0.1:<port>/system with keyfile and
+	// known_hosts): the transport over which Kohaku reads host files.
+	SSHURI string
+	// NVIDIAVersion is what the NVIDIA stand-in module declares in L1's
+	// /sys/module/nvidia/version.
+	NVIDIAVersion string
 }
 
 // Require returns the nested host with an intel-iommu: it skips without
@@ -41,6 +52,17 @@ func Require(t testing.TB) *Host {
 		EDU:      env(t, "KOHAKU_TEST_NESTED_EDU"),
 	}
 	Verify(t, h)
+	return h
+}
+
+// RequireSSH is Require plus the nested host's SSH URI, verified to lead to
+// the same L1 (see VerifySSH).
+func RequireSSH(t testing.TB) *Host {
+	t.Helper()
+	h := Require(t)
+	h.SSHURI = env(t, "KOHAKU_TEST_NESTED_SSH_URI")
+	h.NVIDIAVersion = env(t, "KOHAKU_TEST_NESTED_NVIDIA_VERSION")
+	VerifySSH(t, h)
 	return h
 }
 
@@ -140,4 +162,53 @@ func env(t testing.TB, name string) string {
 		t.Fatalf("%s is not set: boot the nested host and load its settings with\n  bash internal/acctest/nestedhost/nestedhost.sh up --both && eval \"$(bash internal/acctest/nestedhost/nestedhost.sh env)\"\n(or run make nested-up)", name)
 	}
 	return v
+}
+
+var nestedSSHURI = regexp.MustCompile(`^qemu\+ssh://root@127\.0\.0\.1:([0-9]+)/system\?keyfile=([^&]+)&known_hosts=([^&]+)$`)
+
+// VerifySSH fails the test unless h.SSHURI is a loopback-forwarded SSH port
+// whose machine, logged in to with the URI's key and checked against its
+// known_hosts, says it is the nested host (hostname and UUID): the same L1
+// that Verify found behind h.URI. It uses its own SSH client, not Kohaku's.
+func VerifySSH(t testing.TB, h *Host) {
+	t.Helper()
+	m := nestedSSHURI.FindStringSubmatch(h.SSHURI)
+	if m == nil {
+		t.Fatalf("refusing %q: the nested host's SSH URI is qemu+ssh://root@127.0.0.1:<port>/system?keyfile=...&known_hosts=... (nestedhost.sh env)", h.SSHURI)
+	}
+	key, err := os.ReadFile(m[2])
+	if err != nil {
+		t.Fatalf("the nested host's SSH key: %v", err)
+	}
+	signer, err := ssh.ParsePrivateKey(key)
+	if err != nil {
+		t.Fatalf("the nested host's SSH key %s: %v", m[2], err)
+	}
+	check, err := knownhosts.New(m[3])
+	if err != nil {
+		t.Fatalf("the nested host's known_hosts %s: %v", m[3], err)
+	}
+	c, err := ssh.Dial("tcp", "127.0.0.1:"+m[1], &ssh.ClientConfig{
+		User: "root", Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: check, Timeout: 30 * time.Second,
+		// known_hosts holds L1's ed25519 key: ask for that type
+		HostKeyAlgorithms: []string{ssh.KeyAlgoED25519},
+	})
+	if err != nil {
+		t.Fatalf("ssh to the nested host at 127.0.0.1:%s: %v", m[1], err)
+	}
+	defer c.Close()
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatalf("ssh session on the nested host: %v", err)
+	}
+	defer s.Close()
+	out, err := s.Output("cat /proc/sys/kernel/hostname /sys/class/dmi/id/product_uuid")
+	if err != nil {
+		t.Fatalf("reading the nested host's name and UUID over ssh: %v", err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) != 2 || f[0] != h.Hostname || !strings.EqualFold(f[1], h.UUID) {
+		t.Fatalf("refusing %s: the machine behind it says %q, not the nested host's %s %s", h.SSHURI, out, h.Hostname, h.UUID)
+	}
 }

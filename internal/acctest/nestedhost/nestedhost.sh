@@ -62,7 +62,7 @@ SELF=$(readlink -f "${BASH_SOURCE[0]}")
 readonly SELF
 
 # Instance parameters, set by select_instance.
-INSTANCE="" PORT="" CONSOLE_PORT="" STATE="" L1_HOSTNAME="" L1_UUID="" IOMMU=""
+INSTANCE="" PORT="" CONSOLE_PORT="" SSH_PORT="" STATE="" L1_HOSTNAME="" L1_UUID="" IOMMU=""
 select_instance() { # $1 = intel | virtio
 	INSTANCE=$1
 	STATE=$STATE_ROOT/$INSTANCE
@@ -75,6 +75,8 @@ select_instance() { # $1 = intel | virtio
 	# L1's serial console (root's autologin shell) on a loopback socket, so a
 	# boot whose libvirtd does not answer can be asked what it sees
 	CONSOLE_PORT=$((PORT + 50))
+	# L1's sshd (key login as root), for transports that read host files
+	SSH_PORT=$((PORT + 100))
 }
 uri() { printf 'qemu+tcp://127.0.0.1:%s/system' "$PORT"; }
 
@@ -94,10 +96,29 @@ readonly IMAGE_SIZE=3G
 # libvirt-daemon-system brings the config, the systemd units (socket activation)
 # and the libvirt-qemu user; seabios + ipxe-qemu are the firmware L2 domains need.
 # No recommends: no dnsmasq, apparmor, ovmf, GUI libraries.
-readonly IMAGE_INCLUDE=systemd-sysv,udev,dbus,kmod,iproute2,procps,pciutils,libvirt-daemon-system,libvirt-daemon-driver-qemu,libvirt-clients,qemu-system-x86,seabios,ipxe-qemu,initramfs-tools,zstd
+readonly IMAGE_INCLUDE=systemd-sysv,udev,dbus,kmod,iproute2,procps,pciutils,libvirt-daemon-system,libvirt-daemon-driver-qemu,libvirt-clients,qemu-system-x86,seabios,ipxe-qemu,initramfs-tools,zstd,openssh-server
+# The NVIDIA driver version the stand-in module declares (nvidia-standin/nvidia.c,
+# whose text is part of this recipe's key): what /sys/module/nvidia/version says in L1.
+readonly NVIDIA_STANDIN_VERSION=550.54.15
 # The kernel goes in with a second apt run (the initrd is then generated once).
 # linux-image-amd64: vfio-pci, intel-iommu, bochs-drm and snd-hda-intel are all there.
 readonly IMAGE_KERNEL=linux-image-amd64
+
+# nvidia_standin_build builds the NVIDIA stand-in module (copied to
+# /usr/src/kohaku-nvidia) for the tree's kernel and installs it, then removes
+# the compiler and headers again. It runs as an mmdebstrap hook, under sh.
+nvidia_standin_build() { # $1 = root tree with its kernel; $2 = version to declare
+	set -e # (sh -c: without it only the last command's status counts)
+	kver=$(ls -1 "$1/lib/modules" | sort -V | tail -n1)
+	printf 'obj-m := nvidia.o\nccflags-y := -DNV_VERSION=\\"%s\\"\n' "$2" >"$1/usr/src/kohaku-nvidia/Kbuild"
+	chroot "$1" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends make gcc "linux-headers-$kver"
+	chroot "$1" make -C "/lib/modules/$kver/build" M=/usr/src/kohaku-nvidia modules
+	install -D -m 644 "$1/usr/src/kohaku-nvidia/nvidia.ko" "$1/lib/modules/$kver/updates/nvidia.ko"
+	chroot "$1" depmod "$kver"
+	chroot "$1" modinfo -F version -k "$kver" nvidia | grep -qx "$2"
+	chroot "$1" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q --autoremove make gcc "linux-headers-$kver"
+	rm -rf "$1/usr/src/kohaku-nvidia"
+}
 
 image_customize() { # $1 = unpacked root tree
 	local t=$1
@@ -134,6 +155,14 @@ install kvm_intel /bin/false
 install kvm_amd /bin/false
 MOD
 	printf 'vfio\nvfio_iommu_type1\nvfio_pci\n' >"$t/etc/modules-load.d/kohaku-vfio.conf"
+	# the GPU stand-in belongs to the NVIDIA stand-in, as a card to nvidia on
+	# a GPU host: bochs, which would take QEMU's VGA, is kept out
+	printf 'nvidia\n' >"$t/etc/modules-load.d/kohaku-nvidia.conf"
+	printf 'blacklist bochs\ninstall bochs /bin/false\n' >"$t/etc/modprobe.d/kohaku-nvidia-standin.conf"
+	# sshd, key login for root only: kohaku_gpu_binding reads host files
+	# (the NVIDIA version) over qemu+ssh
+	printf 'PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUseDNS no\n' \
+		>"$t/etc/ssh/sshd_config.d/kohaku.conf"
 	# libvirtd over TCP without auth, socket-activated, no idle exit
 	sed -i -E '/^[ \t]*(listen_tls|listen_tcp|auth_tcp)[ \t]*=/d' "$t/etc/libvirt/libvirtd.conf"
 	printf 'listen_tls = 0\nlisten_tcp = 1\nauth_tcp = "none"\n' >>"$t/etc/libvirt/libvirtd.conf"
@@ -142,7 +171,7 @@ MOD
 	printf 'user = "root"\ngroup = "root"\nsecurity_driver = "none"\n' >>"$t/etc/libvirt/qemu.conf"
 	# the default NAT network needs dnsmasq, which is not installed
 	rm -f "$t/etc/libvirt/qemu/networks/autostart/default.xml"
-	chroot "$t" systemctl enable systemd-networkd.service libvirtd-tcp.socket >/dev/null 2>&1
+	chroot "$t" systemctl enable systemd-networkd.service libvirtd-tcp.socket ssh.service >/dev/null 2>&1
 	# nothing to wait for at boot: no logins but root's on the serial console
 	# (logind took half a minute under TCG), no guests to resume, no timers
 	chroot "$t" systemctl mask systemd-networkd-wait-online.service systemd-logind.service getty@tty1.service \
@@ -153,6 +182,8 @@ MOD
 	# sanity checks on the tree
 	[[ -L $t/etc/systemd/system/sockets.target.wants/libvirtd-tcp.socket ]] || { echo "libvirtd-tcp.socket not enabled" >&2; return 1; }
 	[[ -L $t/etc/systemd/system/multi-user.target.wants/systemd-networkd.service ]] || { echo "systemd-networkd not enabled" >&2; return 1; }
+	[[ -L $t/etc/systemd/system/multi-user.target.wants/ssh.service && -s $t/etc/ssh/ssh_host_ed25519_key.pub ]] || { echo "sshd not enabled or without a host key" >&2; return 1; }
+	compgen -G "$t/lib/modules/*/updates/nvidia.ko" >/dev/null || { echo "no NVIDIA stand-in module in L1's tree" >&2; return 1; }
 	compgen -G "$t/lib/modules/*/kernel/drivers/vfio/pci/vfio-pci.ko*" >/dev/null || { echo "no vfio-pci module in L1 kernel" >&2; return 1; }
 	[[ -x $t/usr/bin/qemu-system-x86_64 && -x $t/usr/sbin/libvirtd && -f $t/usr/share/seabios/bios.bin ]] || { echo "qemu, libvirtd or seabios missing" >&2; return 1; }
 	grep -q '^libvirt-qemu:' "$t/etc/passwd" || { echo "user libvirt-qemu missing" >&2; return 1; }
@@ -180,11 +211,19 @@ image_build_into() { # $1 = empty work dir; leaves rootfs.raw vmlinuz initrd.img
 		--include="$IMAGE_INCLUDE" \
 		--customize-hook="$(declare -f initramfs_small); initramfs_small \"\$1\"" \
 		--customize-hook="chroot \"\$1\" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $IMAGE_KERNEL" \
+		--customize-hook="mkdir -p \"\$1/usr/src/kohaku-nvidia\" && cp '$NVIDIA_SRC' \"\$1/usr/src/kohaku-nvidia/nvidia.c\"" \
+		--customize-hook="$(declare -f nvidia_standin_build); nvidia_standin_build \"\$1\" $NVIDIA_STANDIN_VERSION" \
 		--customize-hook='chroot "$1" apt-get clean' \
 		"$IMAGE_SUITE" "$t" "$MIRROR"
 	sed -i '/^force-unsafe-io$/d' "$t/etc/dpkg/dpkg.cfg.d/99mmdebstrap"
 	echo "nestedhost-step: mmdebstrap done at ${SECONDS}s"
 	image_customize "$t"
+	# the key tests log in to L1's sshd with; L1's host key for known_hosts
+	mkdir -p -m 700 "$t/root/.ssh"
+	chroot "$t" ssh-keygen -q -t ed25519 -N '' -C kohaku-nested-test -f /root/.ssh/kohaku-test-key
+	mv "$t/root/.ssh/kohaku-test-key" "$w/ssh_key"
+	mv "$t/root/.ssh/kohaku-test-key.pub" "$t/root/.ssh/authorized_keys"
+	cp "$t/etc/ssh/ssh_host_ed25519_key.pub" "$w/ssh_host_key.pub"
 	# shellcheck disable=SC2012 # kernel file names are plain
 	k=$(ls -1 "$t"/boot/vmlinuz-* | sort -V | tail -n1)
 	i=$t/boot/initrd.img-${k##*/vmlinuz-}
@@ -202,12 +241,13 @@ image_build_into() { # $1 = empty work dir; leaves rootfs.raw vmlinuz initrd.img
 }
 # --- END IMAGE RECIPE ---
 
-recipe_text() { sed -n '/^# --- BEGIN IMAGE RECIPE ---$/,/^# --- END IMAGE RECIPE ---$/p' "$SELF"; }
+readonly NVIDIA_SRC=${SELF%/*}/nvidia-standin/nvidia.c
+recipe_text() { sed -n '/^# --- BEGIN IMAGE RECIPE ---$/,/^# --- END IMAGE RECIPE ---$/p' "$SELF"; cat "$NVIDIA_SRC"; }
 image_key() { recipe_text | sha256sum | cut -c1-16; }
 image_dir() { printf '%s/%s' "$CACHE_ROOT" "$(image_key)"; }
 image_complete() { # $1 = dir
 	local f
-	for f in rootfs.raw vmlinuz initrd.img recipe.txt; do [[ -s $1/$f ]] || return 1; done
+	for f in rootfs.raw vmlinuz initrd.img ssh_key ssh_host_key.pub recipe.txt; do [[ -s $1/$f ]] || return 1; done
 }
 
 # ---------------------------------------------------------------- image
@@ -310,7 +350,7 @@ qemu_args() { # $1 = image dir
 		-kernel "$dir/vmlinuz" -initrd "$dir/initrd.img" -append "$cmdline"
 		-drive "file=$dir/rootfs.raw,format=raw,if=none,id=root,cache=unsafe" -device virtio-blk-pci,drive=root
 		-snapshot
-		-netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$PORT-:16509" -device virtio-net-pci,netdev=n0,mac=52:54:00:6b:6f:01
+		-netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$PORT-:16509,hostfwd=tcp:127.0.0.1:$SSH_PORT-:22" -device virtio-net-pci,netdev=n0,mac=52:54:00:6b:6f:01
 		-chardev "socket,id=con0,host=127.0.0.1,port=$CONSOLE_PORT,server=on,wait=off,logfile=$STATE/console.log"
 		-serial chardev:con0
 		-daemonize -pidfile "$STATE/qemu.pid"
@@ -330,12 +370,14 @@ qemu_args() { # $1 = image dir
 
 start_qemu() { # $1 = image dir; prints QEMU's pid
 	local dir=$1 p pid
-	for p in "$PORT" "$CONSOLE_PORT"; do
+	for p in "$PORT" "$CONSOLE_PORT" "$SSH_PORT"; do
 		port_busy "$p" && die "127.0.0.1:$p is taken by something else: set KOHAKU_NESTED_PORT"
 	done
 	mkdir -p "$STATE"
 	rm -f "$STATE/qemu.pid" "$STATE/devices.env"
 	: >"$STATE/console.log"
+	# known_hosts for the forwarded sshd: L1's host key is the image's
+	printf '[127.0.0.1]:%s %s\n' "$SSH_PORT" "$(cut -d' ' -f1,2 "$dir/ssh_host_key.pub")" >"$STATE/known_hosts"
 	qemu_args "$dir"
 	printf '%q ' qemu-system-x86_64 "${QEMU_ARGS[@]}" >"$STATE/qemu.cmdline"
 	# 8/9 are our flock fds: QEMU must not inherit (and so hold) them
@@ -434,7 +476,7 @@ inventory() {
 		[[ $x == *"<iommuGroup"* ]] && groups=$((groups + 1))
 		addr=$(sed -E 's/^pci_([0-9a-f]{4})_([0-9a-f]{2})_([0-9a-f]{2})_([0-7])$/\1:\2:\3.\4/' <<<"$n")
 		case $vp in
-		1234:1111) printf 'GPU=%s\n' "$addr" ;;
+		1234:1111) printf 'GPU=%s\nGPU_DRIVER=%s\n' "$addr" "$(printf '%s' "$x" | tr -d ' \n' | sed -n 's:.*<driver><name>\([^<]*\)</name>.*:\1:p')" ;;
 		8086:293e) printf 'GPU_AUDIO=%s\n' "$addr" ;;
 		8086:10d3) printf 'NIC=%s\n' "$addr" ;;
 		1234:11e8) printf 'EDU=%s\n' "$addr" ;;
@@ -445,11 +487,11 @@ inventory() {
 }
 
 devices_summary() {
-	local GPU="" GPU_AUDIO="" NIC="" EDU="" IOMMU_GROUPED=""
+	local GPU="" GPU_DRIVER="" GPU_AUDIO="" NIC="" EDU="" IOMMU_GROUPED=""
 	# shellcheck disable=SC1090,SC1091 # written by inventory
 	source "$STATE/devices.env"
-	printf 'GPU %s + audio %s, NIC %s, edu %s; %s PCI devices in IOMMU groups' \
-		"${GPU:-?}" "${GPU_AUDIO:-?}" "${NIC:-?}" "${EDU:-?}" "$IOMMU_GROUPED"
+	printf 'GPU %s (on %s) + audio %s, NIC %s, edu %s; %s PCI devices in IOMMU groups' \
+		"${GPU:-?}" "${GPU_DRIVER:-no driver}" "${GPU_AUDIO:-?}" "${NIC:-?}" "${EDU:-?}" "$IOMMU_GROUPED"
 }
 
 # ---------------------------------------------------------------- commands
@@ -479,6 +521,8 @@ up_one() { # $1 = instance
 			die "L1 does not show the VGA + ich9-intel-hda stand-in"
 		fi
 		grep -q '^IOMMU_GROUPED=0$' "$STATE/devices.env" && die "L1 shows no IOMMU groups: is intel-iommu working?"
+		grep -q '^GPU_DRIVER=nvidia$' "$STATE/devices.env" ||
+			die "L1's GPU stand-in is not on the NVIDIA stand-in driver ($(grep '^GPU_DRIVER=' "$STATE/devices.env"))"
 	fi
 	exec 9>&-
 }
@@ -525,7 +569,7 @@ cmd_status() {
 }
 
 cmd_env() {
-	local GPU GPU_AUDIO NIC EDU IOMMU_GROUPED
+	local GPU GPU_DRIVER GPU_AUDIO NIC EDU IOMMU_GROUPED
 	select_instance intel
 	if ! our_qemu_pid >/dev/null || [[ ! -s $STATE/devices.env ]]; then
 		die "L1 is not up: run 'bash $SELF up' first"
@@ -534,6 +578,8 @@ cmd_env() {
 	source "$STATE/devices.env"
 	cat <<EOF
 export KOHAKU_TEST_NESTED_URI=$(uri)
+export KOHAKU_TEST_NESTED_SSH_URI='qemu+ssh://root@127.0.0.1:$SSH_PORT/system?keyfile=$(image_dir)/ssh_key&known_hosts=$STATE/known_hosts'
+export KOHAKU_TEST_NESTED_NVIDIA_VERSION=$NVIDIA_STANDIN_VERSION
 export KOHAKU_TEST_NESTED_HOSTNAME=$L1_HOSTNAME
 export KOHAKU_TEST_NESTED_UUID=$L1_UUID
 export KOHAKU_TEST_NESTED_GPU=$GPU
