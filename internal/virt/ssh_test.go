@@ -140,8 +140,16 @@ func startFakeSSHServer(t *testing.T, silentFirst, refuse bool) *fakeSSHServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startFakeSSHServerWithKeys(t, silentFirst, refuse, signer)
+}
+
+// startFakeSSHServerWithKeys is startFakeSSHServer with the given host keys.
+func startFakeSSHServerWithKeys(t *testing.T, silentFirst, refuse bool, hostKeys ...ssh.Signer) *fakeSSHServer {
+	t.Helper()
 	cfg := &ssh.ServerConfig{NoClientAuth: true}
-	cfg.AddHostKey(signer)
+	for _, k := range hostKeys {
+		cfg.AddHostKey(k)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -468,42 +476,17 @@ func TestSSHHostKeyOfTheKnownType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	var signers []ssh.Signer
 	var pubs []ssh.PublicKey
 	for _, k := range []any{ecPriv, edPriv} {
 		signer, err := ssh.NewSignerFromKey(k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.AddHostKey(signer)
+		signers = append(signers, signer)
 		pubs = append(pubs, signer.PublicKey())
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer nc.Close()
-				if conn, chans, reqs, err := ssh.NewServerConn(nc, cfg); err == nil {
-					go ssh.DiscardRequests(reqs)
-					go func() {
-						for nch := range chans {
-							_ = nch.Reject(ssh.ConnectionFailed, "no such socket")
-						}
-					}()
-					conn.Wait()
-				}
-			}()
-		}
-	}()
-	addr := ln.Addr().String()
+	addr := startFakeSSHServerWithKeys(t, false, true, signers...).ln.Addr().String()
 	_, port, _ := net.SplitHostPort(addr)
 	ecKey, edKey := pubs[0], pubs[1]
 
