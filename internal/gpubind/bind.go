@@ -86,6 +86,20 @@ func (b Binder) ReadDevice(ctx context.Context, a vfio.Address) (*vfio.Device, e
 	return vfio.ParseDevice(doc)
 }
 
+// ReadBack reads each function's device again (its driver now), keeping
+// what was known of a function that cannot be read: what a binding records
+// of functions a failed rollback left behind.
+func (b Binder) ReadBack(ctx context.Context, fns []Bound) []Bound {
+	out := make([]Bound, 0, len(fns))
+	for _, f := range fns {
+		if d, err := b.ReadDevice(ctx, f.Address); err == nil {
+			f.Device = d
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
 // UsersError is a failure to learn which domains use the functions.
 type UsersError struct{ Err error }
 

@@ -348,3 +348,29 @@ func mustAddr(s string) vfio.Address {
 	}
 	return a
 }
+
+// ReadBack reads each function's driver now; one that cannot be read keeps
+// what was known of it.
+func TestReadBack(t *testing.T) {
+	h := newFakeHost(t)
+	p := plan(t, h)
+	b := Binder{Host: h}
+	bound, err := b.Bind(context.Background(), p.Bind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone gives the first function back by hand; the second cannot be read.
+	first, second := vfio.NodeDeviceName(bound[0].Address), vfio.NodeDeviceName(bound[1].Address)
+	h.driver[first] = h.original[first]
+	h.fail["read "+second] = errors.New("connection lost")
+	got := b.ReadBack(context.Background(), bound)
+	if len(got) != 2 {
+		t.Fatalf("ReadBack returned %d functions, want 2", len(got))
+	}
+	if got[0].Driver != h.original[first] || got[0].Original != bound[0].Original {
+		t.Errorf("first: driver %q original %q, want %q and %q", got[0].Driver, got[0].Original, h.original[first], bound[0].Original)
+	}
+	if got[1].Driver != vfio.DriverVFIO || got[1].Device != bound[1].Device {
+		t.Errorf("second (unreadable): driver %q, want the known %q kept", got[1].Driver, vfio.DriverVFIO)
+	}
+}

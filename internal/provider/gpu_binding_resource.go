@@ -228,7 +228,7 @@ func (r *gpuBindingResource) Create(ctx context.Context, req resource.CreateRequ
 			// The rollback could not give everything back: the state
 			// records what is still on vfio-pci, and Terraform keeps the
 			// binding tainted, so destroy or the next apply gives it back.
-			plan.FunctionDetails = gpuDetailsList(readBack(ctx, binder, be.Left))
+			plan.FunctionDetails = gpuDetailsList(binder.ReadBack(ctx, be.Left))
 			resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 			addError(&resp.Diagnostics, "Binding "+target.String()+" to vfio-pci failed",
 				fmt.Errorf("%w\n\nThe binding is kept in state, tainted, with the functions still on vfio-pci (%s): terraform destroy, or the next apply, gives them back.", err, boundAddresses(be.Left)))
@@ -239,19 +239,6 @@ func (r *gpuBindingResource) Create(ctx context.Context, req resource.CreateRequ
 	}
 	plan.FunctionDetails = gpuDetailsList(bound)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-}
-
-// readBack reads each function's driver again, keeping what was known of
-// a function that cannot be read.
-func readBack(ctx context.Context, b gpubind.Binder, fns []gpubind.Bound) []gpubind.Bound {
-	out := make([]gpubind.Bound, 0, len(fns))
-	for _, f := range fns {
-		if d, err := b.ReadDevice(ctx, f.Address); err == nil {
-			f.Device = d
-		}
-		out = append(out, f)
-	}
-	return out
 }
 
 // recordLeft is what a binding records after a rollback that left some
@@ -275,7 +262,7 @@ func recordLeft(ctx context.Context, b gpubind.Binder, details []gpuFunctionMode
 	}
 	var extra []gpuFunctionModel
 	if len(more) > 0 {
-		extra = gpuFunctionDetails(ctx, gpuDetailsList(readBack(ctx, b, more)), &diag.Diagnostics{})
+		extra = gpuFunctionDetails(ctx, gpuDetailsList(b.ReadBack(ctx, more)), &diag.Diagnostics{})
 	}
 	all := append(details, extra...)
 	sort.Slice(all, func(i, j int) bool { return all[i].Address.ValueString() < all[j].Address.ValueString() })
