@@ -101,7 +101,10 @@ func faultCLIConfig(t *testing.T) string {
 			return
 		}
 		rc := filepath.Join(dir, "terraformrc")
-		conf := fmt.Sprintf("provider_installation {\n  dev_overrides {\n    \"registry.terraform.io/kohaku/kohaku\" = %q\n  }\n  direct {}\n}\n", dir)
+		// Both registries' spelling of kohaku/kohaku: Terraform resolves
+		// the short source to registry.terraform.io, OpenTofu to
+		// registry.opentofu.org.
+		conf := fmt.Sprintf("provider_installation {\n  dev_overrides {\n    \"registry.terraform.io/kohaku/kohaku\" = %[1]q\n    \"registry.opentofu.org/kohaku/kohaku\" = %[1]q\n  }\n  direct {}\n}\n", dir)
 		faultBuild.buildErr = os.WriteFile(rc, []byte(conf), 0o644)
 		faultBuild.dir, faultBuild.rc = dir, rc
 	})
@@ -135,7 +138,7 @@ func (w *faultWorkspace) write(config string) {
 // command prepares a terraform command in its own process group, so a
 // signal reaches terraform alone (it forwards what it must to the provider).
 func (w *faultWorkspace) command(args ...string) (*exec.Cmd, *bytes.Buffer) {
-	cmd := exec.Command("terraform", args...)
+	cmd := exec.Command(faultCLI(), args...)
 	cmd.Dir = w.dir
 	cmd.Env = append(os.Environ(), "TF_CLI_CONFIG_FILE="+w.rc, "TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1", "TF_CLI_ARGS=-no-color")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -414,11 +417,21 @@ func lvErrorReply(call []byte, msg string) []byte {
 
 var errNoTerraform = errors.New("terraform is not on PATH")
 
+// faultCLI is the CLI the workspaces run: the one terraform-plugin-testing
+// is told to use (TF_ACC_TERRAFORM_PATH, e.g. OpenTofu under make
+// testacc-tofu), else terraform from PATH.
+func faultCLI() string {
+	if p := os.Getenv("TF_ACC_TERRAFORM_PATH"); p != "" {
+		return p
+	}
+	return "terraform"
+}
+
 // faultNeedTerraform fails when the terraform CLI is missing (under TF_ACC
 // terraform-plugin-testing needs it anyway).
 func faultNeedTerraform(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("terraform"); err != nil {
+	if _, err := exec.LookPath(faultCLI()); err != nil {
 		t.Fatal(errNoTerraform)
 	}
 }

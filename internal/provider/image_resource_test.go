@@ -381,6 +381,7 @@ resource "kohaku_vm" "wrong_host" {
 // started by the image's own boot loader (its kernel command line) under
 // the firmware asked for (/sys/firmware/efi only under UEFI).
 func TestAccImage_bootsThroughFirmware(t *testing.T) {
+	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
 	env := newVMEnv(t)
 	url := acctest.Env(t, "KOHAKU_TEST_CLOUD_IMAGE_URL")
 	sums := acctest.Env(t, "KOHAKU_TEST_CLOUD_IMAGE_SUMS")

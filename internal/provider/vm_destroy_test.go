@@ -65,6 +65,7 @@ resource "kohaku_vm" %q {
 // with a writable shared folder is asked to shut down first and given its
 // shutdown_timeout. Changing destroy_shutdown touches nothing on the host.
 func TestAccVM_destroyWaitsOnlyForData(t *testing.T) {
+	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
 	env := newVMEnv(t)
 	prefix := vmTestPrefix(t, env, "dstr")
 	share := t.TempDir()

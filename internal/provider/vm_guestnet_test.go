@@ -48,6 +48,7 @@ import (
 // 22.4's ENI renderer without net-tools (Debian 12's image has none).
 
 func TestAccGuestNetwork_debian12(t *testing.T) {
+	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
 	// ifupdown applies a declared gateway with `ip route add default`, which
 	// fails ("File exists") when another NIC's DHCP lease installed a
 	// default route first, and then skips the rest of that NIC's stanza.
@@ -57,6 +58,7 @@ func TestAccGuestNetwork_debian12(t *testing.T) {
 }
 
 func TestAccGuestNetwork_debian13(t *testing.T) {
+	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
 	testGuestNetwork(t, newGen2VMEnv(t), "g13", guestDHCPNIC)
 }
 

@@ -34,6 +34,7 @@ func declaredConfigResources(env vmEnv, prefix, share, res, vmExtra string) stri
 // exactly when the seed renders the gateway in a form ifupdown applies), and
 // a later plan is empty.
 func TestAccReady_declaredConfig(t *testing.T) {
+	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
 	env := newVMEnv(t)
 	prefix := vmTestPrefix(t, env, "w16r")
 	share := t.TempDir()
@@ -69,6 +70,7 @@ func TestAccReady_declaredConfig(t *testing.T) {
 // what is missing (the share that cannot be mounted), and
 // on_ready_failure = "destroy" leaves nothing behind.
 func TestAccReady_declaredConfigFail(t *testing.T) {
+	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
 	env := newVMEnv(t)
 	prefix := vmTestPrefix(t, env, "w16rf")
 	cfg := fmt.Sprintf("provider \"kohaku\" {\n  uri = %q\n}\n", env.URI) +

@@ -157,6 +157,7 @@ func checkShared(share, file string, want *regexp.Regexp) resource.TestCheckFunc
 // and the seed takes kohaku_gpu_binding.gpu.nvidia_driver_version. Destroy
 // gives the GPU back to nvidia.
 func TestAccReady_phoneHome(t *testing.T) {
+	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
 	env := newVMEnv(t)
 	h := nestedhost.RequireSSH(t)
 	if h.NVIDIAVersion != nvidiaStandInVersion {
@@ -269,6 +270,7 @@ func guestChecks(env vmEnv, addr, vm, share string) resource.TestCheckFunc {
 // apply returns only then. The same guests then prove live health over
 // each transport.
 func TestAccReady_channel(t *testing.T) {
+	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
 	env := newVMEnv(t)
 	tlsURI := acctest.Env(t, "KOHAKU_TEST_TLS_URI")
 	pki := acctest.Env(t, "KOHAKU_TEST_TLS_PKI")
@@ -457,6 +459,7 @@ func checkHealthAgrees(t *testing.T, addr string, memoryMiB int64) resource.Test
 // shorter than the boot): the same story as the other modes, the domain
 // kept and tainted.
 func TestAccReady_channelTimeout(t *testing.T) {
+	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
 	env := newVMEnv(t)
 	prefix := vmTestPrefix(t, env, "ct")
 	cfg := fmt.Sprintf("provider \"kohaku\" {\n  uri = %q\n}\n", env.URI) +
@@ -490,6 +493,7 @@ func TestAccReady_channelTimeout(t *testing.T) {
 // A guest that never reaches the provider: create fails at the timeout with
 // the story, and the VM is kept (tainted) for inspection, as documented.
 func TestAccReady_timeoutKeepsTaintedVM(t *testing.T) {
+	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
 	env := newVMEnv(t)
 	prefix := vmTestPrefix(t, env, "to")
 	port := acctest.ClosedPort(t)
@@ -535,6 +539,7 @@ func TestAccReady_timeoutKeepsTaintedVM(t *testing.T) {
 // through the guest agent (no network path to the provider), and
 // on_ready_failure = "destroy" leaves nothing behind.
 func TestAccReady_guestAgentReportsCloudInitErrors(t *testing.T) {
+	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
 	env := newVMEnv(t)
 	prefix := vmTestPrefix(t, env, "ga")
 	cfg := readyConfig(env, prefix, acctest.ClosedPort(t), t.TempDir(), "",

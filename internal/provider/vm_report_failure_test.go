@@ -122,6 +122,7 @@ var reportTimingRE = regexp.MustCompile(`Reported through (the channel|phone hom
 // measurement's uncertainty. The host-only part, from the report's
 // arrival to the create's return, is asserted too.
 func TestAccReady_cloudInitErrorsThroughChannelAndPhoneHome(t *testing.T) {
+	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
 	env := newVMEnv(t)
 	prefix := vmTestPrefix(t, env, "rf")
 	port := acctest.ClosedPort(t)

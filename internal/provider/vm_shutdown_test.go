@@ -24,8 +24,15 @@ import (
 // is the same image told to ignore it (logind's HandlePowerKey=ignore).
 // Neither has the guest agent channel, so libvirt's shutdown request is the
 // ACPI power button alone.
+//
+// The clean guest's shutdown_timeout is far longer than any TCG guest needs
+// to power off, however loaded the machine: the test judges what the
+// provider controls (it asks, repeats the request, returns as soon as the
+// guest is off, forces only after the timeout and warns then), not how fast
+// an emulated guest shuts down. The deaf guest's is short, since it is
+// always forced off.
 const (
-	shutdownCleanTimeout = 90 * time.Second
+	shutdownCleanTimeout = 10 * time.Minute
 	shutdownDeafTimeout  = 10 * time.Second
 )
 
@@ -201,10 +208,11 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 	start := func() { began = time.Now() }
 	// stopped checks the guest's last stop: the count of clean power-downs
 	// on its console and libvirt's reasons so far, how long the step took
-	// against the guest's shutdown_timeout (a clean one within a third of
-	// it, or within it for a guest asked while still booting), and the
-	// provider's warnings.
-	stopped := func(name string, timeout time.Duration, booting bool, powerDowns int, reasons string, warnings int) resource.TestCheckFunc {
+	// against the guest's shutdown_timeout (a clean stop ends the step
+	// before the timeout could have run out: the provider returned when the
+	// guest was off, it did not wait the timeout out; a forced one comes
+	// no earlier than the timeout), and the provider's warnings.
+	stopped := func(name string, timeout time.Duration, powerDowns int, reasons string, warnings int) resource.TestCheckFunc {
 		return func(*terraform.State) error {
 			took := time.Since(began)
 			at, why := libvirtStops(name)
@@ -234,12 +242,8 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 			// The step began before Terraform planned, so this is an upper
 			// bound of the time from the request to the power-off.
 			last := at[len(at)-1].Sub(began)
-			within := timeout / 3
-			if booting {
-				within = timeout
-			}
-			if clean := strings.HasSuffix(reasons, "shutdown"); clean && last > within {
-				return fmt.Errorf("%s powered off cleanly but %s after the step began, not within %s (shutdown_timeout %s)", name, last, within, timeout)
+			if clean := strings.HasSuffix(reasons, "shutdown"); clean && took >= timeout {
+				return fmt.Errorf("%s powered off cleanly %s after the step began, but the step took %s: the provider waited out its shutdown_timeout %s instead of returning when the guest was off", name, last, took, timeout)
 			} else if !clean && last < timeout {
 				return fmt.Errorf("%s was forced off %s after the step began, before its shutdown_timeout %s", name, last, timeout)
 			}
@@ -292,7 +296,7 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 					statecheck.ExpectKnownValue("kohaku_vm.clean", tfjsonpath.New("memory_mib"), knownvalue.Int64Exact(896)),
 				},
 				Check: resource.ComposeAggregateTestCheckFunc(vmCheckDomState(env, cleanName, "running"),
-					stopped(cleanName, shutdownCleanTimeout, false, 1, "shutdown", 0)),
+					stopped(cleanName, shutdownCleanTimeout, 1, "shutdown", 0)),
 			},
 			{
 				// The same update of deaf: forced off after its timeout.
@@ -300,7 +304,7 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 				Config:           both(896, true, 896),
 				ConfigPlanChecks: update("kohaku_vm.deaf"),
 				Check: resource.ComposeAggregateTestCheckFunc(vmCheckDomState(env, deafName, "running"),
-					stopped(deafName, shutdownDeafTimeout, false, 0, "destroyed", 1)),
+					stopped(deafName, shutdownDeafTimeout, 0, "destroyed", 1)),
 			},
 			{
 				// Stop (running = false) while clean's second boot is still
@@ -318,7 +322,7 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 				Config:           both(896, false, 896),
 				ConfigPlanChecks: update("kohaku_vm.clean"),
 				Check: resource.ComposeAggregateTestCheckFunc(vmCheckDomState(env, cleanName, "shut off"),
-					stopped(cleanName, shutdownCleanTimeout, true, 2, "shutdown,shutdown", 0)),
+					stopped(cleanName, shutdownCleanTimeout, 2, "shutdown,shutdown", 0)),
 			},
 			{
 				Config: both(896, true, 896),
@@ -330,14 +334,14 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 				// forced off after its timeout.
 				PreConfig: func() { waitBooted(t, deafName, 2); start() },
 				Config:    shutdownConfig(env, prefix, shutdownGuest{true, 896, true}, shutdownGuest{}),
-				Check:     stopped(deafName, shutdownDeafTimeout, false, 0, "destroyed,destroyed", 2),
+				Check:     stopped(deafName, shutdownDeafTimeout, 0, "destroyed,destroyed", 2),
 			},
 			{
 				// Destroy of clean, once its third boot is up.
 				PreConfig: func() { waitBooted(t, cleanName, 3); start() },
 				Config:    providerBlock(env.URI),
 				Check: resource.ComposeAggregateTestCheckFunc(vmCheckNothingLeft(env, prefix),
-					stopped(cleanName, shutdownCleanTimeout, false, 3, "shutdown,shutdown,shutdown", 0)),
+					stopped(cleanName, shutdownCleanTimeout, 3, "shutdown,shutdown,shutdown", 0)),
 			},
 		},
 	})
