@@ -23,7 +23,7 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
-// The fault-injection tests (issue #7) end the same way: the host holds
+// The fault-injection tests end the same way: the host holds
 // exactly what Terraform's state says (no orphaned domain or volume under
 // the test's prefix), and the next apply converges.
 

@@ -16,7 +16,7 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 )
 
-// Fault injection (issue #7). Every case ends with the host holding exactly
+// Fault injection. Every case ends with the host holding exactly
 // what the state records under the test's prefix, and with an apply that
 // converges. The VMs boot no OS (no kernel, and the base image has no boot
 // loader): they cost no guest boot, and a guest that never phones home is
@@ -171,7 +171,7 @@ func TestAccFault_createSteps(t *testing.T) {
 }
 
 // A libvirt call that never answers does not stretch a create past its
-// timeout (#21 item 4): libvirtd never sees the define (the proxy holds
+// timeout: libvirtd never sees the define (the proxy holds
 // it), and the create, with a 20 s timeout and the default 2-minute
 // call_timeout, fails at its deadline naming the step, rolls back the
 // overlay it made, and the whole apply takes the timeout plus the rollback.
@@ -298,7 +298,7 @@ func TestAccFault_sigintDuringCreate(t *testing.T) {
 	w.converge(env, prefix, 2*n)
 }
 
-// SIGINT while seeds upload (#21 item 3): libvirtd never answers the
+// SIGINT while seeds upload: libvirtd never answers the
 // upload calls (the proxy holds them), so every seed's volume exists on the
 // host and its upload hangs when the interrupt comes. Terraform stops, each
 // create deletes the volume it made, and the host holds exactly what state
@@ -659,7 +659,7 @@ func TestAccFault_phoneHomeBurst(t *testing.T) {
 	})
 }
 
-// SIGINT while images upload (#18): as for seeds, libvirtd never answers the
+// SIGINT while images upload: as for seeds, libvirtd never answers the
 // uploads (the proxy holds them) once each volume exists; terraform stops,
 // each create ends its upload's own connection and deletes the volume it
 // made, and the host holds what state records (nothing). The next apply,

@@ -16,7 +16,7 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
-// The failure paths of the GPU (#19 item 5), in the nested host through the
+// The failure paths of the GPU, in the nested host through the
 // terraform CLI: a binding whose functions a running domain holds, a VM
 // whose create fails after its binding, a rollback that cannot give a
 // function back. Each test ends as it begins, with the functions on vfio-pci

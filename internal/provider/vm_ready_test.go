@@ -47,8 +47,8 @@ provider "kohaku" {
 //
 // The real guests of the readiness and guest network tests boot with
 // panic=5. Under TCG an SMP guest kernel now and then oopses on an int3 in
-// code it is patching (seen once in a Debian 13 boot: "Oops: int3" in
-// kfree, then "Kernel panic - not syncing"), an emulation artefact, and then
+// code it is patching (in a Debian 13 boot: "Oops: int3" in kfree, then
+// "Kernel panic - not syncing"), an emulation artefact, and then
 // hangs until the create timeout (30 minutes in the guest network test).
 // With panic=5 it reboots and cloud-init finishes in the second boot.
 func readyResources(env vmEnv, prefix, share, res, provider, seedExtra, vmExtra string) string {
@@ -142,7 +142,7 @@ func checkShared(share, file string, want *regexp.Regexp) resource.TestCheckFunc
 // the guest is what the seed said: hostname, user and key, the static
 // address on the MAC-matched NIC, the write_files file and the 9p mount.
 //
-// The same guest proves the NVIDIA install path (issue #19 item 4): its seed
+// The same guest proves the NVIDIA install path: its seed
 // has nvidia_driver with a url_template on the stand-in site on loopback
 // (nvidia_standin_test.go). The guest installs the build tools and headers
 // from the stand-in mirror, downloads exactly that version's installer and

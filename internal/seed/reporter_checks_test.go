@@ -145,7 +145,7 @@ func declaredExpectation() Expectation {
 	}
 }
 
-// The Debian 12 fault of issue 16: the address is there, the IPv4 default
+// A Debian 12 guest's fault: the address is there, the IPv4 default
 // route is not. Without iproute2's route listing the reporter reads
 // /proc/net/route and /proc/net/ipv6_route, and names exactly what is
 // missing: the IPv4 default route, the NIC whose MAC the guest lacks, a

@@ -29,11 +29,11 @@ import (
 // deadline leave no goroutine, file descriptor, libvirtd client or sshd
 // session behind, a cancelled wait returns at once, a second reader waits
 // for the first instead of taking the channel over, and libvirtd keeps
-// running (same PID, answering) throughout. Issue #24: over ssh, waits that
-// ended by closing the socket while the stream was open, with the next
-// read taking the channel over (VIR_DOMAIN_CHANNEL_FORCE) while libvirtd
-// was still tearing the previous client down, leaked sessions and crashed
-// libvirtd 9.0.
+// running (same PID, answering) throughout. Over ssh it guards against a
+// wait that ends by closing the socket while the stream is open, with the
+// next read taking the channel over (VIR_DOMAIN_CHANNEL_FORCE) while
+// libvirtd is still tearing the previous client down: that leaks sessions
+// and crashes libvirtd 9.0.
 func TestAccReadChannelReleasesEverything(t *testing.T) {
 	uris := map[string]string{"unix": acctest.URI(t), "tcp": acctest.Env(t, "KOHAKU_TEST_TCP_URI")}
 	uris["tls"] = acctest.Env(t, "KOHAKU_TEST_TLS_URI") + "?pkipath=" + url.QueryEscape(acctest.Env(t, "KOHAKU_TEST_TLS_PKI"))

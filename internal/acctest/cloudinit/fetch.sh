@@ -66,8 +66,8 @@ fetch() {
 	[ -n "$want" ] || die "no main/binary-all/Packages.xz in $SUITE's Release"
 	curl -fsS --retry 3 -o "$tmp/Packages.xz" "$MIRROR/dists/$SUITE/main/binary-all/Packages.xz"
 	if ! echo "$want  $tmp/Packages.xz" | sha256sum -c --status -; then
-		# Seen on this project's machines: a mirror (or a proxy in front of
-		# it) serving a Packages.xz of another sync than its InRelease. The
+		# A mirror (or a proxy in front of it) can serve a Packages.xz of
+		# another sync than its InRelease. The
 		# .deb is still checked against the index it came from, and its
 		# control Version against the index's.
 		log "warning: $SUITE's Packages.xz does not match the signed InRelease (mirror mid-sync or a caching proxy); trusting the served index for the .deb checksum"

@@ -1,4 +1,4 @@
-// Command e2e is Kohaku's end-to-end benchmark (issue 7). Against the local
+// Command e2e is Kohaku's end-to-end benchmark. Against the local
 // acceptance host it runs, for each N, terraform apply, a no-change
 // terraform plan (full refresh) and terraform destroy of N kohaku_seed +
 // N kohaku_vm (defined, not started), and beside them, in the same run and

@@ -1,8 +1,8 @@
-// Command schemafloor is the same-schema floor of the end-to-end benchmark
-// (issue 22): a provider with Kohaku's exact provider, resource and data
-// source schemas (attributes, nested objects, defaults, validators and
-// attribute plan modifiers, as the framework runs them) and no work of its
-// own: no libvirt connection, no rendering, no readiness wait. Create and
+// Command schemafloor is the same-schema floor of the end-to-end benchmark:
+// a provider with Kohaku's exact provider, resource and data source schemas
+// (attributes, nested objects, defaults, validators and attribute plan
+// modifiers, as the framework runs them) and no work of its own: no libvirt
+// connection, no rendering, no readiness wait. Create and
 // Update store the plan with every value not known yet set to null; Read
 // returns the state as it is; Delete does nothing.
 //
