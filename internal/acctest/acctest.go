@@ -19,7 +19,9 @@ func Env(t testing.TB, name string) string {
 	}
 	v := os.Getenv(name)
 	if v == "" {
-		t.Fatalf("%s is not set: bring the acceptance host up and load its settings with\n  bash internal/acctest/testhost/testhost.sh up && eval \"$(bash internal/acctest/testhost/testhost.sh env)\"\n(or run make testacc, which does both)", name)
+		t.Fatalf("%s is not set: bring the acceptance host up and load its settings with\n"+
+			"  bash internal/acctest/testhost/testhost.sh up && eval \"$(bash "+
+			"internal/acctest/testhost/testhost.sh env)\"\n(or run make testacc, which does both)", name)
 	}
 	return v
 }

@@ -283,7 +283,8 @@ func (v *validator) numa(s Spec) {
 		v.add("hugepages.page_size_mib", "2, or 1024 where the host has 1 GiB pages", "%d KiB is not a huge page size (2 MiB or 1 GiB)", s.HugePageKiB)
 	}
 	if len(s.NUMA) > s.VCPU && s.VCPU >= 1 {
-		v.add("vcpu", strconv.Itoa(len(s.NUMA)), "%d vCPUs cannot be spread over %d NUMA nodes (the nodes of the VM's GPUs): give it at least one vCPU per node, or set numa_placement = \"none\"", s.VCPU, len(s.NUMA))
+		v.add("vcpu", strconv.Itoa(len(s.NUMA)), "%d vCPUs cannot be spread over %d NUMA nodes (the nodes of "+
+			"the VM's GPUs): give it at least one vCPU per node, or set numa_placement = \"none\"", s.VCPU, len(s.NUMA))
 	}
 	seen := map[int]bool{}
 	for i, c := range s.NUMA {

@@ -229,7 +229,9 @@ func (e *SilentError) Error() string {
 	fmt.Fprintf(&b, "VM %s sent no heartbeat within %s", e.Domain, e.Waited.Round(100*time.Millisecond))
 	switch e.State {
 	case "running", "":
-		b.WriteString(". The domain is running, so the guest's agent is not writing: check `systemctl status kohaku-report` in the guest, and that its seed has heartbeat_interval above 0 and report_channel on (a seed made before heartbeats, or with phone_home_reporter alone, has no agent)")
+		b.WriteString(". The domain is running, so the guest's agent is not writing: check `systemctl status " +
+			"kohaku-report` in the guest, and that its seed has heartbeat_interval above 0 and report_channel " +
+			"on (a seed made before heartbeats, or with phone_home_reporter alone, has no agent)")
 	default:
 		fmt.Fprintf(&b, ". The domain is %s", e.State)
 	}

@@ -26,7 +26,10 @@ const (
 )
 
 const envNote = "the environment variables `" + envSSHPrivateKey + "`, `" + envSSHPassphrase + "`, `" + envSSHHostKey + "`, `" +
-	envTLSCACert + "`, `" + envTLSClientCert + "` and `" + envTLSClientKey + "` supply them for the default host when the block does not set them or their file counterparts (they do not apply to `hosts` entries). Values win over files; a value and its file counterpart in the same block are refused at plan."
+	envTLSCACert + "`, `" + envTLSClientCert + "` and `" + envTLSClientKey + "` supply them for the default " +
+	"host when the block does not set them or their file counterparts (they do not apply to `hosts` " +
+	"entries). Values win over files; a value and its file counterpart in the same block are refused at " +
+	"plan."
 
 // sibling points a validator at another attribute of the same block.
 func sibling(name string) path.Expression { return path.MatchRelative().AtParent().AtName(name) }
@@ -113,7 +116,9 @@ func checkCredentials(cfg *providerModel, src envSources) diag.Diagnostics {
 				}
 			} else if s.KeyPassphrase.ValueString() != "" {
 				diags.AddAttributeError(p.AtName("private_key_passphrase"), "Passphrase without a private key",
-					fmt.Sprintf("private_key_passphrase decrypts private_key (or %s), and neither is set. Set private_key, or remove the passphrase (keys in key_file files with a passphrase go into ssh-agent).", envSSHPrivateKey))
+					fmt.Sprintf("private_key_passphrase decrypts private_key (or %s), and neither is set. Set "+
+						"private_key, or remove the passphrase (keys in key_file files with a passphrase go "+
+						"into ssh-agent).", envSSHPrivateKey))
 			}
 			if s.HostKey.ValueString() != "" {
 				if _, err := virt.ParseHostKeys(name(p.AtName("host_key")), s.HostKey.ValueString()); err != nil {

@@ -52,11 +52,15 @@ func (r *gpuBindingResource) Configure(_ context.Context, req resource.Configure
 
 func (r *gpuBindingResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		Description: "Moves a GPU, and every other function of its IOMMU group (typically the card's HDMI audio), from the host's drivers to `vfio-pci` through libvirt's node-device API, so a `kohaku_vm` can pass it through. " +
+		Description: "Moves a GPU, and every other function of its IOMMU group (typically the card's HDMI " +
+			"audio), from the host's drivers to `vfio-pci` through libvirt's node-device API, so a `kohaku_vm` " +
+			"can pass it through. " +
 			"Each function's original driver is recorded, and for NVIDIA cards the host's NVIDIA driver version is read before the unbind so the guest can install the same one. " +
 			"Destroying the binding gives every function back to the host, whose kernel probes its own driver again. " +
 			"While a running domain passes one of the functions through, destroy gives nothing back and fails naming the function and the domain; the binding stays in state until that domain stops. " +
-			"A give-back libvirt refuses keeps the binding in state, recording which functions are still on vfio-pci, and a bind that fails and cannot give back what it moved keeps the binding tainted, recording the functions it left there: the next destroy or apply gives them back. " +
+			"A give-back libvirt refuses keeps the binding in state, recording which functions are still on " +
+			"vfio-pci, and a bind that fails and cannot give back what it moved keeps the binding tainted, " +
+			"recording the functions it left there: the next destroy or apply gives them back. " +
 			"The host needs a working IOMMU (VT-d or AMD-Vi, enabled in the firmware and on the kernel command line); without one the binding is refused. " +
 			"A function that is found back on a host driver (someone ran `virsh nodedev-reattach`, the host rebooted) shows as a change in the next plan, and apply binds it again.",
 		Attributes: map[string]schema.Attribute{
@@ -66,8 +70,10 @@ func (r *gpuBindingResource) Schema(_ context.Context, _ resource.SchemaRequest,
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
 			},
 			"host": schema.StringAttribute{
-				Optional:      true,
-				Description:   "Key of the provider's `hosts` map whose device to bind; empty means the default connection. A change replaces the binding (the device is given back on the old host and bound on the new one).",
+				Optional: true,
+				Description: "Key of the provider's `hosts` map whose device to bind; empty means the default " +
+					"connection. A change replaces the binding (the device is given back on the old host and " +
+					"bound on the new one).",
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"address": schema.StringAttribute{
@@ -82,7 +88,10 @@ func (r *gpuBindingResource) Schema(_ context.Context, _ resource.SchemaRequest,
 				Computed:    true,
 				ElementType: types.StringType,
 				Description: "The functions to bind, as PCI addresses. Default: every function of the IOMMU group of `address`, which is also what this attribute reports. " +
-					"An explicit list documents what will move and must still cover the whole group (PCI bridges in the group excepted): a partial group is refused at plan time with the missing functions named, because a VM can use a group only when all of it is on vfio-pci. Changed in place.",
+					"An explicit list documents what will move and must still cover the whole group (PCI " +
+					"bridges in the group excepted): a partial group is refused at plan time with the " +
+					"missing functions named, because a VM can use a group only when all of it is on " +
+					"vfio-pci. Changed in place.",
 				Validators:    []validator.Set{setvalidator.ValueStringsAre(pciAddressValidator{})},
 				PlanModifiers: []planmodifier.Set{setplanmodifier.UseStateForUnknown()},
 			},
@@ -91,13 +100,18 @@ func (r *gpuBindingResource) Schema(_ context.Context, _ resource.SchemaRequest,
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
 				Description: "Allow binding a group that holds storage controllers (class `01xx`), network controllers (`02xx`) or bridges (`06xx`): devices the host may need for its own disks and network. " +
-					"Default `false`: such a group is refused with the devices named. When `true`, bridges keep their driver (VFIO accepts them in the group that way) and every other function moves to vfio-pci. Changed in place.",
+					"Default `false`: such a group is refused with the devices named. When `true`, bridges keep " +
+					"their driver (VFIO accepts them in the group that way) and every other function moves " +
+					"to vfio-pci. Changed in place.",
 			},
 			"nvidia_driver_version": schema.StringAttribute{
 				Optional: true,
 				Computed: true,
 				Description: "The host's NVIDIA driver version, e.g. `550.54.14`, for `kohaku_seed.nvidia_driver.version` so the guest installs the same driver. " +
-					"When not set and the device is an NVIDIA card (PCI vendor `10de`, or a function the host's `nvidia` module drives), it is read from `" + nvidiaVersionFile + "` on the host before the unbind: directly for a local (`qemu:///system`) connection, and over SSH for `qemu+ssh://` hosts. " +
+					"When not set and the device is an NVIDIA card (PCI vendor `10de`, or a function the host's " +
+					"`nvidia` module drives), it is read from `" + nvidiaVersionFile + "` on the host before the " +
+					"unbind: directly for a local (`qemu:///system`) connection, and over SSH for " +
+					"`qemu+ssh://` hosts. " +
 					"Over `tcp` and `tls` Kohaku cannot read host files: set it here. Null when there is no NVIDIA driver to read. Changed in place.",
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
 			},
@@ -110,13 +124,15 @@ func (r *gpuBindingResource) Schema(_ context.Context, _ resource.SchemaRequest,
 				Computed:    true,
 				Description: "Every function the binding moved, sorted by address.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-					"address":         schema.StringAttribute{Computed: true, Description: "PCI address of the function."},
-					"class":           schema.StringAttribute{Computed: true, Description: "PCI class code as six hex digits, e.g. `030000`."},
-					"class_name":      schema.StringAttribute{Computed: true, Description: "The class as lspci names it, e.g. `VGA compatible controller` or `Audio device`."},
-					"vendor_id":       schema.StringAttribute{Computed: true, Description: "PCI vendor id as four hex digits, e.g. `10de`."},
-					"product_id":      schema.StringAttribute{Computed: true, Description: "PCI product id as four hex digits."},
-					"original_driver": schema.StringAttribute{Computed: true, Description: "The host driver the function had before it was bound, e.g. `nvidia` or `snd_hda_intel`; empty when it had none, or when it was on vfio-pci already (then it is unknown)."},
-					"current_driver":  schema.StringAttribute{Computed: true, Description: "The host driver the function has now: `vfio-pci` while bound. Anything else is drift, which the next apply corrects."},
+					"address":    schema.StringAttribute{Computed: true, Description: "PCI address of the function."},
+					"class":      schema.StringAttribute{Computed: true, Description: "PCI class code as six hex digits, e.g. `030000`."},
+					"class_name": schema.StringAttribute{Computed: true, Description: "The class as lspci names it, e.g. `VGA compatible controller` or `Audio device`."},
+					"vendor_id":  schema.StringAttribute{Computed: true, Description: "PCI vendor id as four hex digits, e.g. `10de`."},
+					"product_id": schema.StringAttribute{Computed: true, Description: "PCI product id as four hex digits."},
+					"original_driver": schema.StringAttribute{Computed: true, Description: "The host driver the " +
+						"function had before it was bound, e.g. `nvidia` or `snd_hda_intel`; empty when it had " +
+						"none, or when it was on vfio-pci already (then it is unknown)."},
+					"current_driver": schema.StringAttribute{Computed: true, Description: "The host driver the function has now: `vfio-pci` while bound. Anything else is drift, which the next apply corrects."},
 				}},
 			},
 		},
@@ -300,7 +316,8 @@ func (r *gpuBindingResource) Read(ctx context.Context, req resource.ReadRequest,
 	dev := inv.Lookup(target)
 	if dev == nil {
 		tflog.Info(ctx, "the bound device is gone from the host; removing the binding from state", map[string]any{"address": target.String()})
-		resp.Diagnostics.AddWarning("GPU "+target.String()+" is gone", fmt.Sprintf("The host no longer has a PCI function %s, so the binding was removed from state; the next apply tries to bind it again.", target))
+		resp.Diagnostics.AddWarning("GPU "+target.String()+" is gone", fmt.Sprintf("The host no longer has a "+
+			"PCI function %s, so the binding was removed from state; the next apply tries to bind it again.", target))
 		resp.State.RemoveResource(ctx)
 		return
 	}
@@ -455,7 +472,9 @@ func (r *gpuBindingResource) Delete(ctx context.Context, req resource.DeleteRequ
 	}
 	if len(failed) > 0 {
 		resp.Diagnostics.AddError(title,
-			fmt.Sprintf("These functions are still on vfio-pci:\n  %s\nThe binding stays in state: fix the cause and run destroy again, or give a function back by hand with `virsh nodedev-reattach pci_DDDD_BB_SS_F`.", strings.Join(failed, "\n  ")))
+			fmt.Sprintf("These functions are still on vfio-pci:\n  %s\n"+
+				"The binding stays in state: fix the cause and run destroy again, or give a function back by "+
+				"hand with `virsh nodedev-reattach pci_DDDD_BB_SS_F`.", strings.Join(failed, "\n  ")))
 		// The state keeps the binding; its drivers say what was given back
 		// and what was not.
 		if len(details) > 0 {
@@ -564,7 +583,8 @@ func (r *gpuBindingResource) nvidiaVersion(ctx context.Context, c *virt.Client, 
 		return types.StringNull() // no NVIDIA module loaded on the host
 	case errors.Is(err, virt.ErrHostFilesUnsupported):
 		diags.AddAttributeWarning(path.Root("nvidia_driver_version"), "Host NVIDIA driver version not read",
-			fmt.Sprintf("Kohaku reads %s from the host only over local and SSH connections, not over %s. Set nvidia_driver_version to the host's version if the guest needs it.", nvidiaVersionFile, c.Endpoint().Transport))
+			fmt.Sprintf("Kohaku reads %s from the host only over local and SSH connections, not over %s. Set "+
+				"nvidia_driver_version to the host's version if the guest needs it.", nvidiaVersionFile, c.Endpoint().Transport))
 	default:
 		diags.AddAttributeWarning(path.Root("nvidia_driver_version"), "Host NVIDIA driver version not read", err.Error())
 	}

@@ -82,8 +82,14 @@ func (d *hostDataSource) Metadata(_ context.Context, req datasource.MetadataRequ
 
 func (d *hostDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		Description: "What a libvirt host offers: versions, CPUs and memory, whether KVM is usable, its NUMA nodes with their free memory and huge pages, its GPUs, its storage pools and networks. Read it to check the connection, or to choose a host, a pool and a NUMA node for VMs. " +
-			"Everything is read over the libvirt connection in a bounded number of calls: versions, node info and the capabilities; one free-memory call and one free-huge-pages call for all NUMA nodes (one per run of consecutive node ids, should a host number them with gaps); the PCI node devices (one list, then one read per PCI function, as `kohaku_pci_devices` does); one call per pool and per network.",
+		Description: "What a libvirt host offers: versions, CPUs and memory, whether KVM is usable, its NUMA " +
+			"nodes with their free memory and huge pages, its GPUs, its storage pools and networks. Read it to " +
+			"check the connection, or to choose a host, a pool and a NUMA node for VMs. " +
+			"Everything is read over the libvirt connection in a bounded number of calls: versions, node info " +
+			"and the capabilities; one free-memory call and one free-huge-pages call for all NUMA nodes " +
+			"(one per run of consecutive node ids, should a host number them with gaps); the PCI node " +
+			"devices (one list, then one read per PCI function, as `kohaku_pci_devices` does); one call per " +
+			"pool and per network.",
 		Attributes: map[string]schema.Attribute{
 			"host": schema.StringAttribute{
 				Optional:    true,
@@ -91,8 +97,14 @@ func (d *hostDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 			},
 			"allow_unreachable": schema.BoolAttribute{
 				Optional: true,
-				Description: "When the host cannot be reached (down, refusing, a failed handshake), read it as `reachable = false` with `error` saying why and every other attribute null, and warn, instead of failing the plan. Default `false`: a configuration that reads one host usually cannot do without it, and failing says so at once. " +
-					"Turn it on when reading every host of a fleet, so one host that is down does not stop plans for the others. Do not drop unreachable hosts from the `for_each` of resources: Terraform would plan to destroy what they hold; keep them in, and only their resources fail (see the fleet example). Errors that are not about reaching the host still fail.",
+				Description: "When the host cannot be reached (down, refusing, a failed handshake), read it as " +
+					"`reachable = false` with `error` saying why and every other attribute null, and warn, " +
+					"instead of failing the plan. Default `false`: a configuration that reads one host usually " +
+					"cannot do without it, and failing says so at once. " +
+					"Turn it on when reading every host of a fleet, so one host that is down does not stop " +
+					"plans for the others. Do not drop unreachable hosts from the `for_each` of resources: " +
+					"Terraform would plan to destroy what they hold; keep them in, and only their resources " +
+					"fail (see the fleet example). Errors that are not about reaching the host still fail.",
 			},
 			"reachable":          schema.BoolAttribute{Computed: true, Description: "Whether the host answered. Always `true` unless `allow_unreachable` is set."},
 			"error":              schema.StringAttribute{Computed: true, Description: "Why the host could not be reached, when `reachable` is `false`; null otherwise."},
@@ -112,36 +124,50 @@ func (d *hostDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Description: "Domain types libvirt offers for the host's own architecture, sorted, e.g. `[\"kvm\", \"qemu\"]`. Use `qemu` (software emulation) where `kvm` is missing.",
 			},
 			"kvm_available": schema.BoolAttribute{
-				Computed:    true,
-				Description: "Whether libvirt offers `kvm` domains (hardware virtualisation) on this host. It reflects what libvirt sees (`/dev/kvm` usable); a nested host can offer KVM that still does not run guests well.",
+				Computed: true,
+				Description: "Whether libvirt offers `kvm` domains (hardware virtualisation) on this host. It " +
+					"reflects what libvirt sees (`/dev/kvm` usable); a nested host can offer KVM that still " +
+					"does not run guests well.",
 			},
 			"numa_nodes": schema.ListNestedAttribute{
 				Computed: true,
-				Description: "The host's NUMA nodes (memory and CPUs that sit together, usually one per CPU socket), sorted by id, as libvirt's capabilities describe them, with the free memory and free huge pages of each read at the same time. " +
+				Description: "The host's NUMA nodes (memory and CPUs that sit together, usually one per CPU " +
+					"socket), sorted by id, as libvirt's capabilities describe them, with the free memory and " +
+					"free huge pages of each read at the same time. " +
 					"For placement: a VM performs best with its vCPUs on the CPUs of one node, its memory (and huge pages) on that node, and its GPUs attached to that node (`gpus[*].numa_node`). " +
 					"Free amounts are a snapshot taken at plan time; other VMs can take them before apply. Empty when libvirt reports no NUMA topology.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"id": schema.Int64Attribute{Computed: true, Description: "NUMA node number, as `gpus[*].numa_node` and `numactl` name it."},
 					"cpus": schema.ListAttribute{Computed: true, ElementType: types.Int64Type,
 						Description: "Host CPU ids (logical CPUs, hyper-threads included) of the node, sorted. `length(cpus)` is how many vCPUs can be pinned to the node without sharing."},
-					"cpuset":          schema.StringAttribute{Computed: true, Description: "The same CPUs as ranges in libvirt's cpuset syntax, e.g. `0-7,16-23`."},
-					"memory_mib":      schema.Int64Attribute{Computed: true, Description: "Memory of the node in MiB, huge pages included."},
-					"free_memory_mib": schema.Int64Attribute{Computed: true, Description: "Memory of the node the kernel has free now, in MiB. Reserved huge pages are not in it, used or not: see `hugepages`. Null when the host's driver does not report free memory."},
+					"cpuset":     schema.StringAttribute{Computed: true, Description: "The same CPUs as ranges in libvirt's cpuset syntax, e.g. `0-7,16-23`."},
+					"memory_mib": schema.Int64Attribute{Computed: true, Description: "Memory of the node in MiB, huge pages included."},
+					"free_memory_mib": schema.Int64Attribute{Computed: true, Description: "Memory of the node the " +
+						"kernel has free now, in MiB. Reserved huge pages are not in it, used or not: see " +
+						"`hugepages`. Null when the host's driver does not report free memory."},
 					"hugepages": schema.ListNestedAttribute{
-						Computed:    true,
-						Description: "The node's huge page pools by page size, smallest first (the base page, 4 KiB on x86_64, is not listed). A pool with `total = 0` is a size the CPU supports but the host reserved none of.",
+						Computed: true,
+						Description: "The node's huge page pools by page size, smallest first (the base page, 4 " +
+							"KiB on x86_64, is not listed). A pool with `total = 0` is a size the CPU supports " +
+							"but the host reserved none of.",
 						NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 							"size_kib": schema.Int64Attribute{Computed: true, Description: "Page size in KiB: `2048` (2 MiB) or `1048576` (1 GiB) on x86_64."},
 							"total":    schema.Int64Attribute{Computed: true, Description: "Pages of this size reserved on the node (a count of pages, not KiB)."},
-							"free":     schema.Int64Attribute{Computed: true, Description: "Pages of this size not in use. `free * size_kib / 1024` is the MiB of hugepage-backed VM memory the node can still take. Null when the host's driver does not report it."},
+							"free": schema.Int64Attribute{Computed: true, Description: "Pages of this size not in " +
+								"use. `free * size_kib / 1024` is the MiB of hugepage-backed VM memory the node " +
+								"can still take. Null when the host's driver does not report it."},
 						}},
 					},
 				}},
 			},
 			"gpus": schema.ListNestedAttribute{
 				Computed: true,
-				Description: "The host's display-class PCI functions (class `03xxxx`: VGA controllers and 3D controllers such as most compute GPUs), sorted by address, with the same attributes as `kohaku_pci_devices`. " +
-					"For placement: a GPU whose `driver` is `vfio-pci` is already held for passthrough (`kohaku_gpu_binding` or by hand), so count those that are not to find hosts with free GPUs; `numa_node` says which of `numa_nodes` to put the VM's CPUs and memory on. " +
+				Description: "The host's display-class PCI functions (class `03xxxx`: VGA controllers and 3D " +
+					"controllers such as most compute GPUs), sorted by address, with the same attributes as " +
+					"`kohaku_pci_devices`. " +
+					"For placement: a GPU whose `driver` is `vfio-pci` is already held for passthrough " +
+					"(`kohaku_gpu_binding` or by hand), so count those that are not to find hosts with free " +
+					"GPUs; `numa_node` says which of `numa_nodes` to put the VM's CPUs and memory on. " +
 					"The size of a GPU's BARs is not listed: libvirt's node device API does not report it (size `kohaku_vm.pci_mmio64_gib` from `lspci -vv` on the host). " +
 					"Null, with a warning, when the host's libvirt has no node-device driver.",
 				NestedObject: schema.NestedAttributeObject{Attributes: pciDeviceAttributes()},

@@ -79,10 +79,19 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
 	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
 	resp.Schema = schema.Schema{
-		Description: "A base disk image in a libvirt storage pool, made from a vendor's cloud image: downloaded (or read from a local file) on the machine running Terraform, verified against its published checksum while it streams, decompressed (xz, gzip, zstd, bzip2, and a tar holding one disk image, recognised by content), checked (qcow2 or raw only; a qcow2 naming a backing file or an external data file is refused) and uploaded through libvirt's stream API over the host's existing connection, so remote hosts need no tool and no download of their own. " +
-			"Downloads are cached on the Terraform machine by digest (provider `image_cache_dir`), so `for_each` over the hosts of the `hosts` map downloads once and uploads to every host. Memory stays bounded whatever the image size. " +
+		Description: "A base disk image in a libvirt storage pool, made from a vendor's cloud image: downloaded " +
+			"(or read from a local file) on the machine running Terraform, verified against its published " +
+			"checksum while it streams, decompressed (xz, gzip, zstd, bzip2, and a tar holding one disk image, " +
+			"recognised by content), checked (qcow2 or raw only; a qcow2 naming a backing file or an external " +
+			"data file is refused) and uploaded through libvirt's stream API over the host's existing " +
+			"connection, so remote hosts need no tool and no download of their own. " +
+			"Downloads are cached on the Terraform machine by digest (provider `image_cache_dir`), so " +
+			"`for_each` over the hosts of the `hosts` map downloads once and uploads to every host. Memory " +
+			"stays bounded whatever the image size. " +
 			"A VM takes it as `disk = { image = kohaku_image.<name>.id }` and boots it through firmware (`firmware = \"bios\"` or `\"uefi\"`, no `kernel`).\n\n" +
-			"Drift: a volume deleted out of band is recreated by the next apply; a changed capacity or format is reported as a warning. Content changed in place with the same size is not detected (reading a multi-GiB image on every refresh would cost more than it saves).",
+			"Drift: a volume deleted out of band is recreated by the next apply; a changed capacity or format " +
+			"is reported as a warning. Content changed in place with the same size is not detected (reading " +
+			"a multi-GiB image on every refresh would cost more than it saves).",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed: true,
@@ -102,14 +111,19 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				Validators:    []validator.String{stringvalidator.LengthAtLeast(1)},
 			},
 			"name": schema.StringAttribute{
-				Required:      true,
-				Description:   "Volume name, e.g. `debian-12-genericcloud-amd64.qcow2`. A volume of that name that Kohaku did not create is never overwritten: the create fails instead. A change replaces the image.",
+				Required: true,
+				Description: "Volume name, e.g. `debian-12-genericcloud-amd64.qcow2`. A volume of that name " +
+					"that Kohaku did not create is never overwritten: the create fails instead. A change " +
+					"replaces the image.",
 				PlanModifiers: replace,
 				Validators:    []validator.String{stringvalidator.LengthAtLeast(1), stringvalidator.RegexMatches(regexp.MustCompile(`^[^/]+$`), "must be a volume name without `/`, e.g. `debian-12.qcow2`")},
 			},
 			"source": schema.StringAttribute{
 				Required: true,
-				Description: "Where the image comes from: an `https://` or `http://` URL (redirects followed), a `file://` URL, or a path on the machine running Terraform (relative to the working directory), e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2`. " +
+				Description: "Where the image comes from: an `https://` or `http://` URL (redirects followed), " +
+					"a `file://` URL, or a path on the machine running Terraform (relative to the working " +
+					"directory), e.g. " +
+					"`https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2`. " +
 					"Compression and format are recognised by content, not by name. A change replaces the image (after import, setting it does not).",
 				PlanModifiers: []planmodifier.String{replaceUnlessImported()},
 				Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
@@ -117,7 +131,9 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			},
 			"checksum": schema.StringAttribute{
 				Optional: true,
-				Description: "Expected digest of the source as downloaded (before decompression), `sha256:<hex>` or `sha512:<hex>`. Verified while the image streams; a mismatch fails the create naming both digests and leaves no volume. Conflicts with `checksum_url`. " +
+				Description: "Expected digest of the source as downloaded (before decompression), " +
+					"`sha256:<hex>` or `sha512:<hex>`. Verified while the image streams; a mismatch fails the " +
+					"create naming both digests and leaves no volume. Conflicts with `checksum_url`. " +
 					"Setting it later to the `digest` already recorded does not replace the image; any other change does.",
 				PlanModifiers: []planmodifier.String{replaceUnlessDigestMatches()},
 				Validators: []validator.String{
@@ -127,7 +143,10 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			},
 			"checksum_url": schema.StringAttribute{
 				Optional: true,
-				Description: "URL (or local path) of the vendor's checksum file, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS`: GNU (`<hex>  <name>`) or BSD (`SHA256 (<name>) = <hex>`) style, SHA-256 or SHA-512; the line for the source's file name is used. " +
+				Description: "URL (or local path) of the vendor's checksum file, e.g. " +
+					"`https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS`: GNU (`<hex>  <name>`) " +
+					"or BSD (`SHA256 (<name>) = <hex>`) style, SHA-256 or SHA-512; the line for the source's " +
+					"file name is used. " +
 					"Without `checksum` or `checksum_url` the image is not verified: its digest is recorded and the create warns. A change replaces the image (after import, setting it does not).",
 				PlanModifiers: []planmodifier.String{replaceUnlessImported()},
 				Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
@@ -239,7 +258,9 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 	}
 	if !res.Verified {
 		resp.Diagnostics.AddAttributeWarning(path.Root("checksum"), "Image not verified",
-			fmt.Sprintf("%s was uploaded without a checksum to compare with; its digest is %s. Set checksum = %q (or checksum_url to the vendor's SHA256SUMS/SHA512SUMS) so that a corrupted or substituted download fails instead.", source, res.Digest, res.Digest.String()))
+			fmt.Sprintf("%s was uploaded without a checksum to compare with; its digest is %s. Set checksum = "+
+				"%q (or checksum_url to the vendor's SHA256SUMS/SHA512SUMS) so that a corrupted or substituted "+
+				"download fails instead.", source, res.Digest, res.Digest.String()))
 	}
 	plan.ID = types.StringValue(imageID(plan.Host.ValueString(), pool, name))
 	plan.Digest = types.StringValue(res.Digest.String())
@@ -317,7 +338,9 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	}
 	if !state.VirtualSize.IsNull() && state.VirtualSize.ValueInt64() != vol.CapacityBytes || !state.Format.IsNull() && vol.Format != "" && state.Format.ValueString() != vol.Format {
 		resp.Diagnostics.AddWarning("Image volume changed outside Terraform",
-			fmt.Sprintf("%s/%s was %s with a capacity of %d bytes and is now %s with %d bytes. VMs made from it from now on see the changed image; taint this resource (terraform apply -replace) to restore it from its source.",
+			fmt.Sprintf("%s/%s was %s with a capacity of %d bytes and is now %s with %d bytes. VMs made from it "+
+				"from now on see the changed image; taint this resource (terraform apply -replace) to restore "+
+				"it from its source.",
 				pool, name, state.Format.ValueString(), state.VirtualSize.ValueInt64(), vol.Format, vol.CapacityBytes))
 	}
 	state.ID = types.StringValue(imageID(state.Host.ValueString(), pool, name))
@@ -377,7 +400,9 @@ func (r *imageResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 	}
 	if len(users) > 0 {
 		resp.Diagnostics.AddError("Image is in use",
-			fmt.Sprintf("%s/%s is the backing image of %s: deleting it would break them silently. Destroy the VMs (or delete the overlay volumes) that use it first; to keep the volume and stop managing it, run terraform state rm on this resource instead.", pool, name, strings.Join(users, ", ")))
+			fmt.Sprintf("%s/%s is the backing image of %s: deleting it would break them silently. Destroy the "+
+				"VMs (or delete the overlay volumes) that use it first; to keep the volume and stop managing "+
+				"it, run terraform state rm on this resource instead.", pool, name, strings.Join(users, ", ")))
 		return
 	}
 	if err := c.DeleteVolume(ctx, pool, name); err != nil {

@@ -56,7 +56,9 @@ func (d *pciDevicesDataSource) Metadata(_ context.Context, req datasource.Metada
 
 func (d *pciDevicesDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		Description: "The PCI devices of a libvirt host as libvirt's node-device API reports them, with their drivers and IOMMU groups: find a GPU's address and see what else `kohaku_gpu_binding` would have to move with it. Filter by vendor and by class.",
+		Description: "The PCI devices of a libvirt host as libvirt's node-device API reports them, with their " +
+			"drivers and IOMMU groups: find a GPU's address and see what else `kohaku_gpu_binding` would have " +
+			"to move with it. Filter by vendor and by class.",
 		Attributes: map[string]schema.Attribute{
 			"host": schema.StringAttribute{
 				Optional:    true,
@@ -68,9 +70,11 @@ func (d *pciDevicesDataSource) Schema(_ context.Context, _ datasource.SchemaRequ
 				Validators:  []validator.String{stringvalidator.RegexMatches(vendorIDRE, "must be a PCI vendor id of four hex digits, such as \"10de\"")},
 			},
 			"class_prefix": schema.StringAttribute{
-				Optional:    true,
-				Description: "Only devices whose six hex digit class code starts with this: `03` any display controller, `0300` VGA compatible, `0302` 3D controller (most compute GPUs), `0403` audio. Default: every class.",
-				Validators:  []validator.String{stringvalidator.RegexMatches(classPrefixRE, "must be 2, 4 or 6 hex digits of a PCI class code, such as \"03\" or \"0302\"")},
+				Optional: true,
+				Description: "Only devices whose six hex digit class code starts with this: `03` any display " +
+					"controller, `0300` VGA compatible, `0302` 3D controller (most compute GPUs), `0403` audio. " +
+					"Default: every class.",
+				Validators: []validator.String{stringvalidator.RegexMatches(classPrefixRE, "must be 2, 4 or 6 hex digits of a PCI class code, such as \"03\" or \"0302\"")},
 			},
 			"id": schema.StringAttribute{
 				Computed:    true,
@@ -132,7 +136,9 @@ func pciDeviceAttributes() map[string]schema.Attribute {
 		"product_name": schema.StringAttribute{Computed: true, Description: "Product name from the host's PCI id database; empty when the host does not know it."},
 		"class":        schema.StringAttribute{Computed: true, Description: "PCI class code, six hex digits, e.g. `030000`."},
 		"class_name":   schema.StringAttribute{Computed: true, Description: "The class as lspci names it, e.g. `VGA compatible controller`."},
-		"driver":       schema.StringAttribute{Computed: true, Description: "The host driver bound now (`nvidia`, `amdgpu`, `vfio-pci`, ...); empty when none is. `vfio-pci` means the function is held for passthrough (by `kohaku_gpu_binding` or by hand) rather than used by the host."},
+		"driver": schema.StringAttribute{Computed: true, Description: "The host driver bound now " +
+			"(`nvidia`, `amdgpu`, `vfio-pci`, ...); empty when none is. `vfio-pci` means the function is held " +
+			"for passthrough (by `kohaku_gpu_binding` or by hand) rather than used by the host."},
 		"iommu_group": schema.Int64Attribute{Computed: true,
 			Description: "IOMMU group number; null on a host without a usable IOMMU."},
 		"iommu_group_members": schema.ListAttribute{Computed: true, ElementType: types.StringType,

@@ -33,8 +33,10 @@ func phoneHomeSchema() schema.SingleNestedAttribute {
 				Description: "TCP address to listen on, e.g. `0.0.0.0:8787` for guests on a bridge. Default `127.0.0.1:8787`, which guests on QEMU user-mode networking reach as `10.0.2.2:8787`.",
 			},
 			"base_url": schema.StringAttribute{
-				Optional:    true,
-				Description: "URL guests use to reach the listener, without a path, e.g. `http://10.0.2.2:8787` (user-mode networking) or `http://192.168.122.1:8787` (libvirt's default NAT network). Default: `http://` plus `listen_address`, which must then be an address guests can dial.",
+				Optional: true,
+				Description: "URL guests use to reach the listener, without a path, e.g. `http://10.0.2.2:8787` " +
+					"(user-mode networking) or `http://192.168.122.1:8787` (libvirt's default NAT network). " +
+					"Default: `http://` plus `listen_address`, which must then be an address guests can dial.",
 			},
 		},
 	}
@@ -59,7 +61,8 @@ func resolvePhoneHome(m *phoneHomeModel) (*phoneHome, error) {
 	if ph.baseURL == "" {
 		ip := net.ParseIP(host)
 		if host == "" || (ip != nil && ip.IsUnspecified()) {
-			return nil, fmt.Errorf("phone_home.listen_address %q listens on every address, so Kohaku cannot tell which one guests reach: set phone_home.base_url, e.g. \"http://192.168.122.1:%s\"", ph.listen, port)
+			return nil, fmt.Errorf("phone_home.listen_address %q listens on every address, so Kohaku cannot "+
+				"tell which one guests reach: set phone_home.base_url, e.g. \"http://192.168.122.1:%s\"", ph.listen, port)
 		}
 		ph.baseURL = "http://" + net.JoinHostPort(host, port)
 	}

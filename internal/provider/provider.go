@@ -90,41 +90,65 @@ func (p *kohakuProvider) Metadata(_ context.Context, _ provider.MetadataRequest,
 func sshSchema() schema.SingleNestedAttribute {
 	return schema.SingleNestedAttribute{
 		Optional: true,
-		Description: "Options for the `ssh` transport (`qemu+ssh://user@host/system`). Kohaku speaks SSH in-process and reaches libvirt's unix socket on the host through the SSH connection: no `ssh` binary, `nc` or `virt-ssh-helper` is needed. Values here win over the URI's `keyfile`, `known_hosts` and `known_hosts_verify` parameters. " +
+		Description: "Options for the `ssh` transport (`qemu+ssh://user@host/system`). Kohaku speaks SSH " +
+			"in-process and reaches libvirt's unix socket on the host through the SSH connection: no `ssh` " +
+			"binary, `nc` or `virt-ssh-helper` is needed. Values here win over the URI's `keyfile`, " +
+			"`known_hosts` and `known_hosts_verify` parameters. " +
 			"For runs with no files on disk (Terraform Cloud), give `private_key` and `host_key` as values; " + envNote,
 		Attributes: map[string]schema.Attribute{
 			"key_file": schema.StringAttribute{
-				Optional:    true,
-				Description: "Private key file to offer. Default: the `~/.ssh/id_ed25519`, `id_ecdsa` and `id_rsa` files that exist. Keys protected by a passphrase must be loaded into ssh-agent, or given as `private_key` with `private_key_passphrase`. Conflicts with `private_key`.",
-				Validators:  []validator.String{stringvalidator.ConflictsWith(sibling("private_key"))},
+				Optional: true,
+				Description: "Private key file to offer. Default: the `~/.ssh/id_ed25519`, `id_ecdsa` and " +
+					"`id_rsa` files that exist. Keys protected by a passphrase must be loaded into ssh-agent, " +
+					"or given as `private_key` with `private_key_passphrase`. Conflicts with `private_key`.",
+				Validators: []validator.String{stringvalidator.ConflictsWith(sibling("private_key"))},
 			},
 			"private_key": schema.StringAttribute{
-				Optional:    true,
-				Sensitive:   true,
-				Description: "Private key to offer, as text (OpenSSH or PEM format, e.g. `file(\"~/.ssh/id_ed25519\")` or a sensitive variable). It is used instead of any key file, is never logged, and is not stored in state. Default: the `KOHAKU_SSH_PRIVATE_KEY` environment variable (default host only, when neither `private_key` nor `key_file` is set). Conflicts with `key_file`.",
-				Validators:  []validator.String{stringvalidator.ConflictsWith(sibling("key_file")), stringvalidator.LengthAtLeast(1)},
+				Optional:  true,
+				Sensitive: true,
+				Description: "Private key to offer, as text (OpenSSH or PEM format, e.g. " +
+					"`file(\"~/.ssh/id_ed25519\")` or a sensitive variable). It is used instead of any key " +
+					"file, is never logged, and is not stored in state. Default: the `KOHAKU_SSH_PRIVATE_KEY` " +
+					"environment variable (default host only, when neither `private_key` nor `key_file` is " +
+					"set). Conflicts with `key_file`.",
+				Validators: []validator.String{stringvalidator.ConflictsWith(sibling("key_file")), stringvalidator.LengthAtLeast(1)},
 			},
 			"private_key_passphrase": schema.StringAttribute{
-				Optional:    true,
-				Sensitive:   true,
-				Description: "Passphrase of an encrypted `private_key`. Default: the `KOHAKU_SSH_PRIVATE_KEY_PASSPHRASE` environment variable (default host only). Requires `private_key` (or `KOHAKU_SSH_PRIVATE_KEY`).",
+				Optional:  true,
+				Sensitive: true,
+				Description: "Passphrase of an encrypted `private_key`. Default: the " +
+					"`KOHAKU_SSH_PRIVATE_KEY_PASSPHRASE` environment variable (default host only). Requires " +
+					"`private_key` (or `KOHAKU_SSH_PRIVATE_KEY`).",
 			},
 			"host_key": schema.StringAttribute{
-				Optional:    true,
-				Description: "The host's SSH public key, pinned: a line like `ssh-ed25519 AAAAC3Nz...` (the host's `/etc/ssh/ssh_host_ed25519_key.pub`) or known_hosts lines (the output of `ssh-keyscan`); any key given is accepted for this host and every other key is refused with the fingerprint seen. No known_hosts file is read or written. Default: the `KOHAKU_SSH_HOST_KEY` environment variable (default host only, when none of `host_key`, `known_hosts_file` and `known_hosts_verify` is set). Conflicts with `known_hosts_file` and `known_hosts_verify`.",
+				Optional: true,
+				Description: "The host's SSH public key, pinned: a line like `ssh-ed25519 AAAAC3Nz...` (the " +
+					"host's `/etc/ssh/ssh_host_ed25519_key.pub`) or known_hosts lines (the output of " +
+					"`ssh-keyscan`); any key given is accepted for this host and every other key is refused " +
+					"with the fingerprint seen. No known_hosts file is read or written. Default: the " +
+					"`KOHAKU_SSH_HOST_KEY` environment variable (default host only, when none of `host_key`, " +
+					"`known_hosts_file` and `known_hosts_verify` is set). Conflicts with `known_hosts_file` and " +
+					"`known_hosts_verify`.",
 				Validators: []validator.String{
 					stringvalidator.ConflictsWith(sibling("known_hosts_file"), sibling("known_hosts_verify")),
 					stringvalidator.LengthAtLeast(1),
 				},
 			},
 			"known_hosts_file": schema.StringAttribute{
-				Optional:    true,
-				Description: "known_hosts file the host's key is checked against. Default `~/.ssh/known_hosts`. As OpenSSH's client does, Kohaku asks the server for a key of a type the file (or `host_key`) holds for the host, so a file with only the host's ed25519 line (`ssh-keyscan -t ed25519`) works with a server that also has ECDSA and RSA keys. Conflicts with `host_key`.",
+				Optional: true,
+				Description: "known_hosts file the host's key is checked against. Default `~/.ssh/known_hosts`. " +
+					"As OpenSSH's client does, Kohaku asks the server for a key of a type the file (or " +
+					"`host_key`) holds for the host, so a file with only the host's ed25519 line (`ssh-keyscan " +
+					"-t ed25519`) works with a server that also has ECDSA and RSA keys. Conflicts with " +
+					"`host_key`.",
 			},
 			"known_hosts_verify": schema.StringAttribute{
-				Optional:    true,
-				Description: "How the host key is checked: `normal` (default) refuses a host that is not in known_hosts and says which line to add; `auto` trusts a host on first use and records its key; `ignore` skips the check (insecure: only for throwaway hosts). A key that differs from the recorded one is always refused. Conflicts with `host_key`.",
-				Validators:  []validator.String{stringvalidator.OneOf(virt.HostKeyNormal, virt.HostKeyAuto, virt.HostKeyIgnore)},
+				Optional: true,
+				Description: "How the host key is checked: `normal` (default) refuses a host that is not in " +
+					"known_hosts and says which line to add; `auto` trusts a host on first use and records its " +
+					"key; `ignore` skips the check (insecure: only for throwaway hosts). A key that differs " +
+					"from the recorded one is always refused. Conflicts with `host_key`.",
+				Validators: []validator.String{stringvalidator.OneOf(virt.HostKeyNormal, virt.HostKeyAuto, virt.HostKeyIgnore)},
 			},
 			"use_agent": schema.BoolAttribute{
 				Optional:    true,
@@ -147,21 +171,29 @@ func tlsSchema() schema.SingleNestedAttribute {
 			"For runs with no files on disk (Terraform Cloud), give `ca_cert`, `client_cert` and `client_key` as values; " + envNote,
 		Attributes: map[string]schema.Attribute{
 			"pki_path": schema.StringAttribute{
-				Optional:    true,
-				Description: "Directory with `cacert.pem`, `clientcert.pem` and `clientkey.pem`. Default: `~/.pki/libvirt`, then `/etc/pki/libvirt` and `/etc/pki/CA`, as libvirt's own client looks. Conflicts with `ca_cert`, `client_cert` and `client_key`.",
+				Optional: true,
+				Description: "Directory with `cacert.pem`, `clientcert.pem` and `clientkey.pem`. Default: " +
+					"`~/.pki/libvirt`, then `/etc/pki/libvirt` and `/etc/pki/CA`, as libvirt's own client " +
+					"looks. Conflicts with `ca_cert`, `client_cert` and `client_key`.",
 			},
 			"no_verify": schema.BoolAttribute{
 				Optional:    true,
 				Description: "Skip verification of the server certificate (insecure). Default `false`. Conflicts with `ca_cert`.",
 			},
 			"ca_cert": schema.StringAttribute{
-				Optional:    true,
-				Description: "PEM text of the CA certificate that signed libvirtd's server certificate (what `cacert.pem` holds), used instead of any file. Default: the `KOHAKU_TLS_CA_CERT` environment variable (default host only, when neither `ca_cert`, `pki_path` nor `no_verify` is set). Conflicts with `pki_path` and `no_verify`.",
-				Validators:  []validator.String{stringvalidator.ConflictsWith(sibling("pki_path"), sibling("no_verify")), stringvalidator.LengthAtLeast(1)},
+				Optional: true,
+				Description: "PEM text of the CA certificate that signed libvirtd's server certificate (what " +
+					"`cacert.pem` holds), used instead of any file. Default: the `KOHAKU_TLS_CA_CERT` " +
+					"environment variable (default host only, when neither `ca_cert`, `pki_path` nor " +
+					"`no_verify` is set). Conflicts with `pki_path` and `no_verify`.",
+				Validators: []validator.String{stringvalidator.ConflictsWith(sibling("pki_path"), sibling("no_verify")), stringvalidator.LengthAtLeast(1)},
 			},
 			"client_cert": schema.StringAttribute{
-				Optional:    true,
-				Description: "PEM text of the client certificate libvirtd checks (what `clientcert.pem` holds), used instead of any file. Default: the `KOHAKU_TLS_CLIENT_CERT` environment variable (default host only, when neither `client_cert` nor `pki_path` is set). Requires `client_key`; conflicts with `pki_path`.",
+				Optional: true,
+				Description: "PEM text of the client certificate libvirtd checks (what `clientcert.pem` holds), " +
+					"used instead of any file. Default: the `KOHAKU_TLS_CLIENT_CERT` environment variable " +
+					"(default host only, when neither `client_cert` nor `pki_path` is set). Requires " +
+					"`client_key`; conflicts with `pki_path`.",
 				Validators: []validator.String{
 					stringvalidator.ConflictsWith(sibling("pki_path")),
 					stringvalidator.AlsoRequires(sibling("client_key")),
@@ -169,9 +201,12 @@ func tlsSchema() schema.SingleNestedAttribute {
 				},
 			},
 			"client_key": schema.StringAttribute{
-				Optional:    true,
-				Sensitive:   true,
-				Description: "PEM text of the client certificate's private key (what `clientkey.pem` holds), used instead of any file; never logged and not stored in state. Default: the `KOHAKU_TLS_CLIENT_KEY` environment variable (default host only, when neither `client_key` nor `pki_path` is set). Requires `client_cert`; conflicts with `pki_path`.",
+				Optional:  true,
+				Sensitive: true,
+				Description: "PEM text of the client certificate's private key (what `clientkey.pem` holds), " +
+					"used instead of any file; never logged and not stored in state. Default: the " +
+					"`KOHAKU_TLS_CLIENT_KEY` environment variable (default host only, when neither `client_key` " +
+					"nor `pki_path` is set). Requires `client_cert`; conflicts with `pki_path`.",
 				Validators: []validator.String{
 					stringvalidator.ConflictsWith(sibling("pki_path")),
 					stringvalidator.AlsoRequires(sibling("client_cert")),
@@ -188,9 +223,14 @@ func (p *kohakuProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 		Attributes: map[string]schema.Attribute{
 			"uri": schema.StringAttribute{
 				Optional: true,
-				Description: "libvirt connection URI of the default host, e.g. `qemu:///system`, `qemu+ssh://root@gpu1.example.com/system`, `qemu+tcp://10.0.0.5/system` or `qemu+tls://gpu1.example.com/system`. " +
+				Description: "libvirt connection URI of the default host, e.g. `qemu:///system`, " +
+					"`qemu+ssh://root@gpu1.example.com/system`, `qemu+tcp://10.0.0.5/system` or " +
+					"`qemu+tls://gpu1.example.com/system`. " +
 					"Default: the `KOHAKU_URI` environment variable, then `LIBVIRT_DEFAULT_URI`, then `qemu:///system`. " +
-					"Transports: `unix` (local socket; `?socket=` picks another path; `qemu:///session` uses the per-user daemon), `tcp`, `tls` and `ssh` (also spelled `libssh`/`libssh2`). The connection is opened on first use, shared by every resource on the host, and re-established if it is lost.",
+					"Transports: `unix` (local socket; `?socket=` picks another path; `qemu:///session` uses " +
+					"the per-user daemon), `tcp`, `tls` and `ssh` (also spelled `libssh`/`libssh2`). The " +
+					"connection is opened on first use, shared by every resource on the host, and " +
+					"re-established if it is lost.",
 			},
 			"dial_timeout": schema.StringAttribute{
 				Optional:    true,
@@ -198,9 +238,12 @@ func (p *kohakuProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 				Validators:  []validator.String{positiveDuration},
 			},
 			"call_timeout": schema.StringAttribute{
-				Optional:    true,
-				Description: "Deadline of each single libvirt call, as a Go duration. A call that exceeds it means the daemon is hung: the operation fails with an error naming the host, and the connection is re-established on the next call. Default `2m`. Long waits (a VM becoming ready) are bounded by the resource's own timeouts instead.",
-				Validators:  []validator.String{positiveDuration},
+				Optional: true,
+				Description: "Deadline of each single libvirt call, as a Go duration. A call that exceeds it " +
+					"means the daemon is hung: the operation fails with an error naming the host, and the " +
+					"connection is re-established on the next call. Default `2m`. Long waits (a VM becoming " +
+					"ready) are bounded by the resource's own timeouts instead.",
+				Validators: []validator.String{positiveDuration},
 			},
 			"ssh":        sshSchema(),
 			"tls":        tlsSchema(),
@@ -216,8 +259,12 @@ func (p *kohakuProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 				Validators:  []validator.Int64{int64validator.AtLeast(0)},
 			},
 			"hosts": schema.MapNestedAttribute{
-				Optional:    true,
-				Description: "Further libvirt hosts, by a name of your choice. Resources and data sources choose one with their `host` argument (so `for_each` can spread VMs over hosts); an empty `host` means the default connection above. Each host's connection is opened on first use, and a host that is down fails only the resources placed on it. `dial_timeout` and `call_timeout` apply to every host.",
+				Optional: true,
+				Description: "Further libvirt hosts, by a name of your choice. Resources and data sources " +
+					"choose one with their `host` argument (so `for_each` can spread VMs over hosts); an empty " +
+					"`host` means the default connection above. Each host's connection is opened on first use, " +
+					"and a host that is down fails only the resources placed on it. `dial_timeout` and " +
+					"`call_timeout` apply to every host.",
 				NestedObject: schema.NestedAttributeObject{
 					Attributes: map[string]schema.Attribute{
 						"uri": schema.StringAttribute{

@@ -53,15 +53,21 @@ func (r *seedResource) Configure(_ context.Context, req resource.ConfigureReques
 }
 
 // contentChange is the sentence every content attribute's description ends with.
-const contentChange = " A change re-renders the seed and re-uploads the volume in place (same id); cloud-init applies new content only on a new instance, so rebuild VMs that use the seed (for example with `replace_triggered_by`)."
+const contentChange = " A change re-renders the seed and re-uploads the volume in place (same id); cloud-init " +
+	"applies new content only on a new instance, so rebuild VMs that use the seed (for example with " +
+	"`replace_triggered_by`)."
 
 func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
 	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
 	resp.Schema = schema.Schema{
 		Description: "A cloud-init seed ISO stored as a volume in a libvirt storage pool: what a VM learns on first boot. " +
-			"The ISO (NoCloud `cidata` or ConfigDrive v2 `config-2`) is built in-process, byte for byte reproducible, and uploaded through libvirt's stream API, so remote hosts work and nothing is left in local temp directories. " +
-			"Structured inputs (user, SSH keys, MAC-matched network config, shared folder mounts, NVIDIA driver, guest agent) generate a cloud-config; your own `user_data` is never rewritten but combined with it the way cloud-init combines MIME parts. " +
+			"The ISO (NoCloud `cidata` or ConfigDrive v2 `config-2`) is built in-process, byte for byte " +
+			"reproducible, and uploaded through libvirt's stream API, so remote hosts work and nothing is " +
+			"left in local temp directories. " +
+			"Structured inputs (user, SSH keys, MAC-matched network config, shared folder mounts, NVIDIA " +
+			"driver, guest agent) generate a cloud-config; your own `user_data` is never rewritten but " +
+			"combined with it the way cloud-init combines MIME parts. " +
 			"Everything is rendered at plan time, so the plan shows the documents and checksum that will be uploaded and bad input fails the plan.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
@@ -91,9 +97,12 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			},
 			"format": schema.StringAttribute{
 				Optional: true, Computed: true,
-				Default:     stringdefault.StaticString(string(seed.FormatNoCloud)),
-				Description: "`nocloud` (volume label `cidata`: `meta-data`, `user-data`, `vendor-data`, `network-config`; the default) or `configdrive` (OpenStack ConfigDrive v2, label `config-2`: `openstack/latest/{meta_data.json,user_data,vendor_data.json,network_data.json}`)." + contentChange,
-				Validators:  []validator.String{stringvalidator.OneOf(string(seed.FormatNoCloud), string(seed.FormatConfigDrive))},
+				Default: stringdefault.StaticString(string(seed.FormatNoCloud)),
+				Description: "`nocloud` (volume label `cidata`: `meta-data`, `user-data`, `vendor-data`, " +
+					"`network-config`; the default) or `configdrive` (OpenStack ConfigDrive v2, label " +
+					"`config-2`: " +
+					"`openstack/latest/{meta_data.json,user_data,vendor_data.json,network_data.json}`)." + contentChange,
+				Validators: []validator.String{stringvalidator.OneOf(string(seed.FormatNoCloud), string(seed.FormatConfigDrive))},
 			},
 			"instance_id": schema.StringAttribute{
 				Optional: true, Computed: true,
@@ -109,26 +118,34 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			},
 			"meta_data": schema.MapAttribute{
 				Optional: true, ElementType: types.StringType,
-				Description: "Extra meta-data keys. `instance-id` and `local-hostname` (and for ConfigDrive `uuid`, `hostname`, `name`, `public_keys`) are Kohaku's: such keys are dropped with a warning." + contentChange,
+				Description: "Extra meta-data keys. `instance-id` and `local-hostname` (and for ConfigDrive " +
+					"`uuid`, `hostname`, `name`, `public_keys`) are Kohaku's: such keys are dropped with a " +
+					"warning." + contentChange,
 			},
 			"user": schema.SingleNestedAttribute{
 				Optional:    true,
 				Description: "A login user the generated cloud-config creates (cloud-init `users`)." + contentChange,
 				Attributes: withAttributes(accountAttributes("kohaku", "sudo rule. Default `ALL=(ALL) NOPASSWD:ALL`; `\"\"` for none."), map[string]schema.Attribute{
 					"root_authorized_keys": schema.BoolAttribute{Optional: true, Description: "Also authorize these keys for root (and keep cloud-init from fencing root off). Default `false`."},
-					"permit_root_login":    schema.BoolAttribute{Optional: true, Description: "Write an sshd drop-in with `PermitRootLogin prohibit-password` (keys only). Needs `root_authorized_keys`. Default `false`."},
+					"permit_root_login": schema.BoolAttribute{Optional: true, Description: "Write an sshd drop-in with " +
+						"`PermitRootLogin prohibit-password` (keys only). Needs `root_authorized_keys`. Default " +
+						"`false`."},
 				}),
 			},
 			"users": schema.ListNestedAttribute{
-				Optional:    true,
-				Description: "Further accounts the generated cloud-config creates after `user` (cloud-init `users`), each with its own keys, groups, sudo rule, shell and password. Checked at plan: names, groups, keys and password hashes; an account declared twice is refused." + contentChange,
+				Optional: true,
+				Description: "Further accounts the generated cloud-config creates after `user` (cloud-init " +
+					"`users`), each with its own keys, groups, sudo rule, shell and password. Checked at plan: " +
+					"names, groups, keys and password hashes; an account declared twice is refused." + contentChange,
 				NestedObject: schema.NestedAttributeObject{
 					Attributes: accountAttributes("alice", "sudo rule, e.g. `ALL=(ALL) ALL`. Default: none (unlike `user`)."),
 				},
 			},
 			"timezone": schema.StringAttribute{
-				Optional:    true,
-				Description: "Time zone of the guest, a name of the tz database such as `Europe/Berlin` or `UTC` (cloud-init `timezone`), checked at plan against the tz database built into the provider." + contentChange,
+				Optional: true,
+				Description: "Time zone of the guest, a name of the tz database such as `Europe/Berlin` or " +
+					"`UTC` (cloud-init `timezone`), checked at plan against the tz database built into the " +
+					"provider." + contentChange,
 			},
 			"locale": schema.StringAttribute{
 				Optional:    true,
@@ -136,7 +153,11 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			},
 			"packages": schema.ListAttribute{
 				Optional: true, ElementType: types.StringType,
-				Description: "Packages cloud-init installs at first boot with the image's package manager, each a name or `name=version` (cloud-init `packages`). cloud-init refreshes the package index first whenever this is set, so the guest needs a reachable package source. Listed before `runcmd` runs and before your shell-script parts; the NVIDIA driver's build tools join this list once each." + contentChange,
+				Description: "Packages cloud-init installs at first boot with the image's package manager, each " +
+					"a name or `name=version` (cloud-init `packages`). cloud-init refreshes the package index " +
+					"first whenever this is set, so the guest needs a reachable package source. Listed before " +
+					"`runcmd` runs and before your shell-script parts; the NVIDIA driver's build tools join " +
+					"this list once each." + contentChange,
 			},
 			"package_update": schema.BoolAttribute{
 				Optional:    true,
@@ -163,8 +184,12 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				}},
 			},
 			"shared_folders": schema.ListNestedAttribute{
-				Optional:    true,
-				Description: "Host folders shared with `kohaku_vm.shared_folder` that the guest mounts before any of your code runs: from cloud-init's `bootcmd` on every boot (network stage), which comes before `write_files`, users, the shell-script parts of your user data and `runcmd`, and through `/etc/fstab` entries with `nofail`. 9p mounts use `trans=virtio,version=9p2000.L`." + contentChange,
+				Optional: true,
+				Description: "Host folders shared with `kohaku_vm.shared_folder` that the guest mounts before " +
+					"any of your code runs: from cloud-init's `bootcmd` on every boot (network stage), which " +
+					"comes before `write_files`, users, the shell-script parts of your user data and `runcmd`, " +
+					"and through `/etc/fstab` entries with `nofail`. 9p mounts use " +
+					"`trans=virtio,version=9p2000.L`." + contentChange,
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"type": schema.StringAttribute{Optional: true, Description: "`9p` (default) or `virtiofs`.",
 						Validators: []validator.String{stringvalidator.OneOf(string(seed.Mount9P), string(seed.MountVirtioFS))}},
@@ -175,8 +200,14 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				}},
 			},
 			"nvidia_driver": schema.SingleNestedAttribute{
-				Optional:    true,
-				Description: "Install the NVIDIA driver in the guest from NVIDIA's `.run` installer with `--silent --dkms` (build tools and kernel headers first), before anything else in runcmd that needs the GPU. Pass `kohaku_gpu_binding.<name>.nvidia_driver_version` to install the host's version. With the first-boot reporter, the guest's report checks that `nvidia-smi` then reports this version (a failed download or install does not stop cloud-init): a guest without it is a configuration mismatch, a warning or a failed create as the VM's `on_config_mismatch` says." + contentChange,
+				Optional: true,
+				Description: "Install the NVIDIA driver in the guest from NVIDIA's `.run` installer with " +
+					"`--silent --dkms` (build tools and kernel headers first), before anything else in runcmd " +
+					"that needs the GPU. Pass `kohaku_gpu_binding.<name>.nvidia_driver_version` to install the " +
+					"host's version. With the first-boot reporter, the guest's report checks that `nvidia-smi` " +
+					"then reports this version (a failed download or install does not stop cloud-init): a guest " +
+					"without it is a configuration mismatch, a warning or a failed create as the VM's " +
+					"`on_config_mismatch` says." + contentChange,
 				Attributes: map[string]schema.Attribute{
 					"version":      schema.StringAttribute{Required: true, Description: "Driver version, e.g. `550.54.14`."},
 					"url_template": schema.StringAttribute{Optional: true, Description: "Download URL with `{version}` placeholders, for mirrors. Default NVIDIA's download site."},
@@ -188,17 +219,25 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Description: "Enable and start qemu-guest-agent in the guest. Default `true`." + contentChange,
 			},
 			"network": schema.ListNestedAttribute{
-				Optional:    true,
-				Description: "Structured network configuration, one entry per NIC, each matched by MAC address (netplan v2 for NoCloud, `network_data.json` for ConfigDrive), accepted by cloud-init 22.4 (Debian 12) and current releases. Conflicts with `network_config`." + contentChange,
-				Validators:  []validator.List{listvalidator.ConflictsWith(path.MatchRoot("network_config"))},
+				Optional: true,
+				Description: "Structured network configuration, one entry per NIC, each matched by MAC address " +
+					"(netplan v2 for NoCloud, `network_data.json` for ConfigDrive), accepted by cloud-init 22.4 " +
+					"(Debian 12) and current releases. Conflicts with `network_config`." + contentChange,
+				Validators: []validator.List{listvalidator.ConflictsWith(path.MatchRoot("network_config"))},
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-					"id":             schema.StringAttribute{Optional: true, Description: "netplan ethernets key. Default `nic<index>`."},
-					"mac":            schema.StringAttribute{Optional: true, Description: "MAC address to match. Default: derived from the seed's name: `52:54:00` plus three bytes of SHA3-224(name) for the first NIC (KohakuRiver's scheme), of `<name>/<index>` for the others. The MACs in use are exported in `macs`."},
-					"set_name":       schema.StringAttribute{Optional: true, Description: "Rename the interface, e.g. `eth0`."},
-					"dhcp4":          schema.BoolAttribute{Optional: true, Description: "Use DHCPv4."},
-					"dhcp6":          schema.BoolAttribute{Optional: true, Description: "Use DHCPv6."},
-					"addresses":      schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Static addresses in CIDR notation, IPv4 or IPv6, e.g. `[\"10.0.2.15/24\", \"2001:db8::5/64\"]`."},
-					"gateway4":       schema.StringAttribute{Optional: true, Description: "IPv4 default gateway; must lie in one of this NIC's IPv4 subnets. Written so that ifupdown, netplan and networkd all apply it without net-tools (see \"How `network` reaches the guest\")."},
+					"id": schema.StringAttribute{Optional: true, Description: "netplan ethernets key. Default `nic<index>`."},
+					"mac": schema.StringAttribute{Optional: true, Description: "MAC address to match. " +
+						"Default: derived from the seed's name: `52:54:00` plus three bytes of SHA3-224(name) " +
+						"for the first NIC (KohakuRiver's scheme), of `<name>/<index>` for the others. The MACs " +
+						"in use are exported in `macs`."},
+					"set_name": schema.StringAttribute{Optional: true, Description: "Rename the interface, e.g. `eth0`."},
+					"dhcp4":    schema.BoolAttribute{Optional: true, Description: "Use DHCPv4."},
+					"dhcp6":    schema.BoolAttribute{Optional: true, Description: "Use DHCPv6."},
+					"addresses": schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Static addresses in CIDR " +
+						"notation, IPv4 or IPv6, e.g. `[\"10.0.2.15/24\", \"2001:db8::5/64\"]`."},
+					"gateway4": schema.StringAttribute{Optional: true, Description: "IPv4 default gateway; must " +
+						"lie in one of this NIC's IPv4 subnets. Written so that ifupdown, netplan and networkd " +
+						"all apply it without net-tools (see \"How `network` reaches the guest\")."},
 					"gateway6":       schema.StringAttribute{Optional: true, Description: "IPv6 default gateway; must lie in one of this NIC's IPv6 subnets (or be link-local)."},
 					"nameservers":    schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "DNS servers."},
 					"search_domains": schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "DNS search domains."},
@@ -210,38 +249,80 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			},
 			"user_data": schema.StringAttribute{
 				Optional: true, Sensitive: true,
-				Description: "Your own user data as text (`#cloud-config`, a script, MIME multipart, ...). Carried byte for byte; when Kohaku also generates cloud-config the two are combined as MIME parts with a merge type that appends lists, so your `runcmd` and `write_files` add to Kohaku's. It must be a format cloud-init acts on: `#cloud-config`, a `#!` script, MIME multipart, `#include`, `#include-once`, `#cloud-boothook`, `#part-handler`, `#cloud-config-archive`, a `## template: jinja` header, or any of these gzip-compressed; anything else (`hello world`, YAML without the `#cloud-config` line, the obsolete `#upstart-job`) cloud-init would ignore, so it is refused at plan. Exactly one of `user_data`, `user_data_base64`, `user_data_wo` may be set." + contentChange,
+				Description: "Your own user data as text (`#cloud-config`, a script, MIME multipart, ...). " +
+					"Carried byte for byte; when Kohaku also generates cloud-config the two are combined as " +
+					"MIME parts with a merge type that appends lists, so your `runcmd` and `write_files` add to " +
+					"Kohaku's. It must be a format cloud-init acts on: `#cloud-config`, a `#!` script, MIME " +
+					"multipart, `#include`, `#include-once`, `#cloud-boothook`, `#part-handler`, " +
+					"`#cloud-config-archive`, a `## template: jinja` header, or any of these gzip-compressed; " +
+					"anything else (`hello world`, YAML without the `#cloud-config` line, the obsolete " +
+					"`#upstart-job`) cloud-init would ignore, so it is refused at plan. Exactly one of " +
+					"`user_data`, `user_data_base64`, `user_data_wo` may be set." + contentChange,
 			},
 			"user_data_base64": schema.StringAttribute{
 				Optional: true, Sensitive: true,
-				Description: "Your own user data as standard base64, possibly gzip-compressed: for example the `rendered` output of the `cloudinit_config` data source with its defaults. The decoded data must be one of the formats `user_data` accepts." + contentChange,
+				Description: "Your own user data as standard base64, possibly gzip-compressed: for example the " +
+					"`rendered` output of the `cloudinit_config` data source with its defaults. The decoded " +
+					"data must be one of the formats `user_data` accepts." + contentChange,
 			},
 			"user_data_wo": schema.StringAttribute{
 				Optional: true, Sensitive: true, WriteOnly: true,
-				Description: "Write-only user data (Terraform 1.11 and later): like `user_data`, but never stored in plan or state, so secrets in it stay out of state. Checked at plan like `user_data` when its value is known then. The seed still notices a change, because the checksum of the rendered ISO is compared on every plan; `rendered_user_data` is left null.",
+				Description: "Write-only user data (Terraform 1.11 and later): like `user_data`, but never " +
+					"stored in plan or state, so secrets in it stay out of state. Checked at plan like " +
+					"`user_data` when its value is known then. The seed still notices a change, because the " +
+					"checksum of the rendered ISO is compared on every plan; `rendered_user_data` is left null.",
 			},
 			"phone_home": schema.BoolAttribute{
 				Optional: true, Computed: true,
 				Default: booldefault.StaticBool(false),
-				Description: "Make the guest phone home over HTTP when cloud-init has finished: the first-boot reporter (see `phone_home_reporter`) posts its report to `<provider phone_home.base_url>/v1/phone-home/<token>`, where the token is an unguessable secret of this seed, and `kohaku_vm` with `wait_for = \"phone_home\"` waits for that call during create. Needs the provider's `phone_home` block and a network path from the guest to it; `report_channel` needs neither and is what `wait_for = \"auto\"` prefers. Default `false`." +
+				Description: "Make the guest phone home over HTTP when cloud-init has finished: the first-boot " +
+					"reporter (see `phone_home_reporter`) posts its report to `<provider " +
+					"phone_home.base_url>/v1/phone-home/<token>`, where the token is an unguessable secret of " +
+					"this seed, and `kohaku_vm` with `wait_for = \"phone_home\"` waits for that call during " +
+					"create. Needs the provider's `phone_home` block and a network path from the guest to it; " +
+					"`report_channel` needs neither and is what `wait_for = \"auto\"` prefers. Default `false`." +
 					" Because the token is made at create, the checksum and documents of a new phone-home seed are known only after apply." + contentChange,
 			},
 			"phone_home_reporter": schema.BoolAttribute{
 				Optional: true, Computed: true,
-				Default:     booldefault.StaticBool(true),
-				Description: "How the guest phones home. `true` (default): Kohaku's first-boot reporter, a small python3 script run by a systemd unit after cloud-init's last stage, posts a JSON report with cloud-init's own status and errors, SSH host keys, addresses and GPUs (and writes it to the VM's report channel as well), so `kohaku_vm` can fail on cloud-init errors. `false`: cloud-init's `phone_home` module posts instance id, hostname and host keys; it fires even when earlier modules failed, so errors go unnoticed." + contentChange,
+				Default: booldefault.StaticBool(true),
+				Description: "How the guest phones home. `true` (default): Kohaku's first-boot reporter, a " +
+					"small python3 script run by a systemd unit after cloud-init's last stage, posts a JSON " +
+					"report with cloud-init's own status and errors, SSH host keys, addresses and GPUs (and " +
+					"writes it to the VM's report channel as well), so `kohaku_vm` can fail on cloud-init " +
+					"errors. `false`: cloud-init's `phone_home` module posts instance id, hostname and host " +
+					"keys; it fires even when earlier modules failed, so errors go unnoticed." + contentChange,
 			},
 			"report_channel": schema.BoolAttribute{
 				Optional: true, Computed: true,
 				Default: booldefault.StaticBool(true),
-				Description: "Install Kohaku's first-boot reporter (a small python3 script run by a systemd unit after cloud-init's last stage; every cloud-init image has python3) and have it write its report, with cloud-init's own status and errors, SSH host keys, addresses, routes, DNS servers and GPUs, and a check of the guest against what this seed declares (addresses on the NIC with each MAC, default routes via the gateways, nameservers and search domains, hostname, mounted shares; see `on_config_mismatch` of `kohaku_vm`), to the VM's `org.kohaku.report.0` virtio-serial channel. `kohaku_vm` reads that channel over the libvirt connection during create (`wait_for = \"channel\"`, the `auto` choice), so a VM is ready when apply returns without any network path from the guest to Terraform. " +
-					"The report carries a token derived from this seed's inputs (not a secret: only the guest's root writes the channel), so a report from a guest booted with another seed is ignored; with `phone_home` it carries the phone-home token. Default `true`; `false` for images without python3 or systemd." + contentChange,
+				Description: "Install Kohaku's first-boot reporter (a small python3 script run by a systemd " +
+					"unit after cloud-init's last stage; every cloud-init image has python3) and have it write " +
+					"its report, with cloud-init's own status and errors, SSH host keys, addresses, routes, DNS " +
+					"servers and GPUs, and a check of the guest against what this seed declares (addresses on " +
+					"the NIC with each MAC, default routes via the gateways, nameservers and search domains, " +
+					"hostname, mounted shares; see `on_config_mismatch` of `kohaku_vm`), to the VM's " +
+					"`org.kohaku.report.0` virtio-serial channel. `kohaku_vm` reads that channel over the " +
+					"libvirt connection during create (`wait_for = \"channel\"`, the `auto` choice), so a VM is " +
+					"ready when apply returns without any network path from the guest to Terraform. " +
+					"The report carries a token derived from this seed's inputs (not a secret: only the guest's " +
+					"root writes the channel), so a report from a guest booted with another seed is " +
+					"ignored; with `phone_home` it carries the phone-home token. Default `true`; `false` " +
+					"for images without python3 or systemd." + contentChange,
 			},
 			"heartbeat_interval": schema.Int64Attribute{
 				Optional: true, Computed: true,
-				Default:     int64default.StaticInt64(seed.DefaultHeartbeatSeconds),
-				Validators:  []validator.Int64{int64validator.Between(0, seed.MaxHeartbeatSeconds)},
-				Description: "Seconds between heartbeats of the guest's health agent, read with the `kohaku_vm_health` data source. With `report_channel`, the reporter stays after its first-boot report as a small agent (the same python3 script under systemd, restarted if it fails, on every boot) that writes a heartbeat line (load, memory, disk, uptime, cloud-init's state, each GPU's utilization, memory, temperature and power from `nvidia-smi`) to the report channel at once when a reader opens the channel and then every interval while it stays; while nobody reads, nothing is written and the guest does no work beyond a check each second. `0` turns the agent off (the reporter exits after its report). Default `10`, at most `3600`." + contentChange,
+				Default:    int64default.StaticInt64(seed.DefaultHeartbeatSeconds),
+				Validators: []validator.Int64{int64validator.Between(0, seed.MaxHeartbeatSeconds)},
+				Description: "Seconds between heartbeats of the guest's health agent, read with the " +
+					"`kohaku_vm_health` data source. With `report_channel`, the reporter stays after its " +
+					"first-boot report as a small agent (the same python3 script under systemd, restarted if it " +
+					"fails, on every boot) that writes a heartbeat line (load, memory, disk, uptime, " +
+					"cloud-init's state, each GPU's utilization, memory, temperature and power from " +
+					"`nvidia-smi`) to the report channel at once when a reader opens the channel and then every " +
+					"interval while it stays; while nobody reads, nothing is written and the guest does no work " +
+					"beyond a check each second. `0` turns the agent off (the reporter exits after its report). " +
+					"Default `10`, at most `3600`." + contentChange,
 			},
 			"phone_home_url": schema.StringAttribute{
 				Computed: true, Sensitive: true,
@@ -255,7 +336,11 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"volume_key":  schema.StringAttribute{Computed: true, Description: "libvirt's key of the seed volume.", PlanModifiers: keep},
 			"volume_path": schema.StringAttribute{Computed: true, Description: "Path of the seed volume on the host.", PlanModifiers: keep},
 			"size_bytes":  schema.Int64Attribute{Computed: true, Description: "Size of the ISO in bytes."},
-			"sha256":      schema.StringAttribute{Computed: true, Description: "SHA-256 of the ISO. Read compares it with the volume on the host: a volume changed out of band shows up as an update that uploads the right content again. A refresh reads the volume after the ISO's 32 KiB system area (which no ISO 9660 reader uses, and Kohaku writes zero), about 24 KiB of a typical 56 KiB seed, so a change confined to the system area, invisible to the guest, is not seen."},
+			"sha256": schema.StringAttribute{Computed: true, Description: "SHA-256 of the ISO. Read " +
+				"compares it with the volume on the host: a volume changed out of band shows up as an update " +
+				"that uploads the right content again. A refresh reads the volume after the ISO's 32 KiB system " +
+				"area (which no ISO 9660 reader uses, and Kohaku writes zero), about 24 KiB of a typical 56 KiB " +
+				"seed, so a change confined to the system area, invisible to the guest, is not seen."},
 			"macs": schema.ListAttribute{
 				Computed: true, ElementType: types.StringType,
 				Description: "MAC address of each structured `network` entry, in order. `kohaku_vm` reads them from the seed itself, so a VM needs only `seed_id`.",
@@ -328,7 +413,10 @@ func (r *seedResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 	if cfg.PhoneHome.ValueBool() {
 		if r.data != nil && r.data.phoneHome == nil {
 			resp.Diagnostics.AddAttributeError(path.Root("phone_home"), "Phone home needs the provider's phone_home block",
-				"phone_home = true bakes the provider's phone-home URL into the seed, but the provider has no phone_home block. Add one, for example:\n\nprovider \"kohaku\" {\n  phone_home = {\n    listen_address = \"127.0.0.1:8787\"\n    base_url       = \"http://10.0.2.2:8787\"\n  }\n}")
+				"phone_home = true bakes the provider's phone-home URL into the seed, but the provider has no "+
+					"phone_home block. Add one, for example:\n\nprovider \"kohaku\" {\n  phone_home = {\n"+
+					"    listen_address = \"127.0.0.1:8787\"\n    base_url       = \"http://10.0.2.2:8787\"\n"+
+					"  }\n}")
 			return
 		}
 		if state == nil || state.PhoneHomeURL.ValueString() == "" {
@@ -545,14 +633,17 @@ func (r *seedResource) ImportState(ctx context.Context, req resource.ImportState
 // accountAttributes are the attributes of an account, in user and users.
 func accountAttributes(example, sudo string) map[string]schema.Attribute {
 	return map[string]schema.Attribute{
-		"name":                schema.StringAttribute{Required: true, Description: "Account name, e.g. `" + example + "`."},
-		"sudo":                schema.StringAttribute{Optional: true, Description: sudo},
-		"shell":               schema.StringAttribute{Optional: true, Description: "Login shell. Default `/bin/bash`."},
-		"lock_password":       schema.BoolAttribute{Optional: true, Description: "Lock the password so only keys log in. Default `true`, or `false` when a password hash is given."},
-		"groups":              schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Supplementary groups (created when missing)."},
-		"ssh_authorized_keys": schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "OpenSSH public keys allowed to log in as this account, one per entry, as a line of `authorized_keys` (an options prefix and a comment are allowed). Anything else (a private key, an RFC 4716 key, two keys in one entry) is refused at plan."},
-		"password_hash":       passwordHashAttribute(),
-		"password_hash_wo":    passwordHashWOAttribute(),
+		"name":          schema.StringAttribute{Required: true, Description: "Account name, e.g. `" + example + "`."},
+		"sudo":          schema.StringAttribute{Optional: true, Description: sudo},
+		"shell":         schema.StringAttribute{Optional: true, Description: "Login shell. Default `/bin/bash`."},
+		"lock_password": schema.BoolAttribute{Optional: true, Description: "Lock the password so only keys log in. Default `true`, or `false` when a password hash is given."},
+		"groups":        schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Supplementary groups (created when missing)."},
+		"ssh_authorized_keys": schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "OpenSSH public keys allowed " +
+			"to log in as this account, one per entry, as a line of `authorized_keys` (an options prefix and a " +
+			"comment are allowed). Anything else (a private key, an RFC 4716 key, two keys in one entry) is " +
+			"refused at plan."},
+		"password_hash":    passwordHashAttribute(),
+		"password_hash_wo": passwordHashWOAttribute(),
 	}
 }
 
@@ -567,14 +658,20 @@ func withAttributes(attrs, more map[string]schema.Attribute) map[string]schema.A
 func passwordHashAttribute() schema.StringAttribute {
 	return schema.StringAttribute{
 		Optional: true, Sensitive: true,
-		Description: "crypt(3) hash of the account's password, as `mkpasswd --method=SHA-512` or `openssl passwd -6` prints it (`$6$...`; also `$5$`, `$y$` yescrypt, `$2b$` bcrypt), set even when the image already has the account (cloud-init `hashed_passwd`). Unlocks the password unless `lock_password = true`. A plain password is refused at plan. Kept in state: use `password_hash_wo` to keep it out. Conflicts with `password_hash_wo`.",
-		Validators:  []validator.String{stringvalidator.ConflictsWith(path.MatchRelative().AtParent().AtName("password_hash_wo"))},
+		Description: "crypt(3) hash of the account's password, as `mkpasswd --method=SHA-512` or `openssl " +
+			"passwd -6` prints it (`$6$...`; also `$5$`, `$y$` yescrypt, `$2b$` bcrypt), set even when the " +
+			"image already has the account (cloud-init `hashed_passwd`). Unlocks the password unless " +
+			"`lock_password = true`. A plain password is refused at plan. Kept in state: use `password_hash_wo` " +
+			"to keep it out. Conflicts with `password_hash_wo`.",
+		Validators: []validator.String{stringvalidator.ConflictsWith(path.MatchRelative().AtParent().AtName("password_hash_wo"))},
 	}
 }
 
 func passwordHashWOAttribute() schema.StringAttribute {
 	return schema.StringAttribute{
 		Optional: true, Sensitive: true, WriteOnly: true,
-		Description: "Write-only `password_hash` (Terraform 1.11 and later): never stored in plan or state, so the seed's `rendered_user_data` is left null. A change is still noticed, because the checksum of the rendered ISO is compared on every plan.",
+		Description: "Write-only `password_hash` (Terraform 1.11 and later): never stored in plan or state, so " +
+			"the seed's `rendered_user_data` is left null. A change is still noticed, because the checksum of " +
+			"the rendered ISO is compared on every plan.",
 	}
 }

@@ -78,7 +78,8 @@ func (v volumeIDValidator) ValidateString(_ context.Context, req validator.Strin
 	}
 	if _, _, ok := parseVolumeID(req.ConfigValue.ValueString()); !ok {
 		resp.Diagnostics.AddAttributeError(req.Path, "Invalid "+req.Path.String(),
-			fmt.Sprintf("%q is not %s of the form <pool>/<volume>. Use the id of the kohaku_seed resource, for example seed_id = kohaku_seed.web.id (which looks like \"default/web-1-seed.iso\").", req.ConfigValue.ValueString(), v.what))
+			fmt.Sprintf("%q is not %s of the form <pool>/<volume>. Use the id of the kohaku_seed resource, for "+
+				"example seed_id = kohaku_seed.web.id (which looks like \"default/web-1-seed.iso\").", req.ConfigValue.ValueString(), v.what))
 	}
 }
 

@@ -72,8 +72,15 @@ func (d *vmHealthDataSource) Metadata(_ context.Context, req datasource.Metadata
 
 func (d *vmHealthDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		Description: "A VM's live health, read from its guest over the libvirt connection: the latest heartbeat of the health agent that `kohaku_seed` installs (`heartbeat_interval`), written to the VM's `org.kohaku.report.0` channel. No network path to the guest is needed, so it works over every transport and for hosts of the provider's `hosts` map. " +
-			"The guest writes a heartbeat as soon as the channel is opened, so a read takes about a second; the values are the guest's own view (its memory, load, disk, GPUs), telemetry rather than configuration: `kohaku_vm` never shows them as changes. A guest that sends nothing within `timeout` fails the read with a diagnostic, or with `allow_silent` gives `reporting = false` and nulls.",
+		Description: "A VM's live health, read from its guest over the libvirt connection: the latest heartbeat " +
+			"of the health agent that `kohaku_seed` installs (`heartbeat_interval`), written to the VM's " +
+			"`org.kohaku.report.0` channel. No network path to the guest is needed, so it works over every " +
+			"transport and for hosts of the provider's `hosts` map. " +
+			"The guest writes a heartbeat as soon as the channel is opened, so a read takes about a second; the " +
+			"values are the guest's own view (its memory, load, disk, GPUs), telemetry rather than " +
+			"configuration: `kohaku_vm` never shows them as changes. A guest that sends nothing within " +
+			"`timeout` fails the read with a diagnostic, or with `allow_silent` gives `reporting = false` " +
+			"and nulls.",
 		Attributes: map[string]schema.Attribute{
 			"host": schema.StringAttribute{
 				Optional:    true,
@@ -89,12 +96,15 @@ func (d *vmHealthDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 				Description: "How long to wait for a heartbeat, a Go duration. Default `15s`.",
 			},
 			"allow_silent": schema.BoolAttribute{
-				Optional:    true,
-				Description: "When the VM sends no heartbeat within `timeout` (or is not running), give `reporting = false` and null values instead of an error. Default `false`. A VM that does not exist is an error either way.",
+				Optional: true,
+				Description: "When the VM sends no heartbeat within `timeout` (or is not running), give " +
+					"`reporting = false` and null values instead of an error. Default `false`. A VM that does " +
+					"not exist is an error either way.",
 			},
-			"reporting":            schema.BoolAttribute{Computed: true, Description: "Whether a heartbeat arrived."},
-			"reported_at":          schema.StringAttribute{Computed: true, Description: "When the guest wrote the heartbeat, by the guest's clock (RFC 3339)."},
-			"age_seconds":          schema.Float64Attribute{Computed: true, Description: "How old the heartbeat was when it was read: the provider's clock against the guest's (0 when the guest's clock is ahead)."},
+			"reporting":   schema.BoolAttribute{Computed: true, Description: "Whether a heartbeat arrived."},
+			"reported_at": schema.StringAttribute{Computed: true, Description: "When the guest wrote the heartbeat, by the guest's clock (RFC 3339)."},
+			"age_seconds": schema.Float64Attribute{Computed: true, Description: "How old the heartbeat was " +
+				"when it was read: the provider's clock against the guest's (0 when the guest's clock is ahead)."},
 			"sequence":             schema.Int64Attribute{Computed: true, Description: "Number of the heartbeat since the agent started."},
 			"interval_seconds":     schema.Int64Attribute{Computed: true, Description: "The agent's heartbeat interval (the seed's `heartbeat_interval`)."},
 			"instance_id":          schema.StringAttribute{Computed: true, Description: "cloud-init instance id the guest runs as."},

@@ -153,7 +153,10 @@ func hostPhrase(h string) string {
 func imageHostProblem(vmHost, imageID string) string {
 	host, pool, vol, ok := splitVolumeID(imageID)
 	if !ok {
-		return fmt.Sprintf("%q is not a kohaku_image id. Use the image's id, e.g. image = kohaku_image.debian12.id, which is <pool>/<volume> (\"default/debian-12.qcow2\") on the provider's default host or <host>/<pool>/<volume> (\"gpu2/default/debian-12.qcow2\") on a host of the hosts map.", imageID)
+		return fmt.Sprintf("%q is not a kohaku_image id. Use the image's id, e.g. image = "+
+			"kohaku_image.debian12.id, which is <pool>/<volume> (\"default/debian-12.qcow2\") on the provider's "+
+			"default host or <host>/<pool>/<volume> (\"gpu2/default/debian-12.qcow2\") on a host of the hosts "+
+			"map.", imageID)
 	}
 	if host == vmHost {
 		return ""
@@ -162,7 +165,9 @@ func imageHostProblem(vmHost, imageID string) string {
 	if vmHost == "" {
 		fix = "the id of a kohaku_image without host"
 	}
-	return fmt.Sprintf("image %q (pool %q, volume %q) is on %s, but this VM is on %s: an overlay can only be backed by an image in a pool of its own host. Use %s (with for_each over hosts: image = kohaku_image.debian12[each.key].id), or put the VM on the image's host.", imageID, pool, vol, hostPhrase(host), hostPhrase(vmHost), fix)
+	return fmt.Sprintf("image %q (pool %q, volume %q) is on %s, but this VM is on %s: an overlay can only be "+
+		"backed by an image in a pool of its own host. Use %s (with for_each over hosts: image = "+
+		"kohaku_image.debian12[each.key].id), or put the VM on the image's host.", imageID, pool, vol, hostPhrase(host), hostPhrase(vmHost), fix)
 }
 
 func (m *vmModel) disk(ctx context.Context, diags *diag.Diagnostics) *vmDiskModel {

@@ -102,7 +102,9 @@ func (r *vmResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequ
 			plan.ID, plan.UUID = types.StringUnknown(), types.StringUnknown()
 			resp.RequiresReplace = append(resp.RequiresReplace, path.Root("id"))
 			resp.Diagnostics.AddWarning("VM was removed outside Terraform",
-				fmt.Sprintf("The domain %s no longer exists, but the volume it was created with (%s) does. The plan replaces the VM: the leftover volume is deleted and the VM created anew. To keep the volume's data, copy it before applying.", plan.Name.ValueString(), plan.OverlayVolume.ValueString()))
+				fmt.Sprintf("The domain %s no longer exists, but the volume it was created with (%s) does. The "+
+					"plan replaces the VM: the leftover volume is deleted and the VM created anew. To keep the "+
+					"volume's data, copy it before applying.", plan.Name.ValueString(), plan.OverlayVolume.ValueString()))
 		}
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
@@ -275,7 +277,8 @@ func createFailed(ctx context.Context, plan *vmModel, summary string, groups gpu
 			resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 		}
 		addError(&resp.Diagnostics, title,
-			fmt.Errorf("%w\n\nThe VM was kept for inspection (on_ready_failure = \"keep\") and is tainted: the next apply replaces it. Set on_ready_failure = \"destroy\" to have a failed create remove it.", ce.Err))
+			fmt.Errorf("%w\n\nThe VM was kept for inspection (on_ready_failure = \"keep\") and is tainted: the "+
+				"next apply replaces it. Set on_ready_failure = \"destroy\" to have a failed create remove it.", ce.Err))
 	case !ce.Made:
 		addError(&resp.Diagnostics, title, fmt.Errorf("%w\n\nNothing was created.", ce.Err))
 	default:
@@ -553,7 +556,9 @@ func (r *vmResource) ImportState(ctx context.Context, req resource.ImportStateRe
 	}
 	if key == "" || strings.Contains(key, "/") || (host == "" && strings.Contains(req.ID, "/")) {
 		resp.Diagnostics.AddError("Invalid import ID",
-			fmt.Sprintf("%q is not a VM import ID. Use the domain name or UUID, after the key of the provider's hosts map for another host: \"web-1\", \"6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b\" or \"gpu2/web-1\".", req.ID))
+			fmt.Sprintf("%q is not a VM import ID. Use the domain name or UUID, after the key of the provider's "+
+				"hosts map for another host: \"web-1\", \"6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b\" or "+
+				"\"gpu2/web-1\".", req.ID))
 		return
 	}
 	c := r.data.client(host, &resp.Diagnostics)

@@ -26,9 +26,15 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
 	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
 	resp.Schema = schema.Schema{
-		Description: "A VM: a libvirt domain with a boot disk (a qcow2 overlay on a base image, an existing volume, or direct kernel boot), an optional cloud-init seed as a read-only CD-ROM, network interfaces, shared folders and PCI devices passed through with VFIO. " +
-			"Create defines the domain and starts it; a failure rolls back everything the create made. Changes to hardware (vCPUs, memory, interfaces, shared folders, PCI devices) are made in place by redefining the domain with the same UUID and restarting it if it runs. " +
-			"Destroy stops the guest (at once when every disk goes with the VM, else ACPI first and forced off after `shutdown_timeout`; see `destroy_shutdown`), undefines the domain with its NVRAM, and deletes the volumes this resource created - never the base image or the seed.",
+		Description: "A VM: a libvirt domain with a boot disk (a qcow2 overlay on a base image, an existing " +
+			"volume, or direct kernel boot), an optional cloud-init seed as a read-only CD-ROM, network " +
+			"interfaces, shared folders and PCI devices passed through with VFIO. " +
+			"Create defines the domain and starts it; a failure rolls back everything the create made. Changes " +
+			"to hardware (vCPUs, memory, interfaces, shared folders, PCI devices) are made in place by " +
+			"redefining the domain with the same UUID and restarting it if it runs. " +
+			"Destroy stops the guest (at once when every disk goes with the VM, else ACPI first and forced off " +
+			"after `shutdown_timeout`; see `destroy_shutdown`), undefines the domain with its NVRAM, and " +
+			"deletes the volumes this resource created - never the base image or the seed.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed:      true,
@@ -46,15 +52,19 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 				PlanModifiers: replace,
 			},
 			"name": schema.StringAttribute{
-				Required:      true,
-				Description:   "Domain name, unique on the host: letters, digits, `.`, `_` and `-`, at most 63 characters, starting with a letter or digit. Create fails if a domain of that name already exists. Changing it replaces the VM.",
+				Required: true,
+				Description: "Domain name, unique on the host: letters, digits, `.`, `_` and `-`, at most 63 " +
+					"characters, starting with a letter or digit. Create fails if a domain of that name already " +
+					"exists. Changing it replaces the VM.",
 				PlanModifiers: replace,
 			},
 			"type": schema.StringAttribute{
-				Optional:      true,
-				Computed:      true,
-				Default:       stringdefault.StaticString(string(domain.TypeKVM)),
-				Description:   "Domain type: `kvm` (hardware virtualisation, the default) or `qemu` (software emulation with TCG, for hosts where KVM is missing or does not work, such as nested hosts). Changing it replaces the VM.",
+				Optional: true,
+				Computed: true,
+				Default:  stringdefault.StaticString(string(domain.TypeKVM)),
+				Description: "Domain type: `kvm` (hardware virtualisation, the default) or `qemu` (software " +
+					"emulation with TCG, for hosts where KVM is missing or does not work, such as nested " +
+					"hosts). Changing it replaces the VM.",
 				PlanModifiers: replace,
 			},
 			"vcpu": schema.Int64Attribute{
@@ -70,10 +80,12 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 				Description: fmt.Sprintf("Memory in MiB, at least %d. Default `%d`. Changed in place: the domain is redefined and, if it runs, restarted.", domain.MinMemoryMiB, vmDefaultMemoryMiB),
 			},
 			"machine": schema.StringAttribute{
-				Optional:      true,
-				Computed:      true,
-				Default:       stringdefault.StaticString(string(domain.MachineQ35)),
-				Description:   "QEMU machine family: `q35` (PCI Express, the default; needed for GPU passthrough) or `pc` (legacy i440fx). libvirt picks the newest version of the family the host has. Changing it replaces the VM.",
+				Optional: true,
+				Computed: true,
+				Default:  stringdefault.StaticString(string(domain.MachineQ35)),
+				Description: "QEMU machine family: `q35` (PCI Express, the default; needed for GPU " +
+					"passthrough) or `pc` (legacy i440fx). libvirt picks the newest version of the family the " +
+					"host has. Changing it replaces the VM.",
 				PlanModifiers: replace,
 			},
 			"firmware": schema.StringAttribute{
@@ -84,13 +96,19 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 				PlanModifiers: replace,
 			},
 			"cpu_mode": schema.StringAttribute{
-				Optional:    true,
-				Computed:    true,
-				Description: "CPU model the guest sees: `host-passthrough` (the default for `kvm`), `host-model`, or `maximum` (everything the accelerator offers; the default for `qemu`, which cannot pass the host CPU through). Changed in place: the domain is redefined and, if it runs, restarted.",
+				Optional: true,
+				Computed: true,
+				Description: "CPU model the guest sees: `host-passthrough` (the default for `kvm`), " +
+					"`host-model`, or `maximum` (everything the accelerator offers; the default for `qemu`, " +
+					"which cannot pass the host CPU through). Changed in place: the domain is redefined and, if " +
+					"it runs, restarted.",
 			},
 			"disk": schema.SingleNestedAttribute{
 				Optional: true,
-				Description: "The boot disk, attached as virtio `vda`. Either `image` (a `kohaku_image`'s id) or `base_volume`: the VM gets its own qcow2 overlay volume `<name>-root.qcow2` in `pool`, backed by the base image, which stays untouched and can be shared by many VMs; destroy deletes the overlay. " +
+				Description: "The boot disk, attached as virtio `vda`. Either `image` (a `kohaku_image`'s id) " +
+					"or `base_volume`: the VM gets its own qcow2 overlay volume `<name>-root.qcow2` in `pool`, " +
+					"backed by the base image, which stays untouched and can be shared by many VMs; destroy " +
+					"deletes the overlay. " +
 					"Or `volume`: an existing volume in `pool` is used as it is and never deleted. Without a disk the VM boots `kernel` and `initrd` alone. " +
 					"A disk with no `kernel` boots through firmware: the image's own boot loader under `firmware` (`bios` or `uefi`), as vendors' cloud images expect. " +
 					"Any change to the disk replaces the VM, except naming the same base image another way (`image` for `base_pool`/`base_volume` or back), which changes only the state.",
@@ -98,14 +116,20 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 				Attributes: map[string]schema.Attribute{
 					"image": schema.StringAttribute{
 						Optional: true,
-						Description: "The `id` of a `kohaku_image`, e.g. `kohaku_image.debian12.id`: `<pool>/<volume>` on the provider's default host, `<host>/<pool>/<volume>` on a host of the `hosts` map. The VM gets its own overlay on it, as with `base_volume`. " +
-							"The image must be on the VM's own `host`: an image of another host is refused at plan time (with `for_each` over hosts, `kohaku_image.debian12[each.key].id`). Exactly one of `image`, `base_volume` and `volume` is set.",
+						Description: "The `id` of a `kohaku_image`, e.g. `kohaku_image.debian12.id`: " +
+							"`<pool>/<volume>` on the provider's default host, `<host>/<pool>/<volume>` on a " +
+							"host of the `hosts` map. The VM gets its own overlay on it, as with `base_volume`. " +
+							"The image must be on the VM's own `host`: an image of another host is refused at " +
+							"plan time (with `for_each` over hosts, `kohaku_image.debian12[each.key].id`). " +
+							"Exactly one of `image`, `base_volume` and `volume` is set.",
 						Validators: []validator.String{stringvalidator.LengthAtLeast(1)},
 					},
 					"base_volume": schema.StringAttribute{
-						Optional:    true,
-						Description: "Name of the base image volume (for example a cloud image in qcow2 or raw) the overlay is backed by, when it is not a `kohaku_image` of this configuration (use `image` for those). Exactly one of `image`, `base_volume` and `volume` is set.",
-						Validators:  []validator.String{stringvalidator.LengthAtLeast(1)},
+						Optional: true,
+						Description: "Name of the base image volume (for example a cloud image in qcow2 or raw) " +
+							"the overlay is backed by, when it is not a `kohaku_image` of this configuration " +
+							"(use `image` for those). Exactly one of `image`, `base_volume` and `volume` is set.",
+						Validators: []validator.String{stringvalidator.LengthAtLeast(1)},
 					},
 					"base_pool": schema.StringAttribute{
 						Optional:    true,
@@ -127,9 +151,11 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 						Validators:  []validator.String{stringvalidator.LengthAtLeast(1)},
 					},
 					"size_gib": schema.Int64Attribute{
-						Optional:    true,
-						Description: "Virtual size of the overlay in GiB, at least the base image's size; the guest grows its filesystem into the extra space (cloud-init's growpart does). Default: the base image's size. Only with `image` or `base_volume`.",
-						Validators:  []validator.Int64{int64validator.AtLeast(1)},
+						Optional: true,
+						Description: "Virtual size of the overlay in GiB, at least the base image's size; the " +
+							"guest grows its filesystem into the extra space (cloud-init's growpart does). " +
+							"Default: the base image's size. Only with `image` or `base_volume`.",
+						Validators: []validator.Int64{int64validator.AtLeast(1)},
 					},
 				},
 			},
@@ -157,8 +183,10 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 				Description: "Network interfaces, in guest order. Changed in place: the domain is redefined and, if it runs, restarted.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"type": schema.StringAttribute{
-						Required:    true,
-						Description: "`network` (a libvirt virtual network named by `source`), `bridge` (a host bridge named by `source`) or `user` (user-mode networking: no setup on the host, outbound only, the host is 10.0.2.2).",
+						Required: true,
+						Description: "`network` (a libvirt virtual network named by `source`), `bridge` (a host " +
+							"bridge named by `source`) or `user` (user-mode networking: no setup on the host, " +
+							"outbound only, the host is 10.0.2.2).",
 					},
 					"source": schema.StringAttribute{
 						Optional:    true,
@@ -171,15 +199,20 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 						Description: "Emulated device: `virtio` (the default), `e1000e`, `e1000` or `rtl8139`.",
 					},
 					"mac": schema.StringAttribute{
-						Optional:    true,
-						Computed:    true,
-						Description: "MAC address. Default: the seed's MAC for this interface when `seed_id` is set and the seed names one, otherwise the address libvirt assigns (52:54:00:...), which is read back. An interface keeps its address when others are added or removed.",
+						Optional: true,
+						Computed: true,
+						Description: "MAC address. Default: the seed's MAC for this interface when `seed_id` is " +
+							"set and the seed names one, otherwise the address libvirt assigns (52:54:00:...), " +
+							"which is read back. An interface keeps its address when others are added or " +
+							"removed.",
 					},
 				}},
 			},
 			"shared_folder": schema.ListNestedAttribute{
-				Optional:    true,
-				Description: "Host directories the guest mounts by tag (for example `mount -t 9p -o trans=virtio,version=9p2000.L kohaku_shared /mnt`). Changed in place: the domain is redefined and, if it runs, restarted.",
+				Optional: true,
+				Description: "Host directories the guest mounts by tag (for example `mount -t 9p -o " +
+					"trans=virtio,version=9p2000.L kohaku_shared /mnt`). Changed in place: the domain is " +
+					"redefined and, if it runs, restarted.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"source": schema.StringAttribute{
 						Required:    true,
@@ -212,19 +245,41 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			"gpus": schema.SetAttribute{
 				Optional:    true,
 				ElementType: types.StringType,
-				Description: "`id`s of `kohaku_gpu_binding` resources (`<pci address>` or `<host>/<pci address>`). Each binding is passed through whole: create and update read the device's IOMMU group from the host and add one `<hostdev managed='no'>` (the binding, not libvirt, moves devices to vfio-pci) for every function of the group that is on vfio-pci, such as a GPU and its HDMI audio, so the other functions need no `hostdevs` entry. PCI bridges in the group stay out, as the binding leaves them on their own driver. " +
-					"A device that is not on vfio-pci is refused: bind it with `kohaku_gpu_binding` first. Refresh reports the group's functions under their `gpus` entry, not in `hostdevs`. Changed in place: the domain is redefined and, if it runs, restarted.",
+				Description: "`id`s of `kohaku_gpu_binding` resources (`<pci address>` or `<host>/<pci " +
+					"address>`). Each binding is passed through whole: create and update read the device's " +
+					"IOMMU group from the host and add one `<hostdev managed='no'>` (the binding, not libvirt, " +
+					"moves devices to vfio-pci) for every function of the group that is on vfio-pci, such as a " +
+					"GPU and its HDMI audio, so the other functions need no `hostdevs` entry. PCI bridges in " +
+					"the group stay out, as the binding leaves them on their own driver. " +
+					"A device that is not on vfio-pci is refused: bind it with `kohaku_gpu_binding` first. " +
+					"Refresh reports the group's functions under their `gpus` entry, not in `hostdevs`. " +
+					"Changed in place: the domain is redefined and, if it runs, restarted.",
 			},
 			"hostdevs": schema.SetAttribute{
 				Optional:    true,
 				ElementType: types.StringType,
-				Description: "Further host PCI functions to pass through, as `DDDD:BB:SS.F` (for example `0000:01:00.1`), attached like `gpus` but one function each and unchecked: something else must bind them to vfio-pci first. The functions a `gpus` entry brings need no entry here (one listed in both is passed through once). After an import every passed-through device shows here; moving the devices of a binding to `gpus` then changes nothing on the host. Changed in place like `gpus`.",
+				Description: "Further host PCI functions to pass through, as `DDDD:BB:SS.F` (for example " +
+					"`0000:01:00.1`), attached like `gpus` but one function each and unchecked: something else " +
+					"must bind them to vfio-pci first. The functions a `gpus` entry brings need no entry here " +
+					"(one listed in both is passed through once). After an import every passed-through device " +
+					"shows here; moving the devices of a binding to `gpus` then changes nothing on the host. " +
+					"Changed in place like `gpus`.",
 			},
 			"pci_mmio64_gib": schema.Int64Attribute{
 				Optional: true,
-				Description: "Size in GiB of the guest's 64-bit PCI MMIO window, for GPUs and other passed-through devices with large 64-bit BARs (an H100 or A100 80GB has a 128 GiB BAR; firmware opens 32 GiB by default, so such a BAR is not assigned and the guest driver fails). " +
-					"It must hold the 64-bit BARs of every function passed through, each rounded up to a power of two: for example `256` for two cards with 128 GiB BARs. Read a function's BARs on its host with `lspci -vv -s 0000:41:00.0` (`Region 1: Memory at ... (64-bit, prefetchable) [size=128G]`). " +
-					"Sets the root bus's `pcihole64` (QEMU's `pci-hole64-size`, which SeaBIOS and the guest's ACPI tables follow) and, with `firmware = \"uefi\"`, OVMF's 64-bit aperture (`-fw_cfg opt/ovmf/X-PciMmio64Mb` through libvirt's QEMU command-line namespace, since libvirt 9.0 has no element for it; libvirt marks such a domain as tainted by custom arguments in its log, which is harmless). " +
+				Description: "Size in GiB of the guest's 64-bit PCI MMIO window, for GPUs and other " +
+					"passed-through devices with large 64-bit BARs (an H100 or A100 80GB has a 128 GiB BAR; " +
+					"firmware opens 32 GiB by default, so such a BAR is not assigned and the guest driver " +
+					"fails). " +
+					"It must hold the 64-bit BARs of every function passed through, each rounded up to a power " +
+					"of two: for example `256` for two cards with 128 GiB BARs. Read a function's BARs on " +
+					"its host with `lspci -vv -s 0000:41:00.0` (`Region 1: Memory at ... (64-bit, " +
+					"prefetchable) [size=128G]`). " +
+					"Sets the root bus's `pcihole64` (QEMU's `pci-hole64-size`, which SeaBIOS and the guest's " +
+					"ACPI tables follow) and, with `firmware = \"uefi\"`, OVMF's 64-bit aperture (`-fw_cfg " +
+					"opt/ovmf/X-PciMmio64Mb` through libvirt's QEMU command-line namespace, since libvirt " +
+					"9.0 has no element for it; libvirt marks such a domain as tainted by custom arguments " +
+					"in its log, which is harmless). " +
 					"Unset keeps QEMU's and the firmware's defaults. At most 32768 (32 TiB). Changed in place: the domain is redefined and, if it runs, restarted.",
 				Validators: []validator.Int64{int64validator.Between(1, domain.MaxPCIMMIO64GiB)},
 			},
@@ -232,8 +287,17 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 				Optional: true,
 				Computed: true,
 				Default:  stringdefault.StaticString(vmlife.PlacementAuto),
-				Description: "Where the VM's vCPUs and memory live on a host with several NUMA nodes. `auto` (default): a VM with `gpus` is bound to the NUMA nodes of its GPUs (read from their node devices), so host-to-device traffic does not cross sockets: its vCPUs run only on those nodes' CPUs and its memory is allocated only from them (`<vcpu cpuset>` and `<numatune mode='strict'>`). GPUs on two nodes give the guest a NUMA topology that mirrors them: one guest cell per node, vCPUs and memory split evenly, each cell pinned to its node. " +
-					"A VM without `gpus`, a host with one node, or GPUs whose node the host does not report, is not bound. Create and update refuse, before anything is changed, a VM whose `vcpu` exceed the CPUs of its GPUs' nodes. `none`: leave placement to the host's scheduler. See `numa_nodes` for the result. Changed in place: the domain is redefined and, if it runs, restarted.",
+				Description: "Where the VM's vCPUs and memory live on a host with several NUMA nodes. `auto` " +
+					"(default): a VM with `gpus` is bound to the NUMA nodes of its GPUs (read from their node " +
+					"devices), so host-to-device traffic does not cross sockets: its vCPUs run only on those " +
+					"nodes' CPUs and its memory is allocated only from them (`<vcpu cpuset>` and `<numatune " +
+					"mode='strict'>`). GPUs on two nodes give the guest a NUMA topology that mirrors them: one " +
+					"guest cell per node, vCPUs and memory split evenly, each cell pinned to its node. " +
+					"A VM without `gpus`, a host with one node, or GPUs whose node the host does not report, is " +
+					"not bound. Create and update refuse, before anything is changed, a VM whose `vcpu` " +
+					"exceed the CPUs of its GPUs' nodes. `none`: leave placement to the host's scheduler. " +
+					"See `numa_nodes` for the result. Changed in place: the domain is redefined and, if it " +
+					"runs, restarted.",
 				Validators: []validator.String{stringvalidator.OneOf(vmlife.PlacementAuto, vmlife.PlacementNone)},
 			},
 			"numa_nodes": schema.ListAttribute{
@@ -244,8 +308,14 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			},
 			"hugepages": schema.SingleNestedAttribute{
 				Optional: true,
-				Description: "Back the guest's memory with huge pages reserved on the host, which GPU and other DMA-heavy workloads need for steady performance (fewer TLB misses, memory that is never swapped or moved). With the VM bound to NUMA nodes (`numa_placement`), the pages come from those nodes. " +
-					"Create refuses, before anything is made, a VM the host cannot back: no pages of that size reserved (on the VM's nodes), or fewer free than `memory_mib` needs. `memory_mib` must be a whole number of pages (per guest NUMA cell). `hugepages = {}` uses 2 MiB pages. Changed in place: the domain is redefined and, if it runs, restarted.",
+				Description: "Back the guest's memory with huge pages reserved on the host, which GPU and other " +
+					"DMA-heavy workloads need for steady performance (fewer TLB misses, memory that is never " +
+					"swapped or moved). With the VM bound to NUMA nodes (`numa_placement`), the pages come from " +
+					"those nodes. " +
+					"Create refuses, before anything is made, a VM the host cannot back: no pages of that size " +
+					"reserved (on the VM's nodes), or fewer free than `memory_mib` needs. `memory_mib` must " +
+					"be a whole number of pages (per guest NUMA cell). `hugepages = {}` uses 2 MiB pages. " +
+					"Changed in place: the domain is redefined and, if it runs, restarted.",
 				Attributes: map[string]schema.Attribute{
 					"page_size_mib": schema.Int64Attribute{
 						Optional:    true,
@@ -257,8 +327,11 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 				},
 			},
 			"cpu_topology": schema.SingleNestedAttribute{
-				Optional:    true,
-				Description: "The guest's CPU topology, for software licensed or tuned per socket or core (for example `{ sockets = 1, cores = 8, threads = 2 }` for `vcpu = 16`). `sockets` x `cores` x `threads` must equal `vcpu`. Unset leaves libvirt's (one socket per vCPU). Changed in place: the domain is redefined and, if it runs, restarted.",
+				Optional: true,
+				Description: "The guest's CPU topology, for software licensed or tuned per socket or core (for " +
+					"example `{ sockets = 1, cores = 8, threads = 2 }` for `vcpu = 16`). `sockets` x `cores` x " +
+					"`threads` must equal `vcpu`. Unset leaves libvirt's (one socket per vCPU). Changed in " +
+					"place: the domain is redefined and, if it runs, restarted.",
 				Attributes: map[string]schema.Attribute{
 					"sockets": schema.Int64Attribute{Required: true, Description: "Sockets, at least 1.", Validators: []validator.Int64{int64validator.AtLeast(1)}},
 					"cores":   schema.Int64Attribute{Required: true, Description: "Cores per socket, at least 1.", Validators: []validator.Int64{int64validator.AtLeast(1)}},
@@ -283,24 +356,39 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 				Description: "Start the VM when the host's libvirt starts. Default `false`. Changed in place.",
 			},
 			"running": schema.BoolAttribute{
-				Optional:    true,
-				Computed:    true,
-				Default:     booldefault.StaticBool(true),
-				Description: "Whether the VM should run. Default `true`. Changed in place: `false` shuts the guest down (a shutdown request, through the guest agent when it answers, else ACPI; forced off after `shutdown_timeout`, with a warning), `true` starts it. A VM stopped outside Terraform shows as a change back to `true`.",
+				Optional: true,
+				Computed: true,
+				Default:  booldefault.StaticBool(true),
+				Description: "Whether the VM should run. Default `true`. Changed in place: `false` shuts the " +
+					"guest down (a shutdown request, through the guest agent when it answers, else ACPI; forced " +
+					"off after `shutdown_timeout`, with a warning), `true` starts it. A VM stopped outside " +
+					"Terraform shows as a change back to `true`.",
 			},
 			"shutdown_timeout": schema.StringAttribute{
-				Optional:    true,
-				Computed:    true,
-				Default:     stringdefault.StaticString(vmDefaultShutdownTimeout),
-				Description: "How long the guest gets to power off after a shutdown request (through the guest agent when it answers, else ACPI; when it is stopped, restarted for an update, or destroyed) before it is forced off, as a Go duration. A guest forced off gives a warning naming this setting: one that honours the request (cloud images do: systemd-logind handles the power button) powers off in seconds. `0s` forces it off at once. Always bounded by the operation's timeout. Default `30s`. Changed in place.",
-				Validators:  []validator.String{nonNegativeDuration},
+				Optional: true,
+				Computed: true,
+				Default:  stringdefault.StaticString(vmDefaultShutdownTimeout),
+				Description: "How long the guest gets to power off after a shutdown request (through the guest " +
+					"agent when it answers, else ACPI; when it is stopped, restarted for an update, or " +
+					"destroyed) before it is forced off, as a Go duration. A guest forced off gives a warning " +
+					"naming this setting: one that honours the request (cloud images do: systemd-logind handles " +
+					"the power button) powers off in seconds. `0s` forces it off at once. Always bounded by the " +
+					"operation's timeout. Default `30s`. Changed in place.",
+				Validators: []validator.String{nonNegativeDuration},
 			},
 			"destroy_shutdown": schema.StringAttribute{
-				Optional:    true,
-				Computed:    true,
-				Default:     stringdefault.StaticString(string(vmlife.DestroyAuto)),
-				Description: "How destroy stops a running guest. `auto` (default): when everything the guest writes goes with the VM (its boot disk is the overlay this resource made, shared folders are read-only or absent), the guest is powered off at once, since a clean shutdown would protect nothing and a guest that ignores ACPI would hold destroy for the whole `shutdown_timeout`; when data outlives the VM (an existing `disk.volume`, a writable shared folder), the guest is asked to shut down (ACPI) first and forced off after `shutdown_timeout`. `graceful`: always ask first. `force`: always power off at once. Stops and update restarts always ask first. Changed in place, without touching the domain.",
-				Validators:  []validator.String{stringvalidator.OneOf(vmDestroyModes()...)},
+				Optional: true,
+				Computed: true,
+				Default:  stringdefault.StaticString(string(vmlife.DestroyAuto)),
+				Description: "How destroy stops a running guest. `auto` (default): when everything the guest " +
+					"writes goes with the VM (its boot disk is the overlay this resource made, shared folders " +
+					"are read-only or absent), the guest is powered off at once, since a clean shutdown would " +
+					"protect nothing and a guest that ignores ACPI would hold destroy for the whole " +
+					"`shutdown_timeout`; when data outlives the VM (an existing `disk.volume`, a writable " +
+					"shared folder), the guest is asked to shut down (ACPI) first and forced off after " +
+					"`shutdown_timeout`. `graceful`: always ask first. `force`: always power off at once. Stops " +
+					"and update restarts always ask first. Changed in place, without touching the domain.",
+				Validators: []validator.String{stringvalidator.OneOf(vmDestroyModes()...)},
 			},
 			"overlay_volume": schema.StringAttribute{
 				Computed:      true,

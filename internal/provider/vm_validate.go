@@ -37,7 +37,8 @@ func (r *vmResource) ValidateConfig(ctx context.Context, req resource.ValidateCo
 		for _, g := range gpus {
 			if host, _ := vmlife.ParseGPUID(g); host != "" && host != cfg.Host.ValueString() {
 				resp.Diagnostics.AddAttributeError(path.Root("gpus").AtSetValue(types.StringValue(g)), "GPU on another host",
-					fmt.Sprintf("%q is bound on host %q, but this VM is on %s. A VM can only use GPUs of its own host: set host = %q, or use a kohaku_gpu_binding on this VM's host.", g, host, hostPhrase(cfg.Host.ValueString()), host))
+					fmt.Sprintf("%q is bound on host %q, but this VM is on %s. A VM can only use GPUs of its "+
+						"own host: set host = %q, or use a kohaku_gpu_binding on this VM's host.", g, host, hostPhrase(cfg.Host.ValueString()), host))
 			}
 		}
 	}
@@ -50,7 +51,9 @@ func validateDiskChoice(d *vmDiskModel, vmHost types.String, in *specInput, resp
 	if d == nil {
 		return
 	}
-	example := `disk = { image = kohaku_image.debian12.id } or disk = { base_pool = "images", base_volume = "debian-12.qcow2" } for a new overlay on an image, or disk = { pool = "default", volume = "web-1.qcow2" } for an existing volume`
+	example := `disk = { image = kohaku_image.debian12.id } or disk = { base_pool = "images", base_volume = ` +
+		`"debian-12.qcow2" } for a new overlay on an image, or disk = { pool = "default", volume = ` +
+		`"web-1.qcow2" } for an existing volume`
 	if d.Image.IsUnknown() || d.BaseVolume.IsUnknown() || d.Volume.IsUnknown() {
 		return
 	}
@@ -66,7 +69,8 @@ func validateDiskChoice(d *vmDiskModel, vmHost types.String, in *specInput, resp
 	switch {
 	case len(set) > 1:
 		resp.Diagnostics.AddAttributeError(path.Root("disk").AtName(set[1]), "Conflicting disk sources",
-			fmt.Sprintf("disk sets %s: set only one of image or base_volume (the VM gets its own overlay on that image) or volume (an existing volume, used as it is). For example: %s.", strings.Join(set, " and "), example))
+			fmt.Sprintf("disk sets %s: set only one of image or base_volume (the VM gets its own overlay on "+
+				"that image) or volume (an existing volume, used as it is). For example: %s.", strings.Join(set, " and "), example))
 		return
 	case len(set) == 0:
 		in.unknownAt("disk.volume") // reported here, better than the domain check would
@@ -95,7 +99,9 @@ func validateDiskChoice(d *vmDiskModel, vmHost types.String, in *specInput, resp
 		for name, v := range map[string]attr.Value{"base_pool": d.BasePool, "size_gib": d.SizeGiB} {
 			if !v.IsNull() {
 				resp.Diagnostics.AddAttributeError(path.Root("disk").AtName(name), "Setting without an overlay",
-					fmt.Sprintf("disk.%s only applies to an overlay on a base image (disk.image or disk.base_volume); an existing volume (disk.volume) is used as it is. Remove %s, or use image or base_volume instead of volume.", name, name))
+					fmt.Sprintf("disk.%s only applies to an overlay on a base image (disk.image or "+
+						"disk.base_volume); an existing volume (disk.volume) is used as it is. Remove %s, or "+
+						"use image or base_volume instead of volume.", name, name))
 			}
 		}
 	}

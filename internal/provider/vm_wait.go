@@ -65,27 +65,51 @@ func waitSchema() map[string]schema.Attribute {
 			Optional: true, Computed: true,
 			Default: stringdefault.StaticString(waitAuto),
 			Description: "What create waits for after starting the VM, bounded by the create timeout. " +
-				"`channel` reads the guest's first-boot report from the VM's `org.kohaku.report.0` virtio-serial channel over the libvirt connection itself: it needs no network path from the guest to Terraform and no guest agent, so it works wherever libvirt reaches (`qemu+ssh` from a laptop, CI behind NAT, Terraform Cloud); the seed needs `report_channel` (on by default) and the image python3 and systemd. " +
+				"`channel` reads the guest's first-boot report from the VM's `org.kohaku.report.0` " +
+				"virtio-serial channel over the libvirt connection itself: it needs no network path from " +
+				"the guest to Terraform and no guest agent, so it works wherever libvirt reaches " +
+				"(`qemu+ssh` from a laptop, CI behind NAT, Terraform Cloud); the seed needs " +
+				"`report_channel` (on by default) and the image python3 and systemd. " +
 				"`phone_home` waits for the guest's HTTP call to the provider (the seed's `phone_home`; needs the provider's `phone_home` block and a network path from the guest to it). " +
-				"`guest_agent` asks the QEMU guest agent, through libvirt, until cloud-init has written `/run/cloud-init/result.json` (needs qemu-guest-agent in the image and `guest_agent = true`; polls every 2 s). " +
+				"`guest_agent` asks the QEMU guest agent, through libvirt, until cloud-init has written " +
+				"`/run/cloud-init/result.json` (needs qemu-guest-agent in the image and `guest_agent = " +
+				"true`; polls every 2 s). " +
 				"`none` returns as soon as the domain runs. " +
-				"`auto` (default) picks, in this order of preference, `channel` when the seed has the first-boot reporter, `phone_home` when the seed phones home and the provider listens, else `none`. A report of cloud-init errors fails the create, naming each failing module; a degraded boot is a warning, and so is a guest that lacks something its seed declared (see `on_config_mismatch`). " +
+				"`auto` (default) picks, in this order of preference, `channel` when the seed has the " +
+				"first-boot reporter, `phone_home` when the seed phones home and the provider listens, else " +
+				"`none`. A report of cloud-init errors fails the create, naming each failing module; a " +
+				"degraded boot is a warning, and so is a guest that lacks something its seed declared (see " +
+				"`on_config_mismatch`). " +
 				"Only create waits: a change is stored without touching the VM.",
 			Validators: []validator.String{stringvalidator.OneOf(waitAuto, string(ready.ModeChannel), string(ready.ModePhoneHome), string(ready.ModeGuestAgent), string(ready.ModeNone))},
 		},
 		"on_ready_failure": schema.StringAttribute{
 			Optional: true, Computed: true,
-			Default:     stringdefault.StaticString(keepOnFailure),
-			Description: "What happens when the wait fails (timeout, or cloud-init reports errors): `keep` (default) keeps the VM for inspection and records it as tainted, so the next apply replaces it; `destroy` removes the domain and the volumes this create made. Either way the error names the VM, the URL the guest should have reached, how long it waited, whether the domain still runs and the last lines of its serial console.",
-			Validators:  []validator.String{stringvalidator.OneOf(keepOnFailure, deleteOnFailure)},
+			Default: stringdefault.StaticString(keepOnFailure),
+			Description: "What happens when the wait fails (timeout, or cloud-init reports errors): `keep` " +
+				"(default) keeps the VM for inspection and records it as tainted, so the next apply replaces " +
+				"it; `destroy` removes the domain and the volumes this create made. Either way the error names " +
+				"the VM, the URL the guest should have reached, how long it waited, whether the domain still " +
+				"runs and the last lines of its serial console.",
+			Validators: []validator.String{stringvalidator.OneOf(keepOnFailure, deleteOnFailure)},
 		},
 		"on_config_mismatch": schema.StringAttribute{
 			Optional: true, Computed: true,
 			Default: stringdefault.StaticString(mismatchWarn),
-			Description: "What create does when the guest is not configured as its seed declared. The seed's first-boot reporter compares what the seed declared with what the guest has: each declared address on the interface with the declared MAC (a DHCP NIC needs an address of that family), an IPv4 and IPv6 default route via each declared gateway, the declared nameservers and search domains in use (`/etc/resolv.conf`, or systemd-resolved's), the hostname, each shared folder mounted, and, when the seed installs the NVIDIA driver (`nvidia_driver`), that `nvidia-smi` reports that driver version (cloud-init goes on past a failed install, so this is where it shows). " +
+			Description: "What create does when the guest is not configured as its seed declared. The seed's " +
+				"first-boot reporter compares what the seed declared with what the guest has: each declared " +
+				"address on the interface with the declared MAC (a DHCP NIC needs an address of that family), " +
+				"an IPv4 and IPv6 default route via each declared gateway, the declared nameservers and search " +
+				"domains in use (`/etc/resolv.conf`, or systemd-resolved's), the hostname, each shared folder " +
+				"mounted, and, when the seed installs the NVIDIA driver (`nvidia_driver`), that `nvidia-smi` " +
+				"reports that driver version (cloud-init goes on past a failed install, so this is where it " +
+				"shows). " +
 				"`warn` (default): a mismatch makes the readiness degraded, a warning that names what is missing (e.g. `no IPv4 default route via 10.0.2.2 on enp1s0 (52:54:00:12:34:56)`), and create succeeds. " +
 				"`fail`: a mismatch fails the create like a cloud-init error, and `on_ready_failure` decides whether the VM is kept (tainted) or destroyed. " +
-				"Applies when the seed has the first-boot reporter, whichever way its report comes (`channel`, `phone_home`, or `guest_agent`, which reads the reporter's `/run/kohaku/report.json` too); `wait_for = \"none\"` checks nothing, so `fail` is refused with it. Only create checks: a change is stored without touching the VM.",
+				"Applies when the seed has the first-boot reporter, whichever way its report comes (`channel`, " +
+				"`phone_home`, or `guest_agent`, which reads the reporter's `/run/kohaku/report.json` too); " +
+				"`wait_for = \"none\"` checks nothing, so `fail` is refused with it. Only create checks: a " +
+				"change is stored without touching the VM.",
 			Validators: []validator.String{stringvalidator.OneOf(mismatchWarn, mismatchFail)},
 		},
 		"guest": schema.SingleNestedAttribute{
@@ -93,14 +117,16 @@ func waitSchema() map[string]schema.Attribute {
 			PlanModifiers: []planmodifier.Object{objectplanmodifier.UseStateForUnknown()},
 			Description:   "What the guest reported when it became ready (set by create; refresh does not ask the guest). Null when create did not wait.",
 			Attributes: map[string]schema.Attribute{
-				"ready_via":         schema.StringAttribute{Computed: true, Description: "`channel`, `phone_home` or `guest_agent`."},
-				"seconds_to_ready":  schema.Float64Attribute{Computed: true, Description: "Seconds from starting the domain to the guest's report."},
-				"hostname":          schema.StringAttribute{Computed: true, Description: "The guest's hostname."},
-				"fqdn":              schema.StringAttribute{Computed: true, Description: "The guest's fully qualified name."},
-				"instance_id":       schema.StringAttribute{Computed: true, Description: "The cloud-init instance id the guest booted with."},
-				"remote_address":    schema.StringAttribute{Computed: true, Description: "The address the phone-home call came from (`ip:port`); empty for the other ways."},
-				"ssh_host_keys":     schema.MapAttribute{Computed: true, ElementType: types.StringType, Description: "The guest's SSH host public keys by type, each `type base64`, ready for a known_hosts line."},
-				"cloud_init_status": schema.StringAttribute{Computed: true, Description: "cloud-init's status as the guest reported it (`done`, `degraded done`, ...); empty with cloud-init's own phone_home module, which reports none."},
+				"ready_via":        schema.StringAttribute{Computed: true, Description: "`channel`, `phone_home` or `guest_agent`."},
+				"seconds_to_ready": schema.Float64Attribute{Computed: true, Description: "Seconds from starting the domain to the guest's report."},
+				"hostname":         schema.StringAttribute{Computed: true, Description: "The guest's hostname."},
+				"fqdn":             schema.StringAttribute{Computed: true, Description: "The guest's fully qualified name."},
+				"instance_id":      schema.StringAttribute{Computed: true, Description: "The cloud-init instance id the guest booted with."},
+				"remote_address":   schema.StringAttribute{Computed: true, Description: "The address the phone-home call came from (`ip:port`); empty for the other ways."},
+				"ssh_host_keys":    schema.MapAttribute{Computed: true, ElementType: types.StringType, Description: "The guest's SSH host public keys by type, each `type base64`, ready for a known_hosts line."},
+				"cloud_init_status": schema.StringAttribute{Computed: true, Description: "cloud-init's status as the " +
+					"guest reported it (`done`, `degraded done`, ...); empty with cloud-init's own phone_home " +
+					"module, which reports none."},
 				"cloud_init_errors": schema.ListAttribute{Computed: true, ElementType: types.StringType, Description: "Recoverable errors cloud-init reported (warnings, deprecations)."},
 				"addresses": schema.ListNestedAttribute{Computed: true, Description: "Addresses on the guest's interfaces, as the first-boot reporter saw them.",
 					NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
@@ -108,13 +134,16 @@ func waitSchema() map[string]schema.Attribute {
 						"mac":       schema.StringAttribute{Computed: true, Description: "Its MAC address."},
 						"address":   schema.StringAttribute{Computed: true, Description: "Address with prefix length, e.g. `10.0.2.15/24`."},
 					}}},
-				"routes": schema.ListNestedAttribute{Computed: true, Description: "The guest's routes of both families (main table, without loopback), as the first-boot reporter saw them; a default route has destination `0.0.0.0/0` or `::/0`.",
+				"routes": schema.ListNestedAttribute{Computed: true, Description: "The guest's routes of both " +
+					"families (main table, without loopback), as the first-boot reporter saw them; a default " +
+					"route has destination `0.0.0.0/0` or `::/0`.",
 					NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 						"destination": schema.StringAttribute{Computed: true, Description: "Destination prefix, e.g. `0.0.0.0/0` or `10.0.2.0/24`."},
 						"gateway":     schema.StringAttribute{Computed: true, Description: "Next hop; empty for a directly connected network."},
 						"interface":   schema.StringAttribute{Computed: true, Description: "Interface name in the guest."},
 					}}},
-				"dns_servers": schema.ListAttribute{Computed: true, ElementType: types.StringType, Description: "Nameservers the guest uses, from `/etc/resolv.conf` or, behind systemd-resolved's stub, from resolved."},
+				"dns_servers": schema.ListAttribute{Computed: true, ElementType: types.StringType, Description: "Nameservers the guest uses, " +
+					"from `/etc/resolv.conf` or, behind systemd-resolved's stub, from resolved."},
 				"gpus": schema.ListNestedAttribute{Computed: true, Description: "GPUs the guest sees through nvidia-smi (empty without the NVIDIA driver).",
 					NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 						"name":           schema.StringAttribute{Computed: true, Description: "GPU name."},
@@ -134,7 +163,9 @@ func validateWaitConfig(cfg *vmModel, diags *diag.Diagnostics) {
 	}
 	if w := cfg.WaitFor.ValueString(); w == string(ready.ModeNone) {
 		diags.AddAttributeError(path.Root("on_config_mismatch"), "Invalid on_config_mismatch",
-			fmt.Sprintf("on_config_mismatch = \"fail\" fails the create when the first-boot reporter finds the guest not configured as its seed declared, but wait_for = %q gets no such report, so nothing would be checked. "+
+			fmt.Sprintf("on_config_mismatch = \"fail\" fails the create when the first-boot reporter finds the "+
+				"guest not configured as its seed declared, but wait_for = %q gets no such report, so nothing "+
+				"would be checked. "+
 				"Use wait_for = \"auto\" (or \"channel\", \"guest_agent\") with a seed that has report_channel = true, for example:\n  wait_for           = \"channel\"\n  on_config_mismatch = \"fail\"", w))
 	}
 }
@@ -172,7 +203,9 @@ func (r *vmResource) prepareWait(plan *vmModel, in *seed.Inspection, warn func(s
 	switch w.mode {
 	case ready.ModeChannel:
 		if in == nil || in.ReportToken == "" {
-			return nil, fmt.Errorf("wait_for = \"channel\", but seed %s has no first-boot reporter to write to the channel: set report_channel = true (the default) or phone_home = true on the kohaku_seed, or use wait_for = \"guest_agent\"", plan.SeedID.ValueString())
+			return nil, fmt.Errorf("wait_for = \"channel\", but seed %s has no first-boot reporter to write to "+
+				"the channel: set report_channel = true (the default) or phone_home = true on the kohaku_seed, "+
+				"or use wait_for = \"guest_agent\"", plan.SeedID.ValueString())
 		}
 		w.token = in.ReportToken
 		return w, nil
@@ -185,7 +218,9 @@ func (r *vmResource) prepareWait(plan *vmModel, in *seed.Inspection, warn func(s
 	}
 	ph := r.data.phoneHome
 	if ph == nil {
-		return nil, errors.New("the seed phones home, but the provider has no phone_home block to listen with: add phone_home = { listen_address = \"127.0.0.1:8787\", base_url = \"http://10.0.2.2:8787\" } (the base_url the seed was made with), or set wait_for = \"channel\", \"guest_agent\" or \"none\"")
+		return nil, errors.New("the seed phones home, but the provider has no phone_home block to listen with: " +
+			"add phone_home = { listen_address = \"127.0.0.1:8787\", base_url = \"http://10.0.2.2:8787\" } (the " +
+			"base_url the seed was made with), or set wait_for = \"channel\", \"guest_agent\" or \"none\"")
 	}
 	w.url = in.PhoneHomeURL
 	if !phonehome.Under(w.url, ph.baseURL) {

@@ -264,11 +264,15 @@ func (e *WaitError) Error() string {
 	}
 	switch e.Mode {
 	case ModePhoneHome:
-		b.WriteString("\nCheck that the guest can reach that URL (phone_home.base_url and listen_address of the provider, the VM's network) and that cloud-init ran; with no network path to the provider use wait_for = \"guest_agent\".")
+		b.WriteString("\nCheck that the guest can reach that URL (phone_home.base_url and listen_address of the " +
+			"provider, the VM's network) and that cloud-init ran; with no network path to the provider use " +
+			"wait_for = \"guest_agent\".")
 	case ModeGuestAgent:
 		b.WriteString("\nCheck that the image runs qemu-guest-agent (the seed's guest_agent) and that the VM has the guest agent channel.")
 	case ModeChannel:
-		b.WriteString("\nCheck that cloud-init ran with the seed (the serial console shows it) and that the image has python3 and systemd for the seed's first-boot reporter (kohaku-report.service); `journalctl -u kohaku-report` in the guest says what it tried.")
+		b.WriteString("\nCheck that cloud-init ran with the seed (the serial console shows it) and that the " +
+			"image has python3 and systemd for the seed's first-boot reporter (kohaku-report.service); " +
+			"`journalctl -u kohaku-report` in the guest says what it tried.")
 	}
 	if len(e.SerialTail) > 0 {
 		fmt.Fprintf(&b, "\nLast lines of the serial console (%s):\n  %s", e.SerialLog, strings.Join(e.SerialTail, "\n  "))

@@ -343,7 +343,8 @@ func checkUserData(u *userInput, path string, p *problems) {
 	}
 	parts, err := walkMIME(u.plain)
 	if err != nil {
-		p.addErr(path, "looks like MIME (has a MIME-Version header in its first 4096 bytes) but does not parse: "+err.Error(), "Content-Type: multipart/mixed; boundary=\"b\"\\nMIME-Version: 1.0\\n\\n--b\\n...\\n--b--", err)
+		p.addErr(path, "looks like MIME (has a MIME-Version header in its first 4096 bytes) but does not parse: "+err.Error(), "Content-Type: "+
+			"multipart/mixed; boundary=\"b\"\\nMIME-Version: 1.0\\n\\n--b\\n...\\n--b--", err)
 		return
 	}
 	for _, part := range parts {

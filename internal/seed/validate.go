@@ -359,7 +359,8 @@ func checkGateway(gw string, v6 bool, addrs []netip.Prefix, at string, p *proble
 		subnets = append(subnets, pre.Masked().String())
 	}
 	if len(subnets) == 0 {
-		p.add(at, fmt.Sprintf("%s is outside every subnet of this NIC: it has no static %s address", gw, fam), fmt.Sprintf("addresses = [\"10.0.2.15/24\"] with %s = \"10.0.2.2\"", at[strings.LastIndex(at, ".")+1:]))
+		p.add(at, fmt.Sprintf("%s is outside every subnet of this NIC: it has no static %s address", gw, fam), fmt.Sprintf("addresses = "+
+			"[\"10.0.2.15/24\"] with %s = \"10.0.2.2\"", at[strings.LastIndex(at, ".")+1:]))
 	} else {
 		p.add(at, fmt.Sprintf("%s is outside every %s subnet of this NIC (%s)", gw, fam, strings.Join(subnets, ", ")), "an address inside "+subnets[0])
 	}

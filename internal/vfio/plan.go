@@ -68,7 +68,8 @@ func PlanBinding(inv *Inventory, target Address, opts Options) (*Plan, error) {
 	for _, a := range dev.GroupMembers {
 		m := inv.Lookup(a)
 		if m == nil {
-			return nil, fmt.Errorf("IOMMU group %d of %s lists %s, which libvirt does not show as a PCI node device; check the host with `ls /sys/kernel/iommu_groups/%d/devices` and retry", dev.Group, target, a, dev.Group)
+			return nil, fmt.Errorf("IOMMU group %d of %s lists %s, which libvirt does not show as a PCI node "+
+				"device; check the host with `ls /sys/kernel/iommu_groups/%d/devices` and retry", dev.Group, target, a, dev.Group)
 		}
 		members = append(members, m)
 		if m.Bridge {

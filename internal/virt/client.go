@@ -279,7 +279,8 @@ func hint(ep Endpoint, err error) string {
 		case TransportUnix:
 			return fmt.Sprintf(". Is libvirtd running on this machine, and may this user open %s? (For another machine use qemu+ssh://user@host/system.)", ep.Socket)
 		case TransportTCP:
-			return fmt.Sprintf(". Is libvirtd on %s listening for TCP (listen_tcp = 1 in libvirtd.conf and libvirtd started with --listen, or the libvirtd-tcp socket enabled), and is port %s open?", ep.Host, ep.Port)
+			return fmt.Sprintf(". Is libvirtd on %s listening for TCP (listen_tcp = 1 in libvirtd.conf and "+
+				"libvirtd started with --listen, or the libvirtd-tcp socket enabled), and is port %s open?", ep.Host, ep.Port)
 		case TransportTLS:
 			return fmt.Sprintf(". Is libvirtd on %s listening for TLS on port %s, and are the client certificates in place?", ep.Host, ep.Port)
 		case TransportSSH:

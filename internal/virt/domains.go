@@ -428,7 +428,9 @@ func (c *Client) VolumeByPath(ctx context.Context, path string) (pool, name stri
 type OverlayExistsError struct{ Pool, Name string }
 
 func (e *OverlayExistsError) Error() string {
-	return fmt.Sprintf("pool %q already has a volume named %q, which this resource did not create; Kohaku never reuses or overwrites it. Delete it if it is stale (virsh vol-delete --pool %s %s) or choose another VM name", e.Pool, e.Name, e.Pool, e.Name)
+	return fmt.Sprintf("pool %q already has a volume named %q, which this resource did not create; Kohaku never "+
+		"reuses or overwrites it. Delete it if it is stale (virsh vol-delete --pool %s %s) or choose another VM "+
+		"name", e.Pool, e.Name, e.Pool, e.Name)
 }
 
 // CreateOverlay creates a qcow2 volume name in pool backed by the volume
@@ -463,7 +465,8 @@ func (c *Client) CreateOverlay(ctx context.Context, pool, name, basePool, baseNa
 			capacity = base.CapacityBytes
 		}
 		if capacity < base.CapacityBytes {
-			return fmt.Errorf("the overlay would be %d bytes, smaller than its base %s/%s (%d bytes); a qcow2 overlay cannot be smaller than its backing image: leave size_gib unset or make it at least %d", capacity, basePool, baseName, base.CapacityBytes, (base.CapacityBytes+(1<<30)-1)>>30)
+			return fmt.Errorf("the overlay would be %d bytes, smaller than its base %s/%s (%d bytes); a qcow2 "+
+				"overlay cannot be smaller than its backing image: leave size_gib unset or make it at least %d", capacity, basePool, baseName, base.CapacityBytes, (base.CapacityBytes+(1<<30)-1)>>30)
 		}
 		format := base.Format
 		if format == "" {

@@ -37,7 +37,9 @@ func (f *Fleet) Host(name string) (*Client, error) {
 		return c, nil
 	}
 	if len(f.hosts) == 0 {
-		return nil, fmt.Errorf("host %q is not configured: the provider has no hosts map; add hosts = { %s = { uri = \"qemu+ssh://root@...\" } } to the provider block, or leave host empty for the default connection", name, name)
+		return nil, fmt.Errorf("host %q is not configured: the provider has no hosts map; add hosts = { %s = { "+
+			"uri = \"qemu+ssh://root@...\" } } to the provider block, or leave host empty for the default "+
+			"connection", name, name)
 	}
 	return nil, fmt.Errorf("host %q is not a key of the provider's hosts map; the keys are %s", name, strings.Join(f.Names(), ", "))
 }

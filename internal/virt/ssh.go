@@ -78,7 +78,9 @@ func ParsePrivateKey(attr, text, passphrase string) (ssh.Signer, error) {
 	case passphrase != "" && (strings.Contains(err.Error(), "not encrypted") || strings.Contains(err.Error(), "not password protected")):
 		return nil, fmt.Errorf("%s is not encrypted, but private_key_passphrase is set: remove the passphrase", attr)
 	}
-	return nil, fmt.Errorf("%s is not a private key Kohaku can read (%s): give the whole key text, from \"-----BEGIN OPENSSH PRIVATE KEY-----\" (or \"-----BEGIN ... PRIVATE KEY-----\") to the matching END line", attr, keyParseReason(err))
+	return nil, fmt.Errorf("%s is not a private key Kohaku can read (%s): give the whole key text, from "+
+		"\"-----BEGIN OPENSSH PRIVATE KEY-----\" (or \"-----BEGIN ... PRIVATE KEY-----\") to the matching END "+
+		"line", attr, keyParseReason(err))
 }
 
 // keyParseReason is the parser's error without anything taken from the input.
@@ -109,7 +111,9 @@ func ParseHostKeys(attr, text string) ([]ssh.PublicKey, error) {
 		}
 		marker, _, k, _, _, err := ssh.ParseKnownHosts([]byte(line))
 		if err != nil {
-			return nil, fmt.Errorf("%s line %d is neither a public key nor a known_hosts line; give e.g. \"ssh-ed25519 AAAAC3Nz...\" (the host's /etc/ssh/ssh_host_ed25519_key.pub) or the output of ssh-keyscan", attr, i+1)
+			return nil, fmt.Errorf("%s line %d is neither a public key nor a known_hosts line; give e.g. "+
+				"\"ssh-ed25519 AAAAC3Nz...\" (the host's /etc/ssh/ssh_host_ed25519_key.pub) or the output of "+
+				"ssh-keyscan", attr, i+1)
 		}
 		if marker == "revoked" {
 			continue
@@ -140,7 +144,9 @@ type UnknownHostKeyError struct {
 }
 
 func (e *UnknownHostKeyError) Error() string {
-	return fmt.Sprintf("the SSH host key of %s (%s %s) is not in %s. If that fingerprint is the host's, add this line to %s:\n  %s\nor set known_hosts_verify = \"auto\" to trust the host on first use (\"ignore\" skips the check and is insecure)",
+	return fmt.Sprintf("the SSH host key of %s (%s %s) is not in %s. If that fingerprint is the host's, add "+
+		"this line to %s:\n  %s\nor set known_hosts_verify = \"auto\" to trust the host on first use "+
+		"(\"ignore\" skips the check and is insecure)",
 		e.Host, e.KeyType, e.Fingerprint, e.File, e.File, e.Line)
 }
 
@@ -154,10 +160,13 @@ type HostKeyMismatchError struct {
 
 func (e *HostKeyMismatchError) Error() string {
 	if e.Pinned != "" {
-		return fmt.Sprintf("the SSH host key of %s (%s %s) does NOT match %s: the host was reinstalled, %s holds another host's key, or someone is intercepting the connection. If that fingerprint is the host's, set %s to its public key (/etc/ssh/ssh_host_*_key.pub on the host)",
+		return fmt.Sprintf("the SSH host key of %s (%s %s) does NOT match %s: the host was reinstalled, %s "+
+			"holds another host's key, or someone is intercepting the connection. If that fingerprint is the "+
+			"host's, set %s to its public key (/etc/ssh/ssh_host_*_key.pub on the host)",
 			e.Host, e.KeyType, e.Fingerprint, e.Pinned, e.Pinned, e.Pinned)
 	}
-	return fmt.Sprintf("the SSH host key of %s (%s) does NOT match the one recorded in %s: the host was reinstalled or someone is intercepting the connection. Check the host, then remove its old line from %s",
+	return fmt.Sprintf("the SSH host key of %s (%s) does NOT match the one recorded in %s: the host was "+
+		"reinstalled or someone is intercepting the connection. Check the host, then remove its old line from %s",
 		e.Host, e.Fingerprint, e.File, e.File)
 }
 
@@ -173,7 +182,9 @@ func (e *AuthError) Error() string {
 	if len(e.Offered) > 0 {
 		offered = strings.Join(e.Offered, ", ")
 	}
-	return fmt.Sprintf("the SSH server refused user %q (offered: %s): %v. Set ssh.key_file to a key in the user's authorized_keys, load the key into ssh-agent, or put the user in the URI (qemu+ssh://USER@host/system)",
+	return fmt.Sprintf("the SSH server refused user %q (offered: %s): %v. Set ssh.key_file to a key in the "+
+		"user's authorized_keys, load the key into ssh-agent, or put the user in the URI "+
+		"(qemu+ssh://USER@host/system)",
 		e.User, offered, e.Err)
 }
 
@@ -618,7 +629,9 @@ func (d *sshDialer) Dial() (net.Conn, error) {
 		var refused *ssh.OpenChannelError
 		if errors.As(err, &refused) || attempt > 0 {
 			d.release(s)
-			return nil, fmt.Errorf("the SSH server accepted us but could not open libvirt's socket %s on the host (is libvirtd running there, may user %q use it, and does sshd allow stream-local forwarding?): %w", d.socket, d.user, err)
+			return nil, fmt.Errorf("the SSH server accepted us but could not open libvirt's socket %s on the "+
+				"host (is libvirtd running there, may user %q use it, and does sshd allow stream-local "+
+				"forwarding?): %w", d.socket, d.user, err)
 		}
 		// Not a refusal: the connection is gone. Drop it and redial once.
 		d.kill(s)

@@ -251,7 +251,9 @@ func (d *tlsDialer) refused(f tlsFiles, err error) error {
 	if certInfo != "" {
 		certInfo = " (" + certInfo + ")"
 	}
-	return &TLSError{Msg: fmt.Sprintf("libvirtd refused the client certificate %s%s after the TLS handshake: it must be signed by the CA in libvirtd's ca_file (on the host, /etc/pki/CA/cacert.pem by default), be valid now, and match tls_allowed_dn_list if libvirtd.conf sets one", certFile, certInfo), Err: err}
+	return &TLSError{Msg: fmt.Sprintf("libvirtd refused the client certificate %s%s after the TLS handshake: it "+
+		"must be signed by the CA in libvirtd's ca_file (on the host, /etc/pki/CA/cacert.pem by default), be "+
+		"valid now, and match tls_allowed_dn_list if libvirtd.conf sets one", certFile, certInfo), Err: err}
 }
 
 func (d *tlsDialer) handshakeError(err error, caFile string) error {
@@ -261,9 +263,13 @@ func (d *tlsDialer) handshakeError(err error, caFile string) error {
 	var alert tls.AlertError
 	switch {
 	case errors.As(err, &unknown):
-		return &TLSError{Msg: fmt.Sprintf("the TLS certificate of %s is not trusted: it is not signed by the CA in %s. Put the CA that signed libvirtd's servercert.pem there (or set tls.no_verify = true, which is insecure)", d.addr, caFile), Err: err}
+		return &TLSError{Msg: fmt.Sprintf("the TLS certificate of %s is not trusted: it is not signed by the CA "+
+			"in %s. Put the CA that signed libvirtd's servercert.pem there (or set tls.no_verify = true, which "+
+			"is insecure)", d.addr, caFile), Err: err}
 	case errors.As(err, &hostErr):
-		return &TLSError{Msg: fmt.Sprintf("the TLS certificate of %s is not valid for the name %q in the URI: connect with a name the certificate holds, or reissue libvirtd's servercert.pem with that name in its subjectAltName", d.addr, d.host), Err: err}
+		return &TLSError{Msg: fmt.Sprintf("the TLS certificate of %s is not valid for the name %q in the URI: "+
+			"connect with a name the certificate holds, or reissue libvirtd's servercert.pem with that name in "+
+			"its subjectAltName", d.addr, d.host), Err: err}
 	case errors.As(err, &invalid):
 		return &TLSError{Msg: fmt.Sprintf("the TLS certificate of %s is not valid", d.addr), Err: err}
 	case errors.As(err, &alert):

@@ -31,7 +31,9 @@ type Volume struct {
 type VolumeExistsError struct{ Pool, Name, Path string }
 
 func (e *VolumeExistsError) Error() string {
-	return fmt.Sprintf("pool %q already has a volume named %q (%s), which this resource did not create; Kohaku never overwrites it. Choose another name, delete the volume if it is stale, or import it with terraform import", e.Pool, e.Name, e.Path)
+	return fmt.Sprintf("pool %q already has a volume named %q (%s), which this resource did not create; Kohaku "+
+		"never overwrites it. Choose another name, delete the volume if it is stale, or import it with "+
+		"terraform import", e.Pool, e.Name, e.Path)
 }
 
 // poolByName looks a pool up, and when it is missing says which pools exist.
@@ -54,7 +56,8 @@ func poolByName(l *libvirt.Libvirt, name string) (libvirt.StoragePool, error) {
 	if len(names) > 0 {
 		have = "its pools are " + strings.Join(names, ", ")
 	}
-	return p, fmt.Errorf("%w: the host has no pool %q (%s). Create it (virsh pool-define-as %s dir --target /var/lib/libvirt/images/%s; virsh pool-build/pool-start/pool-autostart) or use one of these", ErrPoolNotFound, name, have, name, name)
+	return p, fmt.Errorf("%w: the host has no pool %q (%s). Create it (virsh pool-define-as %s dir --target "+
+		"/var/lib/libvirt/images/%s; virsh pool-build/pool-start/pool-autostart) or use one of these", ErrPoolNotFound, name, have, name, name)
 }
 
 func volumeInfo(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*Volume, error) {

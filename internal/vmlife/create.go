@@ -153,7 +153,9 @@ func Create(ctx context.Context, h Host, p Plan) (*View, error) {
 	// 1. The name must be free: a domain this create did not make is not
 	// to be touched, let alone rolled back.
 	if ref, err := h.LookupDomain(ctx, spec.Name); err == nil {
-		return nil, vc.fail(ctx, StepCheckName, fmt.Errorf("a domain named %s already exists (UUID %s) and this resource did not create it. Choose another name, remove that domain (virsh undefine --nvram %s), or bring it under Terraform with terraform import", spec.Name, ref.UUID, spec.Name))
+		return nil, vc.fail(ctx, StepCheckName, fmt.Errorf("a domain named %s already exists (UUID %s) and this "+
+			"resource did not create it. Choose another name, remove that domain (virsh undefine --nvram %s), "+
+			"or bring it under Terraform with terraform import", spec.Name, ref.UUID, spec.Name))
 	} else if !errors.Is(err, virt.ErrDomainNotFound) {
 		return nil, vc.fail(ctx, StepCheckName, err)
 	}

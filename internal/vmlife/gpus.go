@@ -99,12 +99,15 @@ func ExpandGPUs(ctx context.Context, entries []string, read PCIDeviceReader) (GP
 		dev, err := get(a)
 		switch {
 		case errors.Is(err, virt.ErrNotFound):
-			return nil, nil, &GPUEntryError{Entry: e, Err: fmt.Errorf("the host has no PCI function %s. gpus takes the id of a kohaku_gpu_binding, which binds the device and its IOMMU group to vfio-pci; list the host's devices with the kohaku_pci_devices data source", a)}
+			return nil, nil, &GPUEntryError{Entry: e, Err: fmt.Errorf("the host has no PCI function %s. gpus "+
+				"takes the id of a kohaku_gpu_binding, which binds the device and its IOMMU group to vfio-pci; "+
+				"list the host's devices with the kohaku_pci_devices data source", a)}
 		case err != nil:
 			return nil, nil, &GPUEntryError{Entry: e, Err: fmt.Errorf("reading PCI function %s: %w", a, err)}
 		}
 		if dev.Driver != vfio.DriverVFIO {
-			return nil, nil, &GPUEntryError{Entry: e, Err: fmt.Errorf("%s is on %s, not vfio-pci. Bind it with kohaku_gpu_binding first and pass the binding's id: gpus = [kohaku_gpu_binding.<name>.id]", vfio.Describe(dev), driverOrNone(dev.Driver))}
+			return nil, nil, &GPUEntryError{Entry: e, Err: fmt.Errorf("%s is on %s, not vfio-pci. Bind it with "+
+				"kohaku_gpu_binding first and pass the binding's id: gpus = [kohaku_gpu_binding.<name>.id]", vfio.Describe(dev), driverOrNone(dev.Driver))}
 		}
 		members := dev.GroupMembers
 		if !dev.HasIOMMU() {
@@ -116,7 +119,9 @@ func ExpandGPUs(ctx context.Context, entries []string, read PCIDeviceReader) (GP
 			if m != a {
 				if md, err = get(m); err != nil {
 					if errors.Is(err, virt.ErrNotFound) {
-						return nil, nil, &GPUEntryError{Entry: e, Err: fmt.Errorf("IOMMU group %d of %s lists %s, which libvirt does not show as a PCI node device; check the host with `ls /sys/kernel/iommu_groups/%d/devices` and retry", dev.Group, a, m, dev.Group)}
+						return nil, nil, &GPUEntryError{Entry: e, Err: fmt.Errorf("IOMMU group %d of %s lists "+
+							"%s, which libvirt does not show as a PCI node device; check the host with `ls "+
+							"/sys/kernel/iommu_groups/%d/devices` and retry", dev.Group, a, m, dev.Group)}
 					}
 					return nil, nil, &GPUEntryError{Entry: e, Err: fmt.Errorf("reading %s, of IOMMU group %d of %s: %w", m, dev.Group, a, err)}
 				}
@@ -126,7 +131,9 @@ func ExpandGPUs(ctx context.Context, entries []string, read PCIDeviceReader) (GP
 				continue
 			case md.Driver != vfio.DriverVFIO:
 				if md.Driver != "" {
-					warnings = append(warnings, fmt.Sprintf("%s is in IOMMU group %d of %s (gpus entry %q) but on %s, not vfio-pci, so it is not passed through; the VM cannot start until the whole group is on vfio-pci. Apply the kohaku_gpu_binding of %s again to bind it", vfio.Describe(md), dev.Group, a, e, md.Driver, a))
+					warnings = append(warnings, fmt.Sprintf("%s is in IOMMU group %d of %s (gpus entry %q) but "+
+						"on %s, not vfio-pci, so it is not passed through; the VM cannot start until the whole "+
+						"group is on vfio-pci. Apply the kohaku_gpu_binding of %s again to bind it", vfio.Describe(md), dev.Group, a, e, md.Driver, a))
 				}
 				continue
 			}

@@ -137,7 +137,9 @@ func checkHugePages(spec *domain.Spec, all, bound []virt.NUMANode, creating bool
 	if size == domain.HugePage1GiB {
 		kernel = "1G"
 	}
-	hint := fmt.Sprintf("reserve them on the host first: echo N > /sys/devices/system/node/node<id>/hugepages/hugepages-%dkB/nr_hugepages, or hugepagesz=%s hugepages=N on its kernel command line", size, kernel)
+	hint := fmt.Sprintf("reserve them on the host first: echo N > "+
+		"/sys/devices/system/node/node<id>/hugepages/hugepages-%dkB/nr_hugepages, or hugepagesz=%s hugepages=N "+
+		"on its kernel command line", size, kernel)
 	if len(bound) > 0 {
 		var total uint64
 		for i, n := range bound {
@@ -149,7 +151,9 @@ func checkHugePages(spec *domain.Spec, all, bound []virt.NUMANode, creating bool
 			case !ok || p.Total == 0:
 				return &PlacementError{Attribute: "hugepages", Err: fmt.Errorf("NUMA node %d, where the VM's GPUs are, has no %s huge pages; %s", n.ID, label, hint)}
 			case creating && n.FreeKnown && p.Free < need:
-				return &PlacementError{Attribute: "hugepages", Err: fmt.Errorf("NUMA node %d has %d free %s huge pages; the VM's %d MiB there need %d. Free or reserve more on that node (%s), lower memory_mib, or set numa_placement = \"none\"", n.ID, p.Free, label, mib, need, hint)}
+				return &PlacementError{Attribute: "hugepages", Err: fmt.Errorf("NUMA node %d has %d free %s "+
+					"huge pages; the VM's %d MiB there need %d. Free or reserve more on that node (%s), lower "+
+					"memory_mib, or set numa_placement = \"none\"", n.ID, p.Free, label, mib, need, hint)}
 			}
 		}
 		return nil
@@ -168,7 +172,8 @@ func checkHugePages(spec *domain.Spec, all, bound []virt.NUMANode, creating bool
 	case reserved == 0:
 		return &PlacementError{Attribute: "hugepages", Err: fmt.Errorf("the host has no %s huge pages; %s", label, hint)}
 	case creating && known && free < need:
-		return &PlacementError{Attribute: "hugepages", Err: fmt.Errorf("the host has %d free %s huge pages; the VM's %d MiB need %d. Free or reserve more (%s), or lower memory_mib", free, label, spec.MemoryMiB, need, hint)}
+		return &PlacementError{Attribute: "hugepages", Err: fmt.Errorf("the host has %d free %s huge pages; the "+
+			"VM's %d MiB need %d. Free or reserve more (%s), or lower memory_mib", free, label, spec.MemoryMiB, need, hint)}
 	}
 	return nil
 }

@@ -164,7 +164,8 @@ func checkShareSources(h Host, shares []domain.SharedFolder) (int, error) {
 		fi, err := os.Stat(sf.Source)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
-			return i, fmt.Errorf("shared_folder[%d].source: %s does not exist on this host. Create the directory first (mkdir -p %s), for example with a local_file or null_resource the VM depends on", i, sf.Source, sf.Source)
+			return i, fmt.Errorf("shared_folder[%d].source: %s does not exist on this host. Create the "+
+				"directory first (mkdir -p %s), for example with a local_file or null_resource the VM depends on", i, sf.Source, sf.Source)
 		case err != nil:
 			return i, fmt.Errorf("shared_folder[%d].source: %v", i, err)
 		case !fi.IsDir():

@@ -159,7 +159,9 @@ func env(t testing.TB, name string) string {
 	}
 	v := os.Getenv(name)
 	if v == "" {
-		t.Fatalf("%s is not set: boot the nested host and load its settings with\n  bash internal/acctest/nestedhost/nestedhost.sh up --both && eval \"$(bash internal/acctest/nestedhost/nestedhost.sh env)\"\n(or run make nested-up)", name)
+		t.Fatalf("%s is not set: boot the nested host and load its settings with\n"+
+			"  bash internal/acctest/nestedhost/nestedhost.sh up --both && eval \"$(bash "+
+			"internal/acctest/nestedhost/nestedhost.sh env)\"\n(or run make nested-up)", name)
 	}
 	return v
 }

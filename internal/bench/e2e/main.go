@@ -528,8 +528,13 @@ func (h *harness) report(ms []measurement) string {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Fprintf(&b, "Kohaku end-to-end benchmark: N = %s pairs (kohaku_seed + kohaku_vm, defined, not started), %d repeat(s), -parallelism=%d; %d CPUs, load %s; %s\n\n",
 		joinInts(h.o.ns), h.o.repeats, h.o.parallelism, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	b.WriteString("Wall seconds, min / median of the repeats. Ratio = kohaku / (same-schema floor + libvirt floor), from medians (from minimums in parentheses); target ≤ 1.3. The same-schema floor is Kohaku's schemas with no-op CRUD (internal/bench/schemafloor): Terraform, the plugin protocol and the framework for these schemas. \"vs tf floor\" is kohaku / (terraform floor + libvirt floor), the ratio of earlier reports.\n\n")
-	b.WriteString("| N | step | kohaku | same-schema floor | terraform floor | libvirt floor | ratio | ≤ 1.3 | vs tf floor | peak RSS (MiB): kohaku / floor |\n|---:|---|---:|---:|---:|---:|---:|:---:|---:|---:|\n")
+	b.WriteString("Wall seconds, min / median of the repeats. Ratio = kohaku / (same-schema floor + libvirt " +
+		"floor), from medians (from minimums in parentheses); target ≤ 1.3. The same-schema floor is Kohaku's " +
+		"schemas with no-op CRUD (internal/bench/schemafloor): Terraform, the plugin protocol and the framework " +
+		"for these schemas. \"vs tf floor\" is kohaku / (terraform floor + libvirt floor), the ratio of earlier " +
+		"reports.\n\n")
+	b.WriteString("| N | step | kohaku | same-schema floor | terraform floor | libvirt floor | ratio | ≤ 1.3 | " +
+		"vs tf floor | peak RSS (MiB): kohaku / floor |\n|---:|---|---:|---:|---:|---:|---:|:---:|---:|---:|\n")
 	byN := map[int][]measurement{}
 	for _, m := range ms {
 		byN[m.N] = append(byN[m.N], m)
@@ -572,18 +577,28 @@ func (h *harness) report(ms []measurement) string {
 			})
 		}
 	}
-	b.WriteString("\nCPU seconds (medians): where the time goes. \"terraform + provider\" is the terraform process with the providers it reaped; \"provider\" is the provider processes alone (sampled from /proc); libvirtd includes the qemu-img it runs. The libvirt floor's CPU is split over its phases by wall time.\n\n")
-	b.WriteString("| N | step | kohaku: terraform + provider | of which provider | libvirtd | same-schema floor: terraform + provider | of which provider | terraform floor | libvirt floor: client | libvirt floor: libvirtd |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\nCPU seconds (medians): where the time goes. \"terraform + provider\" is the terraform " +
+		"process with the providers it reaped; \"provider\" is the provider processes alone (sampled from " +
+		"/proc); libvirtd includes the qemu-img it runs. The libvirt floor's CPU is split over its phases by " +
+		"wall time.\n\n")
+	b.WriteString("| N | step | kohaku: terraform + provider | of which provider | libvirtd | same-schema " +
+		"floor: terraform + provider | of which provider | terraform floor | libvirt floor: client | libvirt " +
+		"floor: libvirtd |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range cpus {
 		fmt.Fprintf(&b, "| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", c.n, c.step, c.kt, c.kp, c.kd, c.st, c.sp, c.tt, c.lc, c.ld)
 	}
-	b.WriteString("\nState after apply (terraform.tfstate), bytes per seed + VM pair: kohaku against the same-schema floor, whose state holds what the plan knew (the configuration and defaults; computed values null).\n\n| N | kohaku | same-schema floor |\n|---:|---:|---:|\n")
+	b.WriteString("\nState after apply (terraform.tfstate), bytes per seed + VM pair: kohaku against the " +
+		"same-schema floor, whose state holds what the plan knew (the configuration and defaults; computed " +
+		"values null).\n\n| N | kohaku | same-schema floor |\n|---:|---:|---:|\n")
 	for _, n := range ns {
 		m := byN[n][len(byN[n])-1]
 		fmt.Fprintf(&b, "| %d | %d | %d |\n", n, m.StateBytes/int64(n), m.FloorStateBytes/int64(n))
 	}
 	if h.o.rpc {
-		b.WriteString("\nlibvirt calls of one no-change plan (full refresh), counted by a proxy in front of libvirtd's socket. Per VM: domain calls / N; per seed: storage calls / N; the libvirt floor's read makes 2 per VM and 3 per seed. KiB from libvirtd: every reply and download stream byte of the refresh, per seed + VM pair (the seed's ISO read is most of it).\n\n")
+		b.WriteString("\nlibvirt calls of one no-change plan (full refresh), counted by a proxy in front of " +
+			"libvirtd's socket. Per VM: domain calls / N; per seed: storage calls / N; the libvirt floor's read " +
+			"makes 2 per VM and 3 per seed. KiB from libvirtd: every reply and download stream byte of the " +
+			"refresh, per seed + VM pair (the seed's ISO read is most of it).\n\n")
 		b.WriteString("| N | calls | connections | per VM | per seed | connection setup | KiB from libvirtd per pair | per pair, by procedure |\n|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, n := range ns {
 			for _, m := range byN[n] {
