@@ -270,7 +270,8 @@ ensure_image() {
 	{
 		echo "# $what, built $(date -u +%FT%TZ) on $(hostname)"
 		[[ ! -s $BUILD_DIR/kernel-version ]] || echo "# kernel: $(cat "$BUILD_DIR/kernel-version")"
-		echo "# mmdebstrap $(dpkg-query -W -f='${Version}' mmdebstrap 2>/dev/null)"
+		# images mmdebstrap made list their packages
+		[[ ! -s $BUILD_DIR/packages.txt ]] || echo "# mmdebstrap $(dpkg-query -W -f='${Version}' mmdebstrap 2>/dev/null)"
 		recipe_text "${RECIPE[@]}"
 	} >"$BUILD_DIR/recipe.txt"
 	"$complete" "$BUILD_DIR" || die "building $what left an incomplete $BUILD_DIR (log: $out)"
