@@ -202,12 +202,13 @@ recipe_text() { # SETTING... -- FILE...
 recipe_key() { recipe_text "$@" | sha256sum | cut -c1-16; }
 
 mounts_under() { awk -v p="$1/" 'index($2, p) == 1 { print $2 }' /proc/mounts | sort -r; }
+no_mounts_under() { [[ -z $(mounts_under "$1") ]]; }
 
 remove_build_dir() { # $1 = a build work dir; never descends into mounts
 	local d=$1 m
 	# an interrupted mmdebstrap unmounts /proc, /sys, /dev in its chroot on the way
 	# out, a moment after its main process is gone: give it 10 s, then do it
-	wait_until 10 0.1 test -z "$(mounts_under "$d")" || true
+	wait_until 10 0.1 no_mounts_under "$d" || true
 	mounts_under "$d" | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 	rm -rf --one-file-system "$d" || log "WARNING: could not remove all of $d"
 }
