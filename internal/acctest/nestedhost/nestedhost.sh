@@ -270,7 +270,7 @@ inventory() {
 
 devices_summary() {
 	local GPU="" GPU_DRIVER="" GPU_AUDIO="" NIC="" EDU="" IOMMU_GROUPED=""
-	# shellcheck disable=SC1090,SC1091 # written by inventory
+	# shellcheck source=/dev/null # devices.env: written by inventory at run time
 	source "$STATE/devices.env"
 	printf 'GPU %s (on %s) + audio %s, NIC %s, edu %s; %s PCI devices in IOMMU groups' \
 		"${GPU:-?}" "${GPU_DRIVER:-no driver}" "${GPU_AUDIO:-?}" "${NIC:-?}" "${EDU:-?}" "$IOMMU_GROUPED"
@@ -356,7 +356,7 @@ cmd_env() {
 	if ! our_qemu_pid >/dev/null || [[ ! -s $STATE/devices.env ]]; then
 		die "L1 is not up: run 'bash $SELF up' first"
 	fi
-	# shellcheck disable=SC1090,SC1091 # written by inventory
+	# shellcheck source=/dev/null # devices.env: written by inventory at run time
 	source "$STATE/devices.env"
 	cat <<EOF
 export KOHAKU_TEST_NESTED_URI=$(uri)
