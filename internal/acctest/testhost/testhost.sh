@@ -299,7 +299,7 @@ ensure_cloud_image() {
 		"$LOG_DIR/cloud-build.log" "${BUILD[@]}"
 }
 
-image_http_pid() { pidfile_pid "$IMAGE_HTTP_PID" 'python3*' http.server; } # prints the pid of our server
+image_http_pid() { pidfile_pid "$IMAGE_HTTP_PID" 'python*' http.server; } # prints the pid of our server
 
 ensure_image_http() {
 	local dir pid
@@ -321,7 +321,7 @@ ensure_image_http() {
 stop_image_http() {
 	local pid
 	pid=$(image_http_pid) || { rm -f "$IMAGE_HTTP_PID"; return 0; }
-	pidfile_stop "$IMAGE_HTTP_PID" "image server" 5 'python3*' http.server
+	pidfile_stop "$IMAGE_HTTP_PID" "image server" 5 'python*' http.server
 	log "down: stopped the image server pid $pid"
 }
 
