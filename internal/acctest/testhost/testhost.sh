@@ -295,7 +295,7 @@ ensure_image_pool() { # $1 = debian12 | debian13
 # (recipes/cloud-image.sh), served like a vendor's mirror.
 ensure_cloud_image() {
 	image_recipe cloud
-	ensure_image "cloud image" "$(image_dir cloud)" cloud_complete cloud_describe \
+	ensure_image "cloud image $(image_key cloud)" "$(image_dir cloud)" cloud_complete cloud_describe \
 		"$LOG_DIR/cloud-build.log" "${BUILD[@]}"
 }
 
