@@ -1,5 +1,5 @@
 # hostlib.sh: the shell helpers testhost/testhost.sh and nestedhost/nestedhost.sh
-# share: logging and phase timing, package installs, waiting with a deadline,
+# (and tinyguest/tinyguest.sh, for its key) share: logging and phase timing, package installs, waiting with a deadline,
 # processes started and stopped by their pid files, and the image cache
 # (recipe keys, builds renamed into place). Sourced, never run. The caller
 # defines log_tag (what its messages start with) before sourcing it, and
