@@ -38,6 +38,7 @@ Environment (all optional):
   KOHAKU_NESTED_MIRROR     Debian mirror for the image (default: KOHAKU_TESTHOST_MIRROR,
                            then http://deb.debian.org/debian)
   KOHAKU_NESTED_CACHE      image cache root (default /var/cache/kohaku/nested)
+  KOHAKU_NESTED_LOG_DIR    build and apt logs (default /var/log/kohaku-nested)
   KOHAKU_NESTED_PORT       loopback port forwarded to L1's libvirtd (default 16609;
                            the virtio-iommu instance uses this + 1)
   KOHAKU_NESTED_TIMEOUT    seconds `up` waits for L1's libvirtd (default 600)
@@ -56,10 +57,10 @@ readonly BOOT_TIMEOUT=${KOHAKU_NESTED_TIMEOUT:-600}
 # booted again (libvirtd is socket-activated and answers within seconds)
 readonly ANSWER_GRACE=${KOHAKU_NESTED_ANSWER_GRACE:-240}
 readonly STATE_ROOT=/run/kohaku-nested
-readonly LOG_DIR=/var/log/kohaku-nested
+readonly LOG_DIR=${KOHAKU_NESTED_LOG_DIR:-/var/log/kohaku-nested}
 readonly HOST_PACKAGES=(qemu-system-x86 qemu-utils libvirt-clients mmdebstrap e2fsprogs)
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
-readonly SELF
+readonly SELF HERE=${SELF%/*}
 
 # Instance parameters, set by select_instance.
 INSTANCE="" PORT="" CONSOLE_PORT="" SSH_PORT="" STATE="" L1_HOSTNAME="" L1_UUID="" IOMMU=""
@@ -83,249 +84,33 @@ uri() { printf 'qemu+tcp://127.0.0.1:%s/system' "$PORT"; }
 # ---------------------------------------------------------------- logging
 log_tag() { printf 'nestedhost%s' "${INSTANCE:+[$INSTANCE]}"; }
 # shellcheck source=../hostlib.sh
-. "${SELF%/*}/../hostlib.sh"
+. "$HERE/../hostlib.sh"
 
 need_root() { [[ $(id -u) == 0 ]] || die "must run as root (mmdebstrap --mode=root, QEMU)"; }
 
-# ---------------------------------------------------------------- L1 image recipe
-# Everything between the BEGIN/END markers is the image recipe: its sha256 (first 16
-# hex digits) names the cache directory, so any edit here builds a new image.
-# --- BEGIN IMAGE RECIPE ---
-readonly IMAGE_SUITE=bookworm
-readonly IMAGE_SIZE=3G
-# libvirt-daemon-system brings the config, the systemd units (socket activation)
-# and the libvirt-qemu user; seabios + ipxe-qemu are the firmware L2 domains need.
-# No recommends: no dnsmasq, apparmor, ovmf, GUI libraries.
-readonly IMAGE_INCLUDE=systemd-sysv,udev,dbus,kmod,iproute2,procps,pciutils,libvirt-daemon-system,libvirt-daemon-driver-qemu,libvirt-clients,qemu-system-x86,seabios,ipxe-qemu,initramfs-tools,zstd,openssh-server
-# The NVIDIA driver version the stand-in module declares (nvidia-standin/nvidia.c,
-# whose text is part of this recipe's key): what /sys/module/nvidia/version says in L1.
-readonly NVIDIA_STANDIN_VERSION=550.54.15
-# The kernel goes in with a second apt run (the initrd is then generated once).
-# linux-image-amd64: vfio-pci, intel-iommu, bochs-drm and snd-hda-intel are all there.
-readonly IMAGE_KERNEL=linux-image-amd64
-
-# nvidia_standin_build builds the NVIDIA stand-in module (copied to
-# /usr/src/kohaku-nvidia) for the tree's kernel and installs it, then removes
-# the compiler and headers again. It runs as an mmdebstrap hook, under sh.
-nvidia_standin_build() { # $1 = root tree with its kernel; $2 = version to declare
-	set -e # (sh -c: without it only the last command's status counts)
-	kver=$(ls -1 "$1/lib/modules" | sort -V | tail -n1)
-	printf 'obj-m := nvidia.o\nccflags-y := -DNV_VERSION=\\"%s\\"\n' "$2" >"$1/usr/src/kohaku-nvidia/Kbuild"
-	chroot "$1" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends make gcc "linux-headers-$kver"
-	chroot "$1" make -C "/lib/modules/$kver/build" M=/usr/src/kohaku-nvidia modules
-	install -D -m 644 "$1/usr/src/kohaku-nvidia/nvidia.ko" "$1/lib/modules/$kver/updates/nvidia.ko"
-	chroot "$1" depmod "$kver"
-	chroot "$1" modinfo -F version -k "$kver" nvidia | grep -qx "$2"
-	chroot "$1" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q --autoremove make gcc "linux-headers-$kver"
-	rm -rf "$1/usr/src/kohaku-nvidia"
-}
-
-image_customize() { # $1 = unpacked root tree
-	local t=$1
-	printf '/dev/vda / ext4 defaults 0 1\n' >"$t/etc/fstab"
-	printf 'kohaku-nested\n' >"$t/etc/hostname" # the kernel cmdline sets the instance's name
-	printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$t/etc/hosts"
-	: >"$t/etc/machine-id"
-	# root login on the serial console without a password (debugging only)
-	mkdir -p "$t/etc/systemd/system/serial-getty@ttyS0.service.d"
-	# shellcheck disable=SC2016 # $TERM is for systemd to expand
-	printf '[Service]\nExecStart=\nExecStart=-/sbin/agetty --autologin root --noclear --keep-baud 115200,38400,9600 %%I $TERM\n' \
-		>"$t/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf"
-	# user-mode NIC: a static address, no DHCP wait (QEMU's hostfwd targets
-	# 10.0.2.15). Matched by its MAC alone: the e1000e pass-through stand-in is
-	# a NIC too; given the same address (as `en*` did), its routes could come
-	# first and take the replies to the forwarded port away from this NIC.
-	cat >"$t/etc/systemd/network/10-slirp.network" <<'NET'
-[Match]
-MACAddress=52:54:00:6b:6f:01
-[Network]
-Address=10.0.2.15/24
-Gateway=10.0.2.2
-DNS=10.0.2.3
-LinkLocalAddressing=no
-IPv6AcceptRA=no
-NET
-	# only software emulation: L1's libvirt must offer type='qemu' and nothing else
-	cat >"$t/etc/modprobe.d/kohaku-no-kvm.conf" <<'MOD'
-blacklist kvm
-blacklist kvm_intel
-blacklist kvm_amd
-install kvm /bin/false
-install kvm_intel /bin/false
-install kvm_amd /bin/false
-MOD
-	printf 'vfio\nvfio_iommu_type1\nvfio_pci\n' >"$t/etc/modules-load.d/kohaku-vfio.conf"
-	# the GPU stand-in belongs to the NVIDIA stand-in, as a card to nvidia on
-	# a GPU host: bochs, which would take QEMU's VGA, is kept out
-	printf 'nvidia\n' >"$t/etc/modules-load.d/kohaku-nvidia.conf"
-	printf 'blacklist bochs\ninstall bochs /bin/false\n' >"$t/etc/modprobe.d/kohaku-nvidia-standin.conf"
-	# sshd, key login for root only: kohaku_gpu_binding reads host files
-	# (the NVIDIA version) over qemu+ssh
-	printf 'PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUseDNS no\n' \
-		>"$t/etc/ssh/sshd_config.d/kohaku.conf"
-	# libvirtd over TCP without auth, socket-activated, no idle exit
-	sed -i -E '/^[ \t]*(listen_tls|listen_tcp|auth_tcp)[ \t]*=/d' "$t/etc/libvirt/libvirtd.conf"
-	printf 'listen_tls = 0\nlisten_tcp = 1\nauth_tcp = "none"\n' >>"$t/etc/libvirt/libvirtd.conf"
-	printf 'LIBVIRTD_ARGS=""\n' >"$t/etc/default/libvirtd"
-	sed -i -E '/^[ \t]*(user|group|security_driver)[ \t]*=/d' "$t/etc/libvirt/qemu.conf"
-	printf 'user = "root"\ngroup = "root"\nsecurity_driver = "none"\n' >>"$t/etc/libvirt/qemu.conf"
-	# the default NAT network needs dnsmasq, which is not installed
-	rm -f "$t/etc/libvirt/qemu/networks/autostart/default.xml"
-	chroot "$t" systemctl enable systemd-networkd.service libvirtd-tcp.socket ssh.service >/dev/null 2>&1
-	# nothing to wait for at boot: no logins but root's on the serial console
-	# (logind took half a minute under TCG), no guests to resume, no timers
-	chroot "$t" systemctl mask systemd-networkd-wait-online.service systemd-logind.service getty@tty1.service \
-		libvirt-guests.service apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service \
-		fstrim.timer >/dev/null 2>&1 || true
-	# libvirtd probes every QEMU binary it finds when it starts: one is enough
-	rm -f "$t/usr/bin/qemu-system-i386"
-	# sanity checks on the tree
-	[[ -L $t/etc/systemd/system/sockets.target.wants/libvirtd-tcp.socket ]] || { echo "libvirtd-tcp.socket not enabled" >&2; return 1; }
-	[[ -L $t/etc/systemd/system/multi-user.target.wants/systemd-networkd.service ]] || { echo "systemd-networkd not enabled" >&2; return 1; }
-	[[ -L $t/etc/systemd/system/multi-user.target.wants/ssh.service && -s $t/etc/ssh/ssh_host_ed25519_key.pub ]] || { echo "sshd not enabled or without a host key" >&2; return 1; }
-	compgen -G "$t/lib/modules/*/updates/nvidia.ko" >/dev/null || { echo "no NVIDIA stand-in module in L1's tree" >&2; return 1; }
-	compgen -G "$t/lib/modules/*/kernel/drivers/vfio/pci/vfio-pci.ko*" >/dev/null || { echo "no vfio-pci module in L1 kernel" >&2; return 1; }
-	[[ -x $t/usr/bin/qemu-system-x86_64 && -x $t/usr/sbin/libvirtd && -f $t/usr/share/seabios/bios.bin ]] || { echo "qemu, libvirtd or seabios missing" >&2; return 1; }
-	grep -q '^libvirt-qemu:' "$t/etc/passwd" || { echo "user libvirt-qemu missing" >&2; return 1; }
-}
-
-# A small initrd: only what mounting /dev/vda needs. Builds in seconds instead
-# of half a minute, and L1 unpacks and runs it faster under TCG.
-initramfs_small() { # $1 = root tree, before the kernel is installed
-	mkdir -p "$1/etc/initramfs-tools/conf.d"
-	printf 'MODULES=list\n' >"$1/etc/initramfs-tools/conf.d/kohaku.conf"
-	printf 'virtio_pci\nvirtio_blk\next4\n' >>"$1/etc/initramfs-tools/modules"
-}
-
-image_build_into() { # $1 = empty work dir; leaves rootfs.raw vmlinuz initrd.img there
-	local w=$1 t=$1/tree k i
-	# shellcheck disable=SC2016 # the hooks' $1 is mmdebstrap's
-	mmdebstrap --mode=root --variant=minbase --components=main \
-		--aptopt='Acquire::Languages "none"' \
-		--dpkgopt=force-unsafe-io \
-		--dpkgopt='path-exclude=/usr/share/man/*' \
-		--dpkgopt='path-exclude=/usr/share/locale/*' \
-		--dpkgopt='path-include=/usr/share/locale/locale.alias' \
-		--dpkgopt='path-exclude=/usr/share/doc/*' \
-		--dpkgopt='path-include=/usr/share/doc/*/copyright' \
-		--include="$IMAGE_INCLUDE" \
-		--customize-hook="$(declare -f initramfs_small); initramfs_small \"\$1\"" \
-		--customize-hook="chroot \"\$1\" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $IMAGE_KERNEL" \
-		--customize-hook="mkdir -p \"\$1/usr/src/kohaku-nvidia\" && cp '$NVIDIA_SRC' \"\$1/usr/src/kohaku-nvidia/nvidia.c\"" \
-		--customize-hook="$(declare -f nvidia_standin_build); nvidia_standin_build \"\$1\" $NVIDIA_STANDIN_VERSION" \
-		--customize-hook='chroot "$1" apt-get clean' \
-		"$IMAGE_SUITE" "$t" "$MIRROR"
-	sed -i '/^force-unsafe-io$/d' "$t/etc/dpkg/dpkg.cfg.d/99mmdebstrap"
-	echo "nestedhost-step: mmdebstrap done at ${SECONDS}s"
-	image_customize "$t"
-	# the key tests log in to L1's sshd with; L1's host key for known_hosts
-	mkdir -p -m 700 "$t/root/.ssh"
-	chroot "$t" ssh-keygen -q -t ed25519 -N '' -C kohaku-nested-test -f /root/.ssh/kohaku-test-key
-	mv "$t/root/.ssh/kohaku-test-key" "$w/ssh_key"
-	mv "$t/root/.ssh/kohaku-test-key.pub" "$t/root/.ssh/authorized_keys"
-	cp "$t/etc/ssh/ssh_host_ed25519_key.pub" "$w/ssh_host_key.pub"
-	# shellcheck disable=SC2012 # kernel file names are plain
-	k=$(ls -1 "$t"/boot/vmlinuz-* | sort -V | tail -n1)
-	i=$t/boot/initrd.img-${k##*/vmlinuz-}
-	[[ -f $k && -f $i ]] || { echo "kernel or initrd missing in tree" >&2; return 1; }
-	cp "$k" "$w/vmlinuz"
-	cp "$i" "$w/initrd.img"
-	printf '%s\n' "${k##*/vmlinuz-}" >"$w/kernel-version"
-	# shellcheck disable=SC2016 # dpkg-query's format, not shell
-	chroot "$t" dpkg-query -W -f='${Package} ${Version}\n' >"$w/packages.txt"
-	# raw and sparse: QEMU's -snapshot puts every write in a throwaway overlay
-	truncate -s "$IMAGE_SIZE" "$w/rootfs.raw"
-	mkfs.ext4 -q -F -L kohaku-l1 -d "$t" "$w/rootfs.raw"
-	echo "nestedhost-step: mkfs.ext4 done at ${SECONDS}s"
-	rm -rf --one-file-system "$t"
-}
-# --- END IMAGE RECIPE ---
-
-readonly NVIDIA_SRC=${SELF%/*}/nvidia-standin/nvidia.c
-recipe_text() { sed -n '/^# --- BEGIN IMAGE RECIPE ---$/,/^# --- END IMAGE RECIPE ---$/p' "$SELF"; cat "$NVIDIA_SRC"; }
-image_key() { recipe_text | sha256sum | cut -c1-16; }
+# ---------------------------------------------------------------- L1 image
+# The recipe is recipes/l1.sh (README.md, "What up does"); the image's key
+# hashes it, the NVIDIA stand-in's source it builds, and the mirror.
+RECIPE=("mirror=$MIRROR" -- "$HERE/recipes/l1.sh" "$HERE/nvidia-standin/nvidia.c")
+image_key() { recipe_key "${RECIPE[@]}"; }
 image_dir() { printf '%s/%s' "$CACHE_ROOT" "$(image_key)"; }
 image_complete() { # $1 = dir
 	local f
-	for f in rootfs.raw vmlinuz initrd.img ssh_key ssh_host_key.pub recipe.txt; do [[ -s $1/$f ]] || return 1; done
+	for f in rootfs.raw vmlinuz initrd.img nvidia-version ssh_key ssh_host_key.pub recipe.txt; do [[ -s $1/$f ]] || return 1; done
 }
-
-# ---------------------------------------------------------------- image
-ensure_image() {
-	local key dir tmp
-	key=$(image_key)
-	dir=$CACHE_ROOT/$key
-	if image_complete "$dir"; then
-		phase_done "cached image $key found ($dir)"
-		return 0
-	fi
-	mkdir -p "$CACHE_ROOT"
-	exec 8>"$CACHE_ROOT/.lock"
-	flock 8
-	if image_complete "$dir"; then # built by a concurrent run while we waited
-		exec 8>&-
-		phase_done "cached image $key found ($dir)"
-		return 0
-	fi
-	[[ -e $dir ]] && { log "removing incomplete $dir"; rm -rf --one-file-system "$dir"; }
-	find "$CACHE_ROOT" -maxdepth 1 -name '.build-*' -exec rm -rf --one-file-system {} + 2>/dev/null || true
-	tmp=$(mktemp -d "$CACHE_ROOT/.build-$key-XXXXXX")
-	# shellcheck disable=SC2064
-	trap "rm -rf --one-file-system '$tmp'" EXIT
-	trap 'exit 130' INT TERM
-	log "building L1 image $key with mmdebstrap ($IMAGE_SUITE, $MIRROR); log: $LOG_DIR/image-build.log"
-	# a separate bash so that set -e holds inside the build (it is off inside `if !`)
-	if ! bash "$SELF" _image-build "$tmp" >"$LOG_DIR/image-build.log" 2>&1; then
-		tail -n 30 "$LOG_DIR/image-build.log" >&2
-		die "image build failed (full log: $LOG_DIR/image-build.log)"
-	fi
-	sed -n 's/^nestedhost-step: /  /p' "$LOG_DIR/image-build.log" | sed 's/^/nestedhost: /' >&2
-	{
-		echo "# kohaku nested L1 image $key, built $(date -u +%FT%TZ) on $(hostname)"
-		echo "# mirror: $MIRROR; mmdebstrap $(dpkg-query -W -f='${Version}' mmdebstrap)"
-		echo "# kernel: $(cat "$tmp/kernel-version")"
-		recipe_text
-	} >"$tmp/recipe.txt"
-	chmod 755 "$tmp"
-	mv -T "$tmp" "$dir" # atomic: the directory appears complete or not at all
-	trap - EXIT INT TERM
-	exec 8>&-
-	phase_done "built image $key: $(du -h "$dir/rootfs.raw" | cut -f1) used of $IMAGE_SIZE, kernel $(cat "$dir/kernel-version")"
+image_describe() { echo "$(du -h "$1/rootfs.raw" | cut -f1) used of $(du -h --apparent-size "$1/rootfs.raw" | cut -f1), kernel $(cat "$1/kernel-version")"; }
+ensure_l1_image() {
+	ensure_image "L1 image $(image_key)" "$(image_dir)" image_complete image_describe \
+		"$LOG_DIR/image-build.log" bash "$HERE/recipes/l1.sh" "$MIRROR"
 }
 
 # ---------------------------------------------------------------- L1 process
 virsh_ok() { timeout 10 virsh -c "$(uri)" version >/dev/null 2>&1; }
 
-our_qemu_pid() { # prints the pid when our pid file names a live QEMU of this instance
-	local pid
-	[[ -f $STATE/qemu.pid ]] || return 1
-	pid=$(tr -dc 0-9 <"$STATE/qemu.pid")
-	[[ -n $pid && -d /proc/$pid ]] || return 1
-	[[ $(cat "/proc/$pid/comm" 2>/dev/null) == qemu-system-x86* ]] || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "-name $L1_HOSTNAME " || return 1
-	printf '%s\n' "$pid"
-}
+our_qemu_pid() { pidfile_pid "$STATE/qemu.pid" 'qemu-system-x86*' "-name $L1_HOSTNAME "; } # of this instance
+stop_qemu() { pidfile_stop "$STATE/qemu.pid" "L1 QEMU" 10 'qemu-system-x86*' "-name $L1_HOSTNAME "; }
 
-stop_qemu() {
-	local pid i
-	pid=$(our_qemu_pid) || { rm -f "$STATE/qemu.pid"; return 1; }
-	log "stopping L1 QEMU pid $pid"
-	kill -TERM "$pid"
-	for ((i = 0; i < 100; i++)); do
-		[[ -d /proc/$pid ]] || break
-		sleep 0.1
-	done
-	if [[ -d /proc/$pid ]]; then
-		log "QEMU pid $pid ignored SIGTERM for 10 s: SIGKILL"
-		kill -KILL "$pid" 2>/dev/null || true
-		sleep 0.5
-	fi
-	rm -f "$STATE/qemu.pid"
-}
-
-port_busy() { # $1: something already listens on 127.0.0.1:$1
-	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
+port_busy() { port_open 127.0.0.1 "$1"; } # $1: something already listens on 127.0.0.1:$1
 
 # shellcheck disable=SC2054 # commas belong to QEMU's option syntax
 qemu_args() { # $1 = image dir
@@ -398,11 +183,8 @@ console_diagnose() {
 	exec {fd}<>"/dev/tcp/127.0.0.1/$CONSOLE_PORT"
 	# the markers are split in the command so that only the output matches them
 	printf '\n%s\n' "echo ${mark}-\"\"BEGIN; ip -br link; ip -br addr; ip route; ss -tln; systemctl --no-pager --lines=15 status libvirtd-tcp.socket libvirtd.service systemd-networkd.service 2>&1 | cat; echo ${mark}-\"\"END" >&"$fd"
-	local i
-	for ((i = 0; i < 60; i++)); do
-		grep -aq "^${mark}-END" "$STATE/console.log" && break
-		sleep 1 # (the answer is a few KiB: the socket buffers it unread)
-	done
+	# (the answer is a few KiB: the socket buffers it unread)
+	wait_until 60 1 grep -aq "^${mark}-END" "$STATE/console.log" || true
 	exec {fd}>&-
 	log "what L1 says of its network and libvirtd:"
 	sed -n "/^${mark}-BEGIN/,/^${mark}-END/p" "$STATE/console.log" | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | sed 's/^/    /' >&2
@@ -488,7 +270,7 @@ inventory() {
 
 devices_summary() {
 	local GPU="" GPU_DRIVER="" GPU_AUDIO="" NIC="" EDU="" IOMMU_GROUPED=""
-	# shellcheck disable=SC1090,SC1091 # written by inventory
+	# shellcheck source=/dev/null # devices.env: written by inventory at run time
 	source "$STATE/devices.env"
 	printf 'GPU %s (on %s) + audio %s, NIC %s, edu %s; %s PCI devices in IOMMU groups' \
 		"${GPU:-?}" "${GPU_DRIVER:-no driver}" "${GPU_AUDIO:-?}" "${NIC:-?}" "${EDU:-?}" "$IOMMU_GROUPED"
@@ -531,8 +313,8 @@ cmd_up() {
 	need_root
 	instances_from_args "$@"
 	mkdir -p "$STATE_ROOT" "$LOG_DIR"
-	phase packages; ensure_packages
-	phase image; ensure_image
+	phase packages; ensure_packages "${HOST_PACKAGES[@]}"
+	phase image; ensure_l1_image
 	if ((${#INSTANCES[@]} == 1)); then
 		up_one "${INSTANCES[0]}"
 	else
@@ -543,15 +325,15 @@ cmd_up() {
 		((rc == 0)) || die "an instance failed to come up"
 	fi
 	INSTANCE=""
-	log "up: done in $(elapsed "$T_START")s; next: eval \"\$(bash $SELF env)\""
+	log "up: done in $(since_start)s; next: eval \"\$(bash $SELF env)\""
 }
 
 cmd_image() {
 	need_root
 	mkdir -p "$LOG_DIR"
-	phase packages; ensure_packages
-	phase image; ensure_image
-	log "image: done in $(elapsed "$T_START")s"
+	phase packages; ensure_packages "${HOST_PACKAGES[@]}"
+	phase image; ensure_l1_image
+	log "image: done in $(since_start)s"
 }
 
 cmd_status() {
@@ -574,12 +356,12 @@ cmd_env() {
 	if ! our_qemu_pid >/dev/null || [[ ! -s $STATE/devices.env ]]; then
 		die "L1 is not up: run 'bash $SELF up' first"
 	fi
-	# shellcheck disable=SC1090,SC1091 # written by inventory
+	# shellcheck source=/dev/null # devices.env: written by inventory at run time
 	source "$STATE/devices.env"
 	cat <<EOF
 export KOHAKU_TEST_NESTED_URI=$(uri)
 export KOHAKU_TEST_NESTED_SSH_URI='qemu+ssh://root@127.0.0.1:$SSH_PORT/system?keyfile=$(image_dir)/ssh_key&known_hosts=$STATE/known_hosts'
-export KOHAKU_TEST_NESTED_NVIDIA_VERSION=$NVIDIA_STANDIN_VERSION
+export KOHAKU_TEST_NESTED_NVIDIA_VERSION=$(cat "$(image_dir)/nvidia-version")
 export KOHAKU_TEST_NESTED_HOSTNAME=$L1_HOSTNAME
 export KOHAKU_TEST_NESTED_UUID=$L1_UUID
 export KOHAKU_TEST_NESTED_GPU=$GPU
@@ -622,7 +404,6 @@ main() {
 	env) cmd_env ;;
 	image) cmd_image ;;
 	down) cmd_down "$@" ;;
-	_image-build) image_build_into "$1" ;; # internal: used by ensure_image
 	diag)
 		instances_from_args "$@"
 		for i in "${INSTANCES[@]}"; do select_instance "$i"; console_diagnose; done
@@ -632,4 +413,5 @@ main() {
 	esac
 }
 
-main "$@"
+# Sourced (as recipes_test.go does to read the image keys), it only defines.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then main "$@"; fi
