@@ -15,14 +15,6 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
-// TestMain runs the tests, or with -sweep=<anything> the sweepers that
-// remove what a crashed acceptance run left on the test host:
-//
-//	go test ./internal/provider -v -sweep=local
-func TestMain(m *testing.M) {
-	resource.TestMain(m)
-}
-
 // accPrefix starts the name of everything the acceptance tests create.
 const accPrefix = "kohaku-acc-"
 
