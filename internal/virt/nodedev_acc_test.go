@@ -72,9 +72,7 @@ func TestAccNodeDeviceDetachReattach(t *testing.T) {
 // Over qemu+ssh the file is read with cat in an SSH session of its own; an
 // sshd on loopback stands in for the remote host (libvirtd is not needed).
 func TestAccReadHostFileSSH(t *testing.T) {
-	if os.Getenv("TF_ACC") == "" {
-		t.Skip("acceptance test: set TF_ACC=1 (make testacc)")
-	}
+	acctest.Acceptance(t)
 	sshd := acctest.StartSSHD(t)
 	uri := fmt.Sprintf("qemu+ssh://root@127.0.0.1:%d/system?keyfile=%s&known_hosts=%s", sshd.Port, sshd.ClientKey, sshd.WriteKnownHosts(t))
 	c, err := New(Settings{URI: uri, CallTimeout: 20 * time.Second, SSH: SSHSettings{DisableAgent: true}})

@@ -16,9 +16,7 @@ import (
 // reads past MaxSessions fall back to a connection of their own instead of
 // failing. When the reads are over, no SSH connection is left open.
 func TestAccReadHostFileSharesTheSSHConnection(t *testing.T) {
-	if os.Getenv("TF_ACC") == "" {
-		t.Skip("acceptance test: set TF_ACC=1 (make testacc)")
-	}
+	acctest.Acceptance(t)
 	sshd := acctest.StartSSHD(t)
 	uri := fmt.Sprintf("qemu+ssh://root@127.0.0.1:%d/system?keyfile=%s&known_hosts=%s", sshd.Port, sshd.ClientKey, sshd.WriteKnownHosts(t))
 	c, err := New(Settings{URI: uri, CallTimeout: 30 * time.Second, SSH: SSHSettings{DisableAgent: true}})
