@@ -144,7 +144,7 @@ func checkShared(share, file string, want *regexp.Regexp) resource.TestCheckFunc
 //
 // The same guest proves the NVIDIA install path: its seed
 // has nvidia_driver with a url_template on the stand-in site on loopback
-// (nvidia_standin_test.go). The guest installs the build tools and headers
+// (nvidia_standin_acc_test.go). The guest installs the build tools and headers
 // from the stand-in mirror, downloads exactly that version's installer and
 // runs it with the arguments the seed documents; the installer records how
 // it ran in the share and installs nvidia-smi, whose GPU arrives parsed in
