@@ -8,18 +8,14 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 )
 
 // accClient connects to the acceptance host, or skips without TF_ACC.
 func accClient(t *testing.T) *Client {
 	t.Helper()
-	if os.Getenv("TF_ACC") == "" {
-		t.Skip("acceptance test: set TF_ACC=1 (make testacc)")
-	}
-	uri := os.Getenv("KOHAKU_URI")
-	if uri == "" {
-		t.Fatal("KOHAKU_URI is not set: eval \"$(bash internal/acctest/testhost/testhost.sh env)\"")
-	}
+	uri := acctest.URI(t)
 	c, err := New(Settings{URI: uri, CallTimeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 // what the phone-home wait case needs.
 
 // faultVM is a kohaku_vm block booting nothing, 128 MiB.
-func faultVM(env vmEnv, label, name, pool, base, nic, extra string) string {
+func faultVM(env acctest.VMEnv, label, name, pool, base, nic, extra string) string {
 	return fmt.Sprintf(`
 resource "kohaku_vm" %q {
   name       = %s
@@ -54,18 +54,18 @@ const faultUserNIC = `{ type = "user" }`
 
 // faultCheckState checks, inside terraform-plugin-testing, that the host
 // holds exactly what the state records under prefix.
-func faultCheckState(env vmEnv, prefix string) resource.TestCheckFunc {
+func faultCheckState(env acctest.VMEnv, prefix string) resource.TestCheckFunc {
 	return func(s *terraform.State) error {
-		var rs []faultResource
+		var rs []acctest.StateResource
 		for _, r := range s.RootModule().Resources {
 			a := r.Primary.Attributes
-			rs = append(rs, faultResource{Type: r.Type, Values: map[string]any{"name": a["name"], "overlay_volume": a["overlay_volume"], "id": a["id"]}})
+			rs = append(rs, acctest.StateResource{Type: r.Type, Values: map[string]any{"name": a["name"], "overlay_volume": a["overlay_volume"], "id": a["id"]}})
 		}
-		want := faultStateObjects(rs)
+		want := acctest.StateObjects(rs)
 		if len(want) == 0 {
 			return fmt.Errorf("the state records no host object")
 		}
-		return faultCheckExact(env, prefix, want)
+		return acctest.CheckExact(env, prefix, want)
 	}
 }
 
@@ -73,7 +73,7 @@ func faultCheckState(env vmEnv, prefix string) resource.TestCheckFunc {
 // nothing of the VM, and once the cause is fixed the next apply creates it
 // and the plan after it is empty.
 func TestAccFault_createSteps(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	tcp := acctest.Env(t, "KOHAKU_TEST_TCP_URI")
 	prefix := vmTestPrefix(t, env, "fstep")
 	// Define is refused by a proxy in front of libvirtd's TCP listener: the
@@ -153,16 +153,16 @@ func TestAccFault_createSteps(t *testing.T) {
 			block := providerBlock(tc.uri)
 			resource.Test(t, resource.TestCase{
 				ProtoV6ProviderFactories: protoV6Providers,
-				CheckDestroy:             vmCheckNothingLeft(env, name),
+				CheckDestroy:             acctest.CheckNothingLeft(env, name),
 				Steps: []resource.TestStep{
 					{PreConfig: inject, Config: block + bad, ExpectError: vmErrRE(tc.want(name)...)},
 					// The failed create left nothing: exactly no object.
-					{PreConfig: heal, Config: block, Check: func(*terraform.State) error { return faultCheckExact(env, name, nil) }},
+					{PreConfig: heal, Config: block, Check: func(*terraform.State) error { return acctest.CheckExact(env, name, nil) }},
 					// Fixed: the next apply converges (the framework plans
 					// again after it and fails on a non-empty plan).
 					{Config: block + good, Check: resource.ComposeAggregateTestCheckFunc(
 						faultCheckState(env, name),
-						vmCheckDomState(env, name, tc.state),
+						acctest.CheckDomState(env, name, tc.state),
 					)},
 				},
 			})
@@ -176,7 +176,7 @@ func TestAccFault_createSteps(t *testing.T) {
 // call_timeout, fails at its deadline naming the step, rolls back the
 // overlay it made, and the whole apply takes the timeout plus the rollback.
 func TestAccFault_hungCallKeepsTheCreateTimeout(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "fhung")
 	proxy := newFaultProxy(t, faultTCPHostPort(t, acctest.Env(t, "KOHAKU_TEST_TCP_URI")))
 	proxy.hold.Store(uint32(lvProcDefineXMLFlags), true)
@@ -187,7 +187,7 @@ func TestAccFault_hungCallKeepsTheCreateTimeout(t *testing.T) {
 	var start time.Time
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, name),
+		CheckDestroy:             acctest.CheckNothingLeft(env, name),
 		Steps: []resource.TestStep{
 			{
 				PreConfig: func() { start = time.Now() },
@@ -208,7 +208,7 @@ func TestAccFault_hungCallKeepsTheCreateTimeout(t *testing.T) {
 					proxy.hold.Delete(uint32(lvProcDefineXMLFlags))
 				},
 				Config: providerBlock(env.URI),
-				Check:  func(*terraform.State) error { return faultCheckExact(env, name, nil) },
+				Check:  func(*terraform.State) error { return acctest.CheckExact(env, name, nil) },
 			},
 		},
 	})
@@ -229,9 +229,9 @@ func faultTCPHostPort(t *testing.T, uri string) string {
 // faultInterruptApply starts terraform apply, waits for when(), sends
 // terraform SIGINT (as Ctrl-C would) and waits for it to exit. It returns
 // terraform's output and whether the signal was sent before the apply ended.
-func faultInterruptApply(t *testing.T, w *faultWorkspace, when func() bool, args ...string) (string, bool) {
+func faultInterruptApply(t *testing.T, w *acctest.Workspace, when func() bool, args ...string) (string, bool) {
 	t.Helper()
-	cmd, out := w.command(append([]string{"apply", "-auto-approve", "-input=false"}, args...)...)
+	cmd, out := w.Command(append([]string{"apply", "-auto-approve", "-input=false"}, args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -274,28 +274,28 @@ wait:
 // finishes a create (and state records it) or rolls it back; the host holds
 // exactly what state records. The next apply creates the rest.
 func TestAccFault_sigintDuringCreate(t *testing.T) {
-	env := newVMEnv(t)
-	faultNeedTerraform(t)
+	env := acctest.NewVMEnv(t)
+	acctest.NeedTerraform(t)
 	prefix := vmTestPrefix(t, env, "fint")
 	const n = 8
 	cfg := faultCLIHead + providerBlock(env.URI) + fmt.Sprintf("locals { n = %d }\n", n) +
 		faultVM(env, "test", fmt.Sprintf(`"%s${count.index}"`, prefix), env.Pool, env.Base, faultUserNIC, "  count = local.n")
-	w := newFaultWorkspace(t, cfg)
+	w := acctest.NewWorkspace(t, cfg)
 	// Interrupt once the first domain exists: the others are in flight or
 	// not started yet.
-	out, sent := faultInterruptApply(t, w, func() bool { return len(faultDomains(env, prefix)) > 0 }, "-parallelism=2")
+	out, sent := faultInterruptApply(t, w, func() bool { return len(acctest.Domains(env, prefix)) > 0 }, "-parallelism=2")
 	if !sent {
 		t.Fatalf("the apply finished before any domain appeared:\n%s", out)
 	}
 	if !strings.Contains(out, "Interrupt received") {
 		t.Errorf("terraform did not report the interrupt:\n%s", out)
 	}
-	st := w.checkHostMatchesState(env, prefix)
+	st := w.CheckHostMatchesState(env, prefix)
 	t.Logf("after SIGINT: %d of %d VMs in state, host matches state; terraform said:\n%s", len(st), n, faultTail(out, 25))
 	if len(st) == n {
 		t.Errorf("all %d VMs were created despite the interrupt: the signal came too late to test anything", n)
 	}
-	w.converge(env, prefix, 2*n)
+	w.Converge(env, prefix, 2*n)
 }
 
 // SIGINT while seeds upload: libvirtd never answers the
@@ -304,8 +304,8 @@ func TestAccFault_sigintDuringCreate(t *testing.T) {
 // create deletes the volume it made, and the host holds exactly what state
 // records (nothing); once the uploads go through, the next apply converges.
 func TestAccFault_sigintDuringSeedUpload(t *testing.T) {
-	env := newVMEnv(t)
-	faultNeedTerraform(t)
+	env := acctest.NewVMEnv(t)
+	acctest.NeedTerraform(t)
 	prefix := vmTestPrefix(t, env, "fup")
 	const n = 3
 	faultSIGINTDuringUploads(t, env, prefix, n, "the upload was interrupted; whatever of the volume was made was deleted", func(uri string) string {
@@ -325,13 +325,13 @@ resource "kohaku_seed" "test" {
 // terraform SIGINT, and checks that the output says want, that the host
 // holds what state records (nothing), and, with the uploads let through,
 // that the next apply converges.
-func faultSIGINTDuringUploads(t *testing.T, env vmEnv, prefix string, n int, want string, cfg func(uri string) string) {
+func faultSIGINTDuringUploads(t *testing.T, env acctest.VMEnv, prefix string, n int, want string, cfg func(uri string) string) {
 	t.Helper()
 	proxy := newFaultProxy(t, faultTCPHostPort(t, acctest.Env(t, "KOHAKU_TEST_TCP_URI")))
 	proxy.hold.Store(uint32(lvProcVolUpload), true)
-	w := newFaultWorkspace(t, faultCLIHead+cfg(proxy.URI()))
+	w := acctest.NewWorkspace(t, faultCLIHead+cfg(proxy.URI()))
 	volumes := func() int {
-		left, err := vmLeftovers(env.URI, prefix, env.Pool)
+		left, err := acctest.Leftovers(env.URI, prefix, env.Pool)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -347,12 +347,12 @@ func faultSIGINTDuringUploads(t *testing.T, env vmEnv, prefix string, n int, wan
 			t.Errorf("terraform's output lacks %q:\n%s", s, out)
 		}
 	}
-	if st := w.checkHostMatchesState(env, prefix); len(st) != 0 {
+	if st := w.CheckHostMatchesState(env, prefix); len(st) != 0 {
 		t.Errorf("state records %d objects whose uploads never finished", len(st))
 	}
 	t.Logf("after SIGINT with %d uploads hanging: no volume left, state empty; terraform said:\n%s", n, faultTail(out, 12))
 	proxy.hold.Delete(uint32(lvProcVolUpload))
-	w.converge(env, prefix, n)
+	w.Converge(env, prefix, n)
 }
 
 // SIGINT while the provider waits for a guest that never phones home: the
@@ -360,8 +360,8 @@ func faultSIGINTDuringUploads(t *testing.T, env vmEnv, prefix string, n int, wan
 // state as on a timeout, and the host holds exactly the VM, its overlay and
 // the seed. An apply with the wait turned off replaces the VM and converges.
 func TestAccFault_sigintDuringWait(t *testing.T) {
-	env := newVMEnv(t)
-	faultNeedTerraform(t)
+	env := acctest.NewVMEnv(t)
+	acctest.NeedTerraform(t)
 	prefix := vmTestPrefix(t, env, "fwait")
 	port := acctest.ClosedPort(t)
 	cfg := func(vmExtra string) string {
@@ -383,11 +383,11 @@ resource "kohaku_seed" "test" {
 `, env.URI, port, port, prefix, env.Pool) + faultVM(env, "test", fmt.Sprintf("%q", prefix+"vm"), env.Pool, env.Base, faultUserNIC,
 			"  seed_id = kohaku_seed.test.id\n"+vmExtra)
 	}
-	w := newFaultWorkspace(t, cfg("  timeouts {\n    create = \"8m\"\n  }"))
+	w := acctest.NewWorkspace(t, cfg("  timeouts {\n    create = \"8m\"\n  }"))
 	var waitingSince time.Time
 	start := time.Now()
 	out, sent := faultInterruptApply(t, w, func() bool {
-		if faultDomains(env, prefix)[prefix+"vm"] != "running" {
+		if acctest.Domains(env, prefix)[prefix+"vm"] != "running" {
 			return false
 		}
 		if waitingSince.IsZero() {
@@ -407,8 +407,8 @@ resource "kohaku_seed" "test" {
 			t.Errorf("terraform's output lacks %q:\n%s", want, out)
 		}
 	}
-	st := w.checkHostMatchesState(env, prefix)
-	var vm *faultResource
+	st := w.CheckHostMatchesState(env, prefix)
+	var vm *acctest.StateResource
 	for i := range st {
 		if st[i].Type == "kohaku_vm" {
 			vm = &st[i]
@@ -418,32 +418,32 @@ resource "kohaku_seed" "test" {
 		t.Fatalf("want the seed and the VM (tainted) in state, got %+v\nterraform said:\n%s", st, out)
 	}
 	t.Logf("after SIGINT in the wait: VM kept tainted, host matches state; terraform said:\n%s", faultTail(out, 25))
-	w.write(cfg("  wait_for = \"none\""))
-	w.converge(env, prefix, 3)
+	w.Write(cfg("  wait_for = \"none\""))
+	w.Converge(env, prefix, 3)
 }
 
 // libvirtd is SIGKILLed and started again while VMs are being created: the
 // creates in flight fail with an error naming the step and the host, what
 // was made is rolled back or recorded, and the next apply converges.
 func TestAccFault_libvirtdRestart(t *testing.T) {
-	env := newVMEnv(t)
-	faultNeedTerraform(t)
+	env := acctest.NewVMEnv(t)
+	acctest.NeedTerraform(t)
 	prefix := vmTestPrefix(t, env, "fkill")
 	const n = 8
 	cfg := faultCLIHead + providerBlock(env.URI) +
 		faultVM(env, "test", fmt.Sprintf(`"%s${count.index}"`, prefix), env.Pool, env.Base, faultUserNIC, fmt.Sprintf("  count = %d", n))
-	w := newFaultWorkspace(t, cfg)
-	cmd, outBuf := w.command("apply", "-auto-approve", "-input=false", "-parallelism=2")
+	w := acctest.NewWorkspace(t, cfg)
+	cmd, outBuf := w.Command("apply", "-auto-approve", "-input=false", "-parallelism=2")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	if !faultPoll(5*time.Minute, func() bool { return len(faultDomains(env, prefix)) > 0 }) {
+	if !acctest.Poll(5*time.Minute, func() bool { return len(acctest.Domains(env, prefix)) > 0 }) {
 		t.Fatal("no domain appeared")
 	}
 	restarted := time.Now()
-	faultRestartLibvirtd(t)
+	acctest.RestartLibvirtd(t)
 	t.Logf("libvirtd killed and back in %s", time.Since(restarted).Round(time.Millisecond))
 	var err error
 	select {
@@ -468,9 +468,9 @@ func TestAccFault_libvirtdRestart(t *testing.T) {
 			t.Errorf("the provider panicked:\n%s", out)
 		}
 	}
-	st := w.checkHostMatchesState(env, prefix)
+	st := w.CheckHostMatchesState(env, prefix)
 	t.Logf("after the restart: %d of %d VMs in state, host matches state; terraform said:\n%s", len(st), n, faultTail(out, 30))
-	w.converge(env, prefix, 2*n)
+	w.Converge(env, prefix, 2*n)
 }
 
 // A refresh while twenty creates run: a second working directory refreshes
@@ -478,18 +478,18 @@ func TestAccFault_libvirtdRestart(t *testing.T) {
 // host. Every refresh finds no change, and each directory's state matches
 // the host exactly.
 func TestAccFault_refreshWhileCreating(t *testing.T) {
-	env := newVMEnv(t)
-	faultNeedTerraform(t)
+	env := acctest.NewVMEnv(t)
+	acctest.NeedTerraform(t)
 	prefix := vmTestPrefix(t, env, "fref")
 	vms := func(sub string, n int) string {
 		return faultCLIHead + providerBlock(env.URI) +
 			faultVM(env, "test", fmt.Sprintf(`"%s%s${count.index}"`, prefix, sub), env.Pool, env.Base, faultUserNIC, fmt.Sprintf("  count = %d\n  running = false", n))
 	}
-	a := newFaultWorkspace(t, vms("a-", 4))
-	b := newFaultWorkspace(t, vms("b-", 20))
-	a.must("apply", "-auto-approve", "-input=false")
+	a := acctest.NewWorkspace(t, vms("a-", 4))
+	b := acctest.NewWorkspace(t, vms("b-", 20))
+	a.Must("apply", "-auto-approve", "-input=false")
 
-	cmd, bOut := b.command("apply", "-auto-approve", "-input=false", "-parallelism=10")
+	cmd, bOut := b.Command("apply", "-auto-approve", "-input=false", "-parallelism=10")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -504,13 +504,13 @@ loop:
 			break loop
 		default:
 		}
-		before := len(faultDomains(env, prefix+"b-"))
-		out, err := a.run("plan", "-detailed-exitcode", "-input=false")
+		before := len(acctest.Domains(env, prefix+"b-"))
+		out, err := a.Run("plan", "-detailed-exitcode", "-input=false")
 		refreshes++
 		if err != nil {
 			t.Errorf("refresh %d while creating: %v\n%s", refreshes, err, out)
 		}
-		if after := len(faultDomains(env, prefix+"b-")); before < 20 && after > before {
+		if after := len(acctest.Domains(env, prefix+"b-")); before < 20 && after > before {
 			during++ // creates ran while this refresh did
 		}
 	}
@@ -521,12 +521,12 @@ loop:
 	if during == 0 {
 		t.Errorf("no refresh overlapped the creates: nothing was tested")
 	}
-	a.checkHostMatchesState(env, prefix+"a-")
-	if st := b.checkHostMatchesState(env, prefix+"b-"); len(st) != 20 {
+	a.CheckHostMatchesState(env, prefix+"a-")
+	if st := b.CheckHostMatchesState(env, prefix+"b-"); len(st) != 20 {
 		t.Errorf("want 20 VMs in state, got %d", len(st))
 	}
-	b.converge(env, prefix+"b-", 40)
-	a.converge(env, prefix+"a-", 8)
+	b.Converge(env, prefix+"b-", 40)
+	a.Converge(env, prefix+"a-", 8)
 }
 
 // faultTail is the last n lines of s.
@@ -540,7 +540,7 @@ func faultTail(s string, n int) string {
 
 // faultWaitConfig is a provider listening for phone-home calls on port, a
 // seed that phones home, and a VM booting nothing with vmExtra.
-func faultWaitConfig(env vmEnv, prefix string, port int, waitFor, vmExtra string) string {
+func faultWaitConfig(env acctest.VMEnv, prefix string, port int, waitFor, vmExtra string) string {
 	return fmt.Sprintf(`
 provider "kohaku" {
   uri = %q
@@ -565,12 +565,12 @@ resource "kohaku_seed" "test" {
 // seed. With the wait turned off the next apply replaces it and converges.
 // (TestAccReady_timeoutKeepsTaintedVM is the same with a real guest boot.)
 func TestAccFault_neverReady(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "fnever")
 	port := acctest.ClosedPort(t)
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config:      faultWaitConfig(env, prefix, port, "phone_home", "  timeouts {\n    create = \"15s\"\n  }"),
@@ -586,7 +586,7 @@ func TestAccFault_neverReady(t *testing.T) {
 						}
 						return nil
 					},
-					vmCheckDomState(env, prefix+"vm", "running"),
+					acctest.CheckDomState(env, prefix+"vm", "running"),
 					faultCheckState(env, prefix),
 				),
 			},
@@ -603,7 +603,7 @@ func TestAccFault_neverReady(t *testing.T) {
 // seed) still wakes the wait and the apply succeeds with the reported
 // guest. TestAccReady_phoneHome does the same wait with a real guest.
 func TestAccFault_phoneHomeBurst(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "fburst")
 	port := acctest.ClosedPort(t)
 	var burst *faultBurst
@@ -612,11 +612,11 @@ func TestAccFault_phoneHomeBurst(t *testing.T) {
 		// Act as the guest once the domain runs (Create is waiting): read
 		// the phone-home URL from the seed ISO, let the burst run, post.
 		reported <- func() error {
-			if !faultPoll(5*time.Minute, func() bool { return faultDomains(env, prefix)[prefix+"vm"] == "running" }) {
+			if !acctest.Poll(5*time.Minute, func() bool { return acctest.Domains(env, prefix)[prefix+"vm"] == "running" }) {
 				return fmt.Errorf("the VM never ran")
 			}
 			iso := t.TempDir() + "/seed.iso"
-			if out, err := vmVirsh(env.URI, "vol-download", "--pool", env.Pool, prefix+"seed.iso", iso); err != nil {
+			if out, err := acctest.Virsh(env.URI, "vol-download", "--pool", env.Pool, prefix+"seed.iso", iso); err != nil {
 				return fmt.Errorf("%v: %s", err, out)
 			}
 			in, err := faultInspectISO(iso)
@@ -637,7 +637,7 @@ func TestAccFault_phoneHomeBurst(t *testing.T) {
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{{
 			PreConfig: func() {
 				burst = startFaultBurst(t, port)
@@ -665,8 +665,8 @@ func TestAccFault_phoneHomeBurst(t *testing.T) {
 // made, and the host holds what state records (nothing). The next apply,
 // with the uploads let through, converges.
 func TestAccFault_sigintDuringImageUpload(t *testing.T) {
-	env := newVMEnv(t)
-	faultNeedTerraform(t)
+	env := acctest.NewVMEnv(t)
+	acctest.NeedTerraform(t)
 	prefix := vmTestPrefix(t, env, "fimg")
 	disk := filepath.Join(t.TempDir(), "disk.raw")
 	raw := make([]byte, 4<<20)

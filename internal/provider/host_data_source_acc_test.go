@@ -212,7 +212,7 @@ func atoi64(s string) int64 {
 
 func virshCells(t *testing.T, uri string) []virshCell {
 	t.Helper()
-	caps, err := vmVirsh(uri, "capabilities")
+	caps, err := acctest.Virsh(uri, "capabilities")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func virshCells(t *testing.T, uri string) []virshCell {
 
 // virshFreeCell reads one cell's free memory in KiB with `virsh freecell`.
 func virshFreeCell(uri string, id int64) (int64, error) {
-	out, err := vmVirsh(uri, "freecell", "--cellno", strconv.FormatInt(id, 10))
+	out, err := acctest.Virsh(uri, "freecell", "--cellno", strconv.FormatInt(id, 10))
 	if err != nil {
 		return 0, err
 	}
@@ -255,7 +255,7 @@ func virshFreeCell(uri string, id int64) (int64, error) {
 
 // virshFreePages reads one cell's free pages of one size with `virsh freepages`.
 func virshFreePages(uri string, id, sizeKiB int64) (int64, error) {
-	out, err := vmVirsh(uri, "freepages", "--cellno", strconv.FormatInt(id, 10), "--pagesize", strconv.FormatInt(sizeKiB, 10))
+	out, err := acctest.Virsh(uri, "freepages", "--cellno", strconv.FormatInt(id, 10), "--pagesize", strconv.FormatInt(sizeKiB, 10))
 	if err != nil {
 		return 0, err
 	}
@@ -356,7 +356,7 @@ func numaCheck(t *testing.T, uri, addr string) statecheck.StateCheck {
 // on the same host (class 0x03xxxx in nodedev-dumpxml), in address order.
 func gpusCheck(t *testing.T, uri, addr string) statecheck.StateCheck {
 	t.Helper()
-	list, err := vmVirsh(uri, "nodedev-list", "--cap", "pci")
+	list, err := acctest.Virsh(uri, "nodedev-list", "--cap", "pci")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +376,7 @@ func gpusCheck(t *testing.T, uri, addr string) statecheck.StateCheck {
 	slices.Sort(names)
 	gpus := []knownvalue.Check{}
 	for _, name := range names {
-		doc, err := vmVirsh(uri, "nodedev-dumpxml", name)
+		doc, err := acctest.Virsh(uri, "nodedev-dumpxml", name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,11 +7,13 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 )
 
 // vmSmallConfig is a small kernel-boot VM with the given disk, NIC and extra
 // attributes (128 MiB unless extra sets memory_mib).
-func vmSmallConfig(env vmEnv, name, disk, nic, extra string) string {
+func vmSmallConfig(env acctest.VMEnv, name, disk, nic, extra string) string {
 	if !strings.Contains(extra, "memory_mib") {
 		extra += "\n  memory_mib = 128"
 	}
@@ -31,7 +33,7 @@ resource "kohaku_vm" "test" {
 // Each bad input fails with an error that says what is wrong, and leaves
 // no domain and no volume behind.
 func TestAccVM_badInput(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "bad")
 	overlay := func(pool, base string) string {
 		return fmt.Sprintf(`{ base_pool = %q, base_volume = %q, pool = %q }`, env.ImagePool, base, pool)
@@ -77,16 +79,16 @@ func TestAccVM_badInput(t *testing.T) {
 		{
 			name:   "name taken by a domain defined by hand",
 			vm:     taken,
-			pre:    func(t *testing.T) { vmDefineByHand(t, env, taken) },
+			pre:    func(t *testing.T) { acctest.DefineByHand(t, env, taken) },
 			config: vmSmallConfig(env, taken, overlay(env.Pool, env.Base), user, ""),
 			want: []string{`Creating VM ` + taken + ` failed at step "check the name"`,
 				"a domain named " + taken + " already exists", "and this resource did not create it", "Nothing was created."},
 			// The domain someone else made is still there, untouched.
 			check: func(*terraform.State) error {
-				if _, err := vmVirsh(env.URI, "dominfo", taken); err != nil {
+				if _, err := acctest.Virsh(env.URI, "dominfo", taken); err != nil {
 					return fmt.Errorf("the hand-made domain is gone: %v", err)
 				}
-				left, err := vmLeftovers(env.URI, taken, env.Pool, "default")
+				left, err := acctest.Leftovers(env.URI, taken, env.Pool, "default")
 				if err != nil {
 					return err
 				}
@@ -95,7 +97,7 @@ func TestAccVM_badInput(t *testing.T) {
 				}
 				return nil
 			},
-			cleanup: func() { vmVirsh(env.URI, "undefine", taken) },
+			cleanup: func() { acctest.Virsh(env.URI, "undefine", taken) },
 		},
 		{
 			name: "shared folder missing on this host",
@@ -125,7 +127,7 @@ func TestAccVM_badInput(t *testing.T) {
 			if tc.pre != nil {
 				pre = func() { tc.pre(t) }
 			}
-			check := vmCheckNothingLeft(env, tc.vm)
+			check := acctest.CheckNothingLeft(env, tc.vm)
 			if tc.check != nil {
 				check = tc.check
 			}

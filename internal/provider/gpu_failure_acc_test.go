@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 	"github.com/kohaku/terraform-provider-kohaku/internal/acctest/nestedhost"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
@@ -48,7 +49,7 @@ func gpuFailVFIO(t *testing.T, c *virt.Client) []string {
 
 // gpuFailRecorded lists the functions the state's bindings record as on
 // vfio-pci, sorted.
-func gpuFailRecorded(t *testing.T, st []faultResource) []string {
+func gpuFailRecorded(t *testing.T, st []acctest.StateResource) []string {
 	t.Helper()
 	var rec []string
 	for _, r := range st {
@@ -70,7 +71,7 @@ func gpuFailRecorded(t *testing.T, st []faultResource) []string {
 // gpuFailAgree fails the test unless the functions on vfio-pci in the nested
 // host are exactly those the state records there: none bound behind the
 // state's back, none the state wrongly believes bound.
-func gpuFailAgree(t *testing.T, c *virt.Client, st []faultResource, when string) {
+func gpuFailAgree(t *testing.T, c *virt.Client, st []acctest.StateResource, when string) {
 	t.Helper()
 	on, rec := gpuFailVFIO(t, c), gpuFailRecorded(t, st)
 	if !slices.Equal(on, rec) {
@@ -97,7 +98,7 @@ func gpuFailSays(t *testing.T, out string, parts ...string) {
 }
 
 // gpuFailResource returns the state's resource of a type, or nil.
-func gpuFailResource(st []faultResource, typ string) *faultResource {
+func gpuFailResource(st []acctest.StateResource, typ string) *acctest.StateResource {
 	for i := range st {
 		if st[i].Type == typ {
 			return &st[i]
@@ -176,7 +177,7 @@ func gpuFailStart(t *testing.T, h *nestedhost.Host, c *virt.Client, domains ...s
 // the domain is gone.
 func TestAccGPUFailure_heldFunction(t *testing.T) {
 	h := nestedhost.Require(t)
-	faultNeedTerraform(t)
+	acctest.NeedTerraform(t)
 	c := vmClient(t, h.URI)
 	vmName, holder := "kohaku-acc-gpufail-vm", "kohaku-acc-gpufail-holder"
 	gpuFailStart(t, h, c, vmName, holder)
@@ -190,13 +191,13 @@ resource "kohaku_gpu_binding" "gpu" {
 `, h.GPU) + nestedGPUVM(vmName)
 	pair := []string{h.GPU, h.GPUAudio}
 	slices.Sort(pair)
-	bindingHolds := func(st []faultResource, when string) {
+	bindingHolds := func(st []acctest.StateResource, when string) {
 		t.Helper()
 		b := gpuFailResource(st, "kohaku_gpu_binding")
 		if b == nil {
 			t.Fatalf("%s: the state has no binding", when)
 		}
-		if got := gpuFailRecorded(t, []faultResource{*b}); !slices.Equal(got, pair) {
+		if got := gpuFailRecorded(t, []acctest.StateResource{*b}); !slices.Equal(got, pair) {
 			t.Fatalf("%s: the binding records %q on vfio-pci, want %q", when, got, pair)
 		}
 		if vm := gpuFailResource(st, "kohaku_vm"); vm != nil {
@@ -211,15 +212,15 @@ resource "kohaku_gpu_binding" "gpu" {
 	// 1. The VM's name is taken by a domain the test defined: the binding
 	// is made, then the VM's create fails before it makes anything.
 	gpuFailDomain(t, h, vmName)
-	w := newFaultWorkspace(t, config)
+	w := acctest.NewWorkspace(t, config)
 	start := time.Now()
-	out, err := w.run("apply", "-auto-approve", "-input=false")
+	out, err := w.Run("apply", "-auto-approve", "-input=false")
 	if err == nil {
 		t.Fatalf("apply with the VM's name taken succeeded:\n%s", out)
 	}
 	gpuFailSays(t, out, "kohaku_gpu_binding.gpu: Creation complete",
 		`Creating VM `+vmName+` failed at step "check the name"`, "a domain named "+vmName+" already exists", "Nothing was created.")
-	bindingHolds(w.state(), "name taken")
+	bindingHolds(w.State(), "name taken")
 	if err := expectDrivers(h, onVFIO(h))(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -233,24 +234,24 @@ resource "kohaku_gpu_binding" "gpu" {
 	start = time.Now()
 	gpuFailDomain(t, h, holder, h.GPU, h.GPUAudio)
 	nestedhost.Virsh(t, h, "start", "--paused", holder)
-	out, err = w.run("apply", "-auto-approve", "-input=false")
+	out, err = w.Run("apply", "-auto-approve", "-input=false")
 	if err == nil {
 		t.Fatalf("apply with the functions held by %s succeeded:\n%s", holder, out)
 	}
 	gpuFailSays(t, out, `Creating VM `+vmName+` failed at step "start the domain"`, "in use", holder, "Rolled back: undefined domain "+vmName)
-	bindingHolds(w.state(), "functions busy")
+	bindingHolds(w.State(), "functions busy")
 	t.Logf("2. create failing at start, functions held by another domain: %s", time.Since(start).Round(time.Second))
 
 	// 3. Destroying the binding while the domain holds the functions fails,
 	// naming each function and the domain, and gives nothing back.
 	start = time.Now()
-	out, err = w.run("destroy", "-auto-approve", "-input=false")
+	out, err = w.Run("destroy", "-auto-approve", "-input=false")
 	if err == nil {
 		t.Fatalf("destroy with the functions held by %s succeeded:\n%s", holder, out)
 	}
 	gpuFailSays(t, out, "Giving "+h.GPU+" back to the host failed", "Nothing was given back",
 		h.GPU+" by "+holder, h.GPUAudio+" by "+holder, "The binding stays in state")
-	bindingHolds(w.state(), "destroy refused")
+	bindingHolds(w.State(), "destroy refused")
 	if err := expectDrivers(h, onVFIO(h))(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -260,8 +261,8 @@ resource "kohaku_gpu_binding" "gpu" {
 	start = time.Now()
 	nestedhost.Virsh(t, h, "destroy", holder)
 	nestedhost.Virsh(t, h, "undefine", holder)
-	w.must("destroy", "-auto-approve", "-input=false")
-	st := w.state()
+	w.Must("destroy", "-auto-approve", "-input=false")
+	st := w.State()
 	if len(st) != 0 {
 		t.Fatalf("after destroy the state still records %d resources", len(st))
 	}
@@ -341,7 +342,7 @@ func (p *gpuFailProxy) rejectGPU(h virt.Header) bool {
 // is where. The next destroy gives everything back.
 func TestAccGPUFailure_giveBackRefused(t *testing.T) {
 	h := nestedhost.Require(t)
-	faultNeedTerraform(t)
+	acctest.NeedTerraform(t)
 	c := vmClient(t, h.URI)
 	gpuFailStart(t, h, c)
 	proxy := newGPUFailProxy(t, faultTCPHostPort(t, h.URI))
@@ -350,12 +351,12 @@ resource "kohaku_gpu_binding" "gpu" {
   address = %q
 }
 `, h.GPU)
-	w := newFaultWorkspace(t, config)
+	w := acctest.NewWorkspace(t, config)
 
 	// The plan binds the group in address order: the VGA, then its audio.
 	start := time.Now()
 	proxy.set(gpuFailBind)
-	out, err := w.run("apply", "-auto-approve", "-input=false")
+	out, err := w.Run("apply", "-auto-approve", "-input=false")
 	proxy.set(gpuFailOff)
 	if err == nil {
 		t.Fatalf("apply with the audio's detach rejected succeeded:\n%s", out)
@@ -366,7 +367,7 @@ resource "kohaku_gpu_binding" "gpu" {
 	gpuFailSays(t, out, "Binding "+h.GPU+" to vfio-pci failed", h.GPUAudio, gpuFailInjected,
 		"Rolling back FAILED", h.GPU+":", gpuFailInjected, "virsh nodedev-reattach "+nestedhost.NodeDeviceName(h.GPU),
 		"kept in state, tainted", "("+h.GPU+")")
-	st := w.state()
+	st := w.State()
 	b := gpuFailResource(st, "kohaku_gpu_binding")
 	if b == nil || !b.Tainted {
 		t.Fatalf("after the failed rollback the state has binding %+v, want it tainted", b)
@@ -384,9 +385,9 @@ resource "kohaku_gpu_binding" "gpu" {
 	// is given back, then the pair bound, with the VGA's driver recorded
 	// right.
 	start = time.Now()
-	out = w.must("apply", "-auto-approve", "-input=false")
+	out = w.Must("apply", "-auto-approve", "-input=false")
 	gpuFailSays(t, out, "kohaku_gpu_binding.gpu: Destroying", "kohaku_gpu_binding.gpu: Creation complete")
-	st = w.state()
+	st = w.State()
 	if b := gpuFailResource(st, "kohaku_gpu_binding"); b == nil || b.Tainted {
 		t.Fatalf("after the replacing apply the binding is %+v", b)
 	}
@@ -404,7 +405,7 @@ resource "kohaku_gpu_binding" "gpu" {
 	// back on its driver and the VGA still on vfio-pci.
 	start = time.Now()
 	proxy.set(gpuFailSecondReattach)
-	out, err = w.run("destroy", "-auto-approve", "-input=false")
+	out, err = w.Run("destroy", "-auto-approve", "-input=false")
 	proxy.set(gpuFailOff)
 	if err == nil {
 		t.Fatalf("destroy with the VGA's give-back rejected succeeded:\n%s", out)
@@ -413,7 +414,7 @@ resource "kohaku_gpu_binding" "gpu" {
 		t.Fatalf("the proxy rejected %d calls, want the VGA's give-back", n)
 	}
 	gpuFailSays(t, out, "Giving "+h.GPU+" back to the host failed", "These functions are still on vfio-pci", h.GPU+":", gpuFailInjected, "The binding stays in state")
-	st = w.state()
+	st = w.State()
 	if b := gpuFailResource(st, "kohaku_gpu_binding"); b == nil {
 		t.Fatal("after the failed give-back the state has no binding")
 	}
@@ -424,10 +425,10 @@ resource "kohaku_gpu_binding" "gpu" {
 	t.Logf("3. destroy failing halfway: %s", time.Since(start).Round(time.Second))
 
 	start = time.Now()
-	w.must("destroy", "-auto-approve", "-input=false")
+	w.Must("destroy", "-auto-approve", "-input=false")
 	if err := expectDrivers(h, onHost(h))(nil); err != nil {
 		t.Fatal(err)
 	}
-	gpuFailAgree(t, c, w.state(), "destroyed")
+	gpuFailAgree(t, c, w.State(), "destroyed")
 	t.Logf("4. destroy: %s", time.Since(start).Round(time.Second))
 }

@@ -59,13 +59,13 @@ func TestAccVM_concurrentReadyTLS(t *testing.T)  { concurrentReady(t, "tls") }
 func TestAccVM_concurrentReadySSH(t *testing.T)  { concurrentReady(t, "ssh") }
 
 func concurrentReady(t *testing.T, transport string) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	nVMs := concurrentVMs(t)
 	parallelism := fmt.Sprintf("-parallelism=%d", nVMs)
 	kernel := acctest.Env(t, "KOHAKU_TEST_TINY_KERNEL")
 	initrd := acctest.Env(t, "KOHAKU_TEST_TINY_INITRD")
-	if _, err := exec.LookPath(faultCLI()); err != nil {
-		t.Fatalf("the CLI %q is missing: this test drives it directly to apply with -parallelism equal to the number of VMs", faultCLI())
+	if _, err := exec.LookPath(acctest.CLI()); err != nil {
+		t.Fatalf("the CLI %q is missing: this test drives it directly to apply with -parallelism equal to the number of VMs", acctest.CLI())
 	}
 	prefix := vmTestPrefix(t, env, "fifty"+transport)
 
@@ -118,16 +118,16 @@ output "reports" {
 }
 `, nVMs, prefix, env.Pool, kernel, initrd)
 
-	w := newFaultWorkspace(t, config)
+	w := acctest.NewWorkspace(t, config)
 	t.Cleanup(func() {
-		if out, err := w.run("destroy", "-auto-approve", "-input=false", parallelism); err != nil {
+		if out, err := w.Run("destroy", "-auto-approve", "-input=false", parallelism); err != nil {
 			t.Logf("destroy after the test: %v\n%s", err, out)
 		}
 	})
 
 	s := startFiftySampler(t, sshd)
 	start := time.Now()
-	out, err := w.run("apply", "-auto-approve", "-input=false", parallelism)
+	out, err := w.Run("apply", "-auto-approve", "-input=false", parallelism)
 	took := time.Since(start)
 	s.stop()
 	if err != nil {
@@ -308,13 +308,13 @@ func tcpClientPorts(port int) []tcpConn {
 }
 
 // providerSockets maps each running provider process of the CLI tests (the
-// binary faultCLIConfig built) to the inodes of its sockets.
+// binary acctest.CLIConfig built) to the inodes of its sockets.
 func providerSockets() map[string]map[string]bool {
 	out := map[string]map[string]bool{}
-	if faultBuild.dir == "" {
+	if acctest.ProviderDir() == "" {
 		return out
 	}
-	bin := faultBuild.dir + "/terraform-provider-kohaku"
+	bin := acctest.ProviderDir() + "/terraform-provider-kohaku"
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		if exe, err := os.Readlink("/proc/" + e.Name() + "/exe"); err != nil || exe != bin {
@@ -334,8 +334,8 @@ func providerSockets() map[string]map[string]bool {
 }
 
 // jsonOutput decodes a Terraform output of the workspace.
-func jsonOutput(w *faultWorkspace, name string, v any) error {
-	out, err := w.run("output", "-json", name)
+func jsonOutput(w *acctest.Workspace, name string, v any) error {
+	out, err := w.Run("output", "-json", name)
 	if err != nil {
 		return fmt.Errorf("terraform output %s: %v\n%s", name, err, out)
 	}

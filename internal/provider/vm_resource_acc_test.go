@@ -13,11 +13,13 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 )
 
 // vmBootConfig is a VM that boots the test guest's kernel from an overlay on
 // the test image, under TCG, with user-mode networking and one 9p share.
-func vmBootConfig(env vmEnv, name, share string, memory int, running bool) string {
+func vmBootConfig(env acctest.VMEnv, name, share string, memory int, running bool) string {
 	return providerBlock(env.URI) + fmt.Sprintf(`
 resource "kohaku_vm" "test" {
   name       = %q
@@ -50,7 +52,7 @@ resource "kohaku_vm" "test" {
 }
 
 func TestAccVM_lifecycle(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "life")
 	name := prefix + "vm"
 	share := t.TempDir()
@@ -61,7 +63,7 @@ func TestAccVM_lifecycle(t *testing.T) {
 
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				// Create: overlay, define, start. Only libvirt's word that it
@@ -80,8 +82,8 @@ func TestAccVM_lifecycle(t *testing.T) {
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("shared_folder").AtSliceIndex(0).AtMapKey("access_mode"), knownvalue.StringExact("passthrough")),
 				},
 				Check: resource.ComposeAggregateTestCheckFunc(
-					vmCheckDomState(env, name, "running"),
-					vmCheckXML(env, name,
+					acctest.CheckDomState(env, name, "running"),
+					acctest.CheckXML(env, name,
 						"<source dir='"+share+"'/>", "<target dir='kohaku_shared'/>", // the 9p share
 						"<source pool='"+env.Pool+"' volume='"+name+"-root.qcow2'/>",
 						"<kernel>"+env.Kernel+"</kernel>",
@@ -102,8 +104,8 @@ func TestAccVM_lifecycle(t *testing.T) {
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("memory_mib"), knownvalue.Int64Exact(640)),
 				},
 				Check: resource.ComposeAggregateTestCheckFunc(
-					vmCheckDomState(env, name, "running"),
-					vmCheckXML(env, name, "<memory unit='KiB'>655360</memory>"),
+					acctest.CheckDomState(env, name, "running"),
+					acctest.CheckXML(env, name, "<memory unit='KiB'>655360</memory>"),
 					vmCheckLiveMemory(env, name, "655360"),
 				),
 			},
@@ -116,7 +118,7 @@ func TestAccVM_lifecycle(t *testing.T) {
 					sameUUID.AddStateValue(addr, tfjsonpath.New("uuid")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("running"), knownvalue.Bool(false)),
 				},
-				Check: vmCheckDomState(env, name, "shut off"),
+				Check: acctest.CheckDomState(env, name, "shut off"),
 			},
 			{
 				Config: vmBootConfig(env, name, share, 640, true),
@@ -124,7 +126,7 @@ func TestAccVM_lifecycle(t *testing.T) {
 					sameUUID.AddStateValue(addr, tfjsonpath.New("uuid")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("running"), knownvalue.Bool(true)),
 				},
-				Check: vmCheckDomState(env, name, "running"),
+				Check: acctest.CheckDomState(env, name, "running"),
 			},
 			{
 				// Import by name reads every attribute back from the domain.
@@ -161,7 +163,7 @@ func TestAccVM_lifecycle(t *testing.T) {
 					newUUID.AddStateValue(addr, tfjsonpath.New("uuid")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("overlay_volume"), knownvalue.StringExact(overlay)),
 				},
-				Check: vmCheckDomState(env, name, "running"),
+				Check: acctest.CheckDomState(env, name, "running"),
 			},
 		},
 	})
@@ -170,22 +172,22 @@ func TestAccVM_lifecycle(t *testing.T) {
 // vmMACRE matches a MAC libvirt assigns.
 var vmMACRE = regexp.MustCompile(`^52:54:00(:[0-9a-f]{2}){3}$`)
 
-func vmMustVirsh(t *testing.T, env vmEnv, args ...string) {
+func vmMustVirsh(t *testing.T, env acctest.VMEnv, args ...string) {
 	t.Helper()
-	if out, err := vmVirsh(env.URI, args...); err != nil {
+	if out, err := acctest.Virsh(env.URI, args...); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 }
 
 // vmCheckOverlayBacking checks with virsh that the overlay is a qcow2 volume
 // backed by the test image.
-func vmCheckOverlayBacking(env vmEnv, vol string) resource.TestCheckFunc {
+func vmCheckOverlayBacking(env acctest.VMEnv, vol string) resource.TestCheckFunc {
 	return func(*terraform.State) error {
-		base, err := vmVirsh(env.URI, "vol-path", "--pool", env.ImagePool, env.Base)
+		base, err := acctest.Virsh(env.URI, "vol-path", "--pool", env.ImagePool, env.Base)
 		if err != nil {
 			return err
 		}
-		out, err := vmVirsh(env.URI, "vol-dumpxml", "--pool", env.Pool, vol)
+		out, err := acctest.Virsh(env.URI, "vol-dumpxml", "--pool", env.Pool, vol)
 		if err != nil {
 			return err
 		}
@@ -198,9 +200,9 @@ func vmCheckOverlayBacking(env vmEnv, vol string) resource.TestCheckFunc {
 }
 
 // vmCheckLiveMemory checks the running domain's memory in KiB.
-func vmCheckLiveMemory(env vmEnv, name, kib string) resource.TestCheckFunc {
+func vmCheckLiveMemory(env acctest.VMEnv, name, kib string) resource.TestCheckFunc {
 	return func(*terraform.State) error {
-		out, err := vmVirsh(env.URI, "dominfo", name)
+		out, err := acctest.Virsh(env.URI, "dominfo", name)
 		if err != nil {
 			return err
 		}

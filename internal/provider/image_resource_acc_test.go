@@ -140,7 +140,7 @@ func imageFixtures(t *testing.T, dir string) map[string]string {
 // mid-stream), none of which leaves a volume; and a delete refused while
 // another volume is backed by the image.
 func TestAccImage_fromVendorURL(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	tcpURI := acctest.Env(t, "KOHAKU_TEST_TCP_URI")
 	prefix := vmTestPrefix(t, env, "img")
 	dir := t.TempDir()
@@ -196,7 +196,7 @@ resource "kohaku_image" "bad" {
 	// step's Check does not run when ExpectError matched, so this runs in
 	// the next step's PreConfig.)
 	noBad := func() {
-		left, err := vmLeftovers(env.URI, prefix+"bad", env.Pool)
+		left, err := acctest.Leftovers(env.URI, prefix+"bad", env.Pool)
 		if err == nil && len(left) > 0 {
 			err = fmt.Errorf("a failed create left %v", left)
 		}
@@ -207,7 +207,7 @@ resource "kohaku_image" "bad" {
 	volContent := func(name, wantSum string) resource.TestCheckFunc {
 		return func(*terraform.State) error {
 			f := filepath.Join(t.TempDir(), "vol")
-			if out, err := vmVirsh(env.URI, "vol-download", "--pool", env.Pool, name, f); err != nil {
+			if out, err := acctest.Virsh(env.URI, "vol-download", "--pool", env.Pool, name, f); err != nil {
 				return fmt.Errorf("%v: %s", err, out)
 			}
 			data, err := os.ReadFile(f)
@@ -224,7 +224,7 @@ resource "kohaku_image" "bad" {
 
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config: provider + fleet + others,
@@ -256,7 +256,7 @@ resource "kohaku_image" "bad" {
 						if n := srv.count("/disk.qcow2"); n != 1 {
 							return fmt.Errorf("the server saw %d requests for disk.qcow2, want 1 for both hosts", n)
 						}
-						out, err := vmVirsh(env.URI, "vol-dumpxml", "--pool", env.Pool, unixVol)
+						out, err := acctest.Virsh(env.URI, "vol-dumpxml", "--pool", env.Pool, unixVol)
 						if err != nil {
 							return err
 						}
@@ -271,7 +271,7 @@ resource "kohaku_image" "bad" {
 				// Deleted out of band: the next apply makes it again, from
 				// the cache.
 				PreConfig: func() {
-					if out, err := vmVirsh(env.URI, "vol-delete", "--pool", env.Pool, unixVol); err != nil {
+					if out, err := acctest.Virsh(env.URI, "vol-delete", "--pool", env.Pool, unixVol); err != nil {
 						t.Fatalf("%v: %s", err, out)
 					}
 				},
@@ -339,11 +339,11 @@ resource "kohaku_vm" "wrong_host" {
 				// naming that volume.
 				PreConfig: func() {
 					noBad()
-					path, err := vmVirsh(env.URI, "vol-path", "--pool", env.Pool, unixVol)
+					path, err := acctest.Virsh(env.URI, "vol-path", "--pool", env.Pool, unixVol)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if out, err := vmVirsh(env.URI, "vol-create-as", env.Pool, overlay, "30M", "--format", "qcow2", "--backing-vol", path, "--backing-vol-format", "qcow2"); err != nil {
+					if out, err := acctest.Virsh(env.URI, "vol-create-as", env.Pool, overlay, "30M", "--format", "qcow2", "--backing-vol", path, "--backing-vol-format", "qcow2"); err != nil {
 						t.Fatalf("%v: %s", err, out)
 					}
 				},
@@ -352,13 +352,13 @@ resource "kohaku_vm" "wrong_host" {
 			},
 			{
 				PreConfig: func() {
-					if out, err := vmVirsh(env.URI, "vol-delete", "--pool", env.Pool, overlay); err != nil {
+					if out, err := acctest.Virsh(env.URI, "vol-delete", "--pool", env.Pool, overlay); err != nil {
 						t.Fatalf("%v: %s", err, out)
 					}
 				},
 				Config: provider + others,
 				Check: func(*terraform.State) error {
-					left, err := vmLeftovers(env.URI, prefix, env.Pool)
+					left, err := acctest.Leftovers(env.URI, prefix, env.Pool)
 					if err != nil {
 						return err
 					}
@@ -382,7 +382,7 @@ resource "kohaku_vm" "wrong_host" {
 // the firmware asked for (/sys/firmware/efi only under UEFI).
 func TestAccImage_bootsThroughFirmware(t *testing.T) {
 	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	url := acctest.Env(t, "KOHAKU_TEST_CLOUD_IMAGE_URL")
 	sums := acctest.Env(t, "KOHAKU_TEST_CLOUD_IMAGE_SUMS")
 	prefix := vmTestPrefix(t, env, "fw")
@@ -459,7 +459,7 @@ resource "kohaku_vm" %[1]q {
 	}
 	noKernel := func(name string, want, notWant []string) resource.TestCheckFunc {
 		return func(*terraform.State) error {
-			out, err := vmVirsh(env.URI, "dumpxml", "--inactive", name)
+			out, err := acctest.Virsh(env.URI, "dumpxml", "--inactive", name)
 			if err != nil {
 				return err
 			}
@@ -518,7 +518,7 @@ resource "kohaku_vm" %[1]q {
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config: gen("1", byName),

@@ -21,7 +21,7 @@ import (
 // for_each instances in state; examples/fleet uses for_each). Here the "hosts" are the local daemon reached over the unix
 // socket and over qemu+tcp, plus a host that is down.
 func TestAccFleet_hostPerInstance(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	tcp := acctest.Env(t, "KOHAKU_TEST_TCP_URI")
 	prefix := vmTestPrefix(t, env, "fleet")
 	down := fmt.Sprintf("qemu+tcp://127.0.0.1:%d/system", acctest.ClosedPort(t))
@@ -78,7 +78,7 @@ data "kohaku_host" "each" {
 `
 	onHost := func(names ...string) statecheck.StateCheck {
 		return stateCheckFunc(func() error {
-			out, err := vmVirsh(env.URI, "list", "--all", "--name")
+			out, err := acctest.Virsh(env.URI, "list", "--all", "--name")
 			if err != nil {
 				return err
 			}
@@ -92,7 +92,7 @@ data "kohaku_host" "each" {
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config: config(`"unix", "tcp"`),

@@ -131,7 +131,7 @@ func noSecretIn(log string, secrets ...string) resource.TestCheckFunc {
 // VM defined but not started (no second TCG boot: the apply, the read of
 // the host data source and the empty plan after it prove the connection).
 func TestAccRemoteRunner_noFiles(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	sshd := acctest.StartSSHD(t)
 	log := remoteRunner(t)
 	hostKey := strings.SplitN(sshd.KnownHostsLine, " ", 2)[1] // the bare public key
@@ -150,7 +150,7 @@ data "kohaku_host" "tls" {
 	keyPEM, _ := os.ReadFile(filepath.Join(acctest.Env(t, "KOHAKU_TEST_TLS_PKI"), "clientkey.pem"))
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config:          cfg,
@@ -163,7 +163,7 @@ data "kohaku_host" "tls" {
 				},
 				Check: resource.ComposeAggregateTestCheckFunc(
 					guestChecks(env, "kohaku_vm.ssh", prefix+"s-vm", share),
-					vmCheckDomState(env, prefix+"t-vm", "shut off"),
+					acctest.CheckDomState(env, prefix+"t-vm", "shut off"),
 					func(*terraform.State) error {
 						if _, err := os.Stat(filepath.Join(os.Getenv("HOME"), ".ssh")); err == nil {
 							return fmt.Errorf("something wrote ~/.ssh during a run with a pinned host key")

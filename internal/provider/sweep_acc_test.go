@@ -11,17 +11,10 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
-
-// TestMain runs the tests, or with -sweep=<anything> the sweepers that
-// remove what a crashed acceptance run left on the test host:
-//
-//	go test ./internal/provider -v -sweep=local
-func TestMain(m *testing.M) {
-	resource.TestMain(m)
-}
 
 // accPrefix starts the name of everything the acceptance tests create.
 const accPrefix = "kohaku-acc-"
@@ -112,7 +105,7 @@ func sweepVMs(uri, prefix string, pools ...string) error {
 // running domain with its overlay, and an overlay whose domain was never
 // defined. It leaves the base image alone.
 func TestAccVM_sweeper(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "sweep")
 	ctx := context.Background()
 	c := vmClient(t, env.URI)
@@ -137,13 +130,13 @@ func TestAccVM_sweeper(t *testing.T) {
 	if err := c.StartDomain(ctx, ref); err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := vmLeftovers(env.URI, prefix, env.Pool); len(left) != 3 {
+	if left, _ := acctest.Leftovers(env.URI, prefix, env.Pool); len(left) != 3 {
 		t.Fatalf("want a domain and two overlays before sweeping, found %v", left)
 	}
 	if err := sweepVMs(env.URI, prefix, env.Pool, "default"); err != nil {
 		t.Fatal(err)
 	}
-	if err := vmCheckNothingLeft(env, prefix)(nil); err != nil {
+	if err := acctest.CheckNothingLeft(env, prefix)(nil); err != nil {
 		t.Error(err)
 	}
 	if _, err := c.VolumeInfo(ctx, env.ImagePool, env.Base); err != nil {

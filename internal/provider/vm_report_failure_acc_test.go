@@ -123,7 +123,7 @@ var reportTimingRE = regexp.MustCompile(`Reported through (the channel|phone hom
 // arrival to the create's return, is asserted too.
 func TestAccReady_cloudInitErrorsThroughChannelAndPhoneHome(t *testing.T) {
 	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "rf")
 	port := acctest.ClosedPort(t)
 	wait := "  timeouts {\n    create = \"15m\"\n  }\n"
@@ -153,7 +153,7 @@ provider "kohaku" {
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: rec.providers(),
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config: cfg,
@@ -187,7 +187,7 @@ provider "kohaku" {
 // checkFailureLatency: vm's create failed naming the failing module, with
 // its report come the expected way, and returned within a second of the
 // guest writing the report.
-func checkFailureLatency(t *testing.T, env vmEnv, rec *applyRecorder, vm, via string) {
+func checkFailureLatency(t *testing.T, env acctest.VMEnv, rec *applyRecorder, vm, via string) {
 	t.Helper()
 	returned, detail, ok := rec.failedCreate(vm)
 	if !ok {

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
 )
 
@@ -43,7 +44,7 @@ type shutdownGuest struct {
 	running bool
 }
 
-func shutdownConfig(env vmEnv, prefix string, clean, deaf shutdownGuest) string {
+func shutdownConfig(env acctest.VMEnv, prefix string, clean, deaf shutdownGuest) string {
 	vm := func(label string, g shutdownGuest, timeout time.Duration, seedExtra string) string {
 		if !g.present {
 			return ""
@@ -194,7 +195,7 @@ func tail(s string, n int) string {
 // provider says so in a warning each time. Two guests, five boots, under
 // TCG; later boots of one guest overlap the other guest's steps.
 func TestAccVM_gracefulShutdown(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "acpi")
 	cleanName, deafName := prefix+"clean", prefix+"deaf"
 	// The provider's warnings, as the in-process provider logs every
@@ -274,7 +275,7 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				// Both guests boot and report ready: logind runs in both
@@ -282,7 +283,7 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 				// is told to ignore the power key.
 				Config: both(768, true, 768),
 				Check: resource.ComposeAggregateTestCheckFunc(
-					vmCheckDomState(env, cleanName, "running"), vmCheckDomState(env, deafName, "running"),
+					acctest.CheckDomState(env, cleanName, "running"), acctest.CheckDomState(env, deafName, "running"),
 					consoleSays(cleanName, "kohaku-acpi: logind active, dbus active, power key default"),
 					consoleSays(deafName, "kohaku-acpi: logind active, dbus active, power key HandlePowerKey=ignore"),
 					noPowerDown(cleanName), noPowerDown(deafName)),
@@ -295,7 +296,7 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue("kohaku_vm.clean", tfjsonpath.New("memory_mib"), knownvalue.Int64Exact(896)),
 				},
-				Check: resource.ComposeAggregateTestCheckFunc(vmCheckDomState(env, cleanName, "running"),
+				Check: resource.ComposeAggregateTestCheckFunc(acctest.CheckDomState(env, cleanName, "running"),
 					stopped(cleanName, shutdownCleanTimeout, 1, "shutdown", 0)),
 			},
 			{
@@ -303,7 +304,7 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 				PreConfig:        start,
 				Config:           both(896, true, 896),
 				ConfigPlanChecks: update("kohaku_vm.deaf"),
-				Check: resource.ComposeAggregateTestCheckFunc(vmCheckDomState(env, deafName, "running"),
+				Check: resource.ComposeAggregateTestCheckFunc(acctest.CheckDomState(env, deafName, "running"),
 					stopped(deafName, shutdownDeafTimeout, 0, "destroyed", 1)),
 			},
 			{
@@ -321,12 +322,12 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 				},
 				Config:           both(896, false, 896),
 				ConfigPlanChecks: update("kohaku_vm.clean"),
-				Check: resource.ComposeAggregateTestCheckFunc(vmCheckDomState(env, cleanName, "shut off"),
+				Check: resource.ComposeAggregateTestCheckFunc(acctest.CheckDomState(env, cleanName, "shut off"),
 					stopped(cleanName, shutdownCleanTimeout, 2, "shutdown,shutdown", 0)),
 			},
 			{
 				Config: both(896, true, 896),
-				Check:  vmCheckDomState(env, cleanName, "running"),
+				Check:  acctest.CheckDomState(env, cleanName, "running"),
 			},
 			{
 				// Destroy of deaf with destroy_shutdown = "graceful", once
@@ -340,7 +341,7 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 				// Destroy of clean, once its third boot is up.
 				PreConfig: func() { waitBooted(t, cleanName, 3); start() },
 				Config:    providerBlock(env.URI),
-				Check: resource.ComposeAggregateTestCheckFunc(vmCheckNothingLeft(env, prefix),
+				Check: resource.ComposeAggregateTestCheckFunc(acctest.CheckNothingLeft(env, prefix),
 					stopped(cleanName, shutdownCleanTimeout, 3, "shutdown,shutdown,shutdown", 0)),
 			},
 		},

@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 )
 
 // destroyTestTimeout is the shutdown_timeout of the destroy test's VMs: a
@@ -22,7 +24,7 @@ const destroyTestTimeout = 15 * time.Second
 // vmDestroyConfig is up to two real guests booting from overlays: "owned"
 // (everything it writes goes with it) and "shared" (a writable shared folder
 // outlives it). ownedMode is owned's destroy_shutdown ("" for the default).
-func vmDestroyConfig(env vmEnv, prefix, share, ownedMode string, owned, shared bool) string {
+func vmDestroyConfig(env acctest.VMEnv, prefix, share, ownedMode string, owned, shared bool) string {
 	vm := func(label, extra string) string {
 		return fmt.Sprintf(`
 resource "kohaku_vm" %q {
@@ -66,7 +68,7 @@ resource "kohaku_vm" %q {
 // shutdown_timeout. Changing destroy_shutdown touches nothing on the host.
 func TestAccVM_destroyWaitsOnlyForData(t *testing.T) {
 	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "dstr")
 	share := t.TempDir()
 	owned, shared := "kohaku_vm.owned", "kohaku_vm.shared"
@@ -75,7 +77,7 @@ func TestAccVM_destroyWaitsOnlyForData(t *testing.T) {
 	start := func() { began = time.Now() }
 	sameRun := func(name string) resource.TestCheckFunc {
 		return func(*terraform.State) error {
-			id, err := vmVirsh(env.URI, "domid", name)
+			id, err := acctest.Virsh(env.URI, "domid", name)
 			if err != nil {
 				return err
 			}
@@ -94,7 +96,7 @@ func TestAccVM_destroyWaitsOnlyForData(t *testing.T) {
 	gone := func(name string, asked bool) resource.TestCheckFunc {
 		return func(*terraform.State) error {
 			took := time.Since(began)
-			if out, err := vmVirsh(env.URI, "domstate", name); err == nil {
+			if out, err := acctest.Virsh(env.URI, "domstate", name); err == nil {
 				return fmt.Errorf("%s is still there (%s)", name, out)
 			}
 			console, _ := os.ReadFile("/var/log/libvirt/qemu/" + name + "-serial.log")
@@ -112,7 +114,7 @@ func TestAccVM_destroyWaitsOnlyForData(t *testing.T) {
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config: vmDestroyConfig(env, prefix, share, "", true, true),
@@ -121,7 +123,7 @@ func TestAccVM_destroyWaitsOnlyForData(t *testing.T) {
 					statecheck.ExpectKnownValue(shared, tfjsonpath.New("destroy_shutdown"), knownvalue.StringExact("auto")),
 				},
 				Check: resource.ComposeAggregateTestCheckFunc(
-					vmCheckDomState(env, prefix+"owned", "running"), vmCheckDomState(env, prefix+"shared", "running"),
+					acctest.CheckDomState(env, prefix+"owned", "running"), acctest.CheckDomState(env, prefix+"shared", "running"),
 					sameRun(prefix+"owned")),
 			},
 			{

@@ -54,7 +54,7 @@ func TestAccGuestNetwork_debian12(t *testing.T) {
 	// default route first, and then skips the rest of that NIC's stanza.
 	// That is documented (kohaku_seed's network section); the second NIC
 	// here is static without a gateway instead.
-	testGuestNetwork(t, newVMEnv(t), "g12", guestSecondStaticNIC)
+	testGuestNetwork(t, acctest.NewVMEnv(t), "g12", guestSecondStaticNIC)
 }
 
 func TestAccGuestNetwork_debian13(t *testing.T) {
@@ -64,9 +64,9 @@ func TestAccGuestNetwork_debian13(t *testing.T) {
 
 // newGen2VMEnv is the test host with the Debian 13 image (cloud-init 25.x,
 // netplan + systemd-networkd + systemd-resolved) in place of Debian 12's.
-func newGen2VMEnv(t *testing.T) vmEnv {
+func newGen2VMEnv(t *testing.T) acctest.VMEnv {
 	t.Helper()
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	env.ImagePool = acctest.Env(t, "KOHAKU_TEST_GEN2_IMAGE_POOL")
 	env.Base = acctest.Env(t, "KOHAKU_TEST_GEN2_BASE_VOLUME")
 	env.Kernel = acctest.Env(t, "KOHAKU_TEST_GEN2_KERNEL")
@@ -208,7 +208,7 @@ func guestKey(t *testing.T) string {
 	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp))) + " w16g@kohaku"
 }
 
-func guestNetConfig(env vmEnv, prefix, format, waitFor, share, key, aliceKey, userData string, nics []guestNIC) string {
+func guestNetConfig(env acctest.VMEnv, prefix, format, waitFor, share, key, aliceKey, userData string, nics []guestNIC) string {
 	var nets, ifaces strings.Builder
 	for _, n := range nics {
 		nets.WriteString(n.hcl())
@@ -288,7 +288,7 @@ func guestPasswordAttr(format string) string {
 	return "password_hash"
 }
 
-func testGuestNetwork(t *testing.T, env vmEnv, short string, second guestNIC) {
+func testGuestNetwork(t *testing.T, env acctest.VMEnv, short string, second guestNIC) {
 	// The NoCloud boot waits for the report over the channel (the default);
 	// the ConfigDrive boot asks the QEMU guest agent instead (wait_for =
 	// "guest_agent": cloud-init's result.json and the reporter's report
@@ -309,7 +309,7 @@ func testGuestNetwork(t *testing.T, env vmEnv, short string, second guestNIC) {
 			addr := "kohaku_vm.test"
 			resource.Test(t, resource.TestCase{
 				ProtoV6ProviderFactories: protoV6Providers,
-				CheckDestroy:             vmCheckNothingLeft(env, prefix),
+				CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 				Steps: []resource.TestStep{{
 					Config: guestNetConfig(env, prefix, b.format, b.waitFor, share, key, aliceKey, guestUserData(t), b.nics),
 					ConfigStateChecks: []statecheck.StateCheck{

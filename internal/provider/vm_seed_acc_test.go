@@ -9,9 +9,11 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 )
 
-func vmSeedConfig(env vmEnv, prefix string, withVM bool) string {
+func vmSeedConfig(env acctest.VMEnv, prefix string, withVM bool) string {
 	cfg := providerBlock(env.URI) + fmt.Sprintf(`
 resource "kohaku_seed" "test" {
   name    = "%[1]sseed.iso"
@@ -44,7 +46,7 @@ resource "kohaku_vm" "test" {
 // The seed is attached read-only on the q35 machine's SATA bus, NICs without
 // a mac take the seed's, and destroying the VM leaves the seed alone.
 func TestAccVM_seed(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "seed")
 	seedMAC := statecheck.CompareValuePairs(
 		"kohaku_vm.test", tfjsonpath.New("network_interface").AtSliceIndex(0).AtMapKey("mac"),
@@ -52,7 +54,7 @@ func TestAccVM_seed(t *testing.T) {
 		compare.ValuesSame())
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config: vmSeedConfig(env, prefix, true),
@@ -60,7 +62,7 @@ func TestAccVM_seed(t *testing.T) {
 					seedMAC,
 					statecheck.CompareValuePairs("kohaku_vm.test", tfjsonpath.New("seed_id"), "kohaku_seed.test", tfjsonpath.New("id"), compare.ValuesSame()),
 				},
-				Check: vmCheckXML(env, prefix+"vm",
+				Check: acctest.CheckXML(env, prefix+"vm",
 					"<source pool='"+env.Pool+"' volume='"+prefix+"seed.iso'/>",
 					"<target dev='sda' bus='sata'/>",
 					"<readonly/>",
@@ -80,7 +82,7 @@ func TestAccVM_seed(t *testing.T) {
 			{
 				Config: vmSeedConfig(env, prefix, false),
 				Check: func(*terraform.State) error {
-					if _, err := vmVirsh(env.URI, "vol-info", "--pool", env.Pool, prefix+"seed.iso"); err != nil {
+					if _, err := acctest.Virsh(env.URI, "vol-info", "--pool", env.Pool, prefix+"seed.iso"); err != nil {
 						return fmt.Errorf("destroying the VM deleted its seed: %v", err)
 					}
 					return nil

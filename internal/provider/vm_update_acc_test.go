@@ -11,9 +11,11 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 )
 
-func vmDevicesConfig(env vmEnv, name, devices string) string {
+func vmDevicesConfig(env acctest.VMEnv, name, devices string) string {
 	return providerBlock(env.URI) + fmt.Sprintf(`
 resource "kohaku_vm" "test" {
   name       = %q
@@ -31,7 +33,7 @@ resource "kohaku_vm" "test" {
 // interface keeps its MAC when another is added in front of it. A gpus entry
 // must be a device on vfio-pci; anything else is refused before any change.
 func TestAccVM_devicesInPlace(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "dev")
 	name := prefix + "vm"
 	share := t.TempDir()
@@ -45,7 +47,7 @@ func TestAccVM_devicesInPlace(t *testing.T) {
 `, share))
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config: vmDevicesConfig(env, name, `
@@ -57,7 +59,7 @@ func TestAccVM_devicesInPlace(t *testing.T) {
 					sameMAC.AddStateValue(addr, tfjsonpath.New("network_interface").AtSliceIndex(0).AtMapKey("mac")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("overlay_volume"), knownvalue.Null()),
 				},
-				Check: vmCheckXML(env, name, "<hostdev mode='subsystem' type='pci' managed='no'>",
+				Check: acctest.CheckXML(env, name, "<hostdev mode='subsystem' type='pci' managed='no'>",
 					"<address domain='0x0000' bus='0xff' slot='0x1f' function='0x7'/>"),
 			},
 			{
@@ -75,7 +77,7 @@ func TestAccVM_devicesInPlace(t *testing.T) {
 						knownvalue.StringExact("0000:FF:1F.7"), knownvalue.StringExact("0000:ff:1f.6"),
 					})),
 				},
-				Check: vmCheckXML(env, name,
+				Check: acctest.CheckXML(env, name,
 					"<address domain='0x0000' bus='0xff' slot='0x1f' function='0x6'/>",
 					"<address domain='0x0000' bus='0xff' slot='0x1f' function='0x7'/>",
 					"<filesystem type='mount' accessmode='mapped'>", "<source dir='"+share+"'/>", "<target dir='kohaku_local'/>",

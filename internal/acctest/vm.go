@@ -1,4 +1,4 @@
-package provider
+package acctest
 
 import (
 	"context"
@@ -13,13 +13,10 @@ import (
 	tfacctest "github.com/hashicorp/terraform-plugin-testing/helper/acctest"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
-
-	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
-// vmEnv is what the VM acceptance tests read from the test host.
-type vmEnv struct {
+// VMEnv is what the VM acceptance tests read from the test host.
+type VMEnv struct {
 	URI       string
 	Pool      string // where overlays go (kohaku-acc)
 	ImagePool string // where the base image is (kohaku-images)
@@ -28,28 +25,30 @@ type vmEnv struct {
 	Initrd    string
 }
 
-func newVMEnv(t *testing.T) vmEnv {
+// NewVMEnv reads the VM test environment the test host exports; like Env it
+// skips without TF_ACC and fails when a setting is missing.
+func NewVMEnv(t testing.TB) VMEnv {
 	t.Helper()
-	return vmEnv{
-		URI:       acctest.URI(t),
-		Pool:      acctest.Env(t, "KOHAKU_TEST_POOL"),
-		ImagePool: acctest.Env(t, "KOHAKU_TEST_IMAGE_POOL"),
-		Base:      acctest.Env(t, "KOHAKU_TEST_BASE_VOLUME"),
-		Kernel:    acctest.Env(t, "KOHAKU_TEST_KERNEL"),
-		Initrd:    acctest.Env(t, "KOHAKU_TEST_INITRD"),
+	return VMEnv{
+		URI:       URI(t),
+		Pool:      Env(t, "KOHAKU_TEST_POOL"),
+		ImagePool: Env(t, "KOHAKU_TEST_IMAGE_POOL"),
+		Base:      Env(t, "KOHAKU_TEST_BASE_VOLUME"),
+		Kernel:    Env(t, "KOHAKU_TEST_KERNEL"),
+		Initrd:    Env(t, "KOHAKU_TEST_INITRD"),
 	}
 }
 
-// vmTestPrefix returns a name prefix unique to one test, under the
-// kohaku-acc- prefix the sweeper removes after a crashed run. It also
-// registers a cleanup that removes whatever the test left with that prefix
-// (a failed test must not litter the host for the next one), including the
-// log files libvirt and the serial console wrote.
-func vmTestPrefix(t *testing.T, env vmEnv, short string) string {
+// Prefix returns a name prefix unique to one test, under the kohaku-acc-
+// prefix the sweeper removes after a crashed run. It also registers a
+// cleanup that calls sweep with the prefix to remove whatever the test left
+// (a failed test must not litter the host for the next one) and removes the
+// log files libvirt and the serial console wrote for it.
+func Prefix(t testing.TB, short string, sweep func(prefix string) error) string {
 	t.Helper()
 	prefix := fmt.Sprintf("kohaku-acc-%s-%s-", short, tfacctest.RandStringFromCharSet(5, "abcdefghijklmnopqrstuvwxyz0123456789"))
 	t.Cleanup(func() {
-		if err := sweepVMs(env.URI, prefix, env.Pool, "default"); err != nil {
+		if err := sweep(prefix); err != nil {
 			t.Errorf("cleaning up after the test: %v", err)
 		}
 		logs, _ := filepath.Glob(filepath.Join("/var/log/libvirt/qemu", prefix+"*.log"))
@@ -60,9 +59,9 @@ func vmTestPrefix(t *testing.T, env vmEnv, short string) string {
 	return prefix
 }
 
-// vmVirsh runs virsh against the test host: an independent judge of what the
+// Virsh runs virsh against the test host: an independent judge of what the
 // provider did.
-func vmVirsh(uri string, args ...string) (string, error) {
+func Virsh(uri string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "virsh", append([]string{"-c", uri}, args...)...).CombinedOutput()
@@ -72,11 +71,11 @@ func vmVirsh(uri string, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// vmLeftovers lists the domains and the volumes of pools whose names start
+// Leftovers lists the domains and the volumes of pools whose names start
 // with prefix, as virsh sees them.
-func vmLeftovers(uri, prefix string, pools ...string) ([]string, error) {
+func Leftovers(uri, prefix string, pools ...string) ([]string, error) {
 	var left []string
-	out, err := vmVirsh(uri, "list", "--all", "--name")
+	out, err := Virsh(uri, "list", "--all", "--name")
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +85,7 @@ func vmLeftovers(uri, prefix string, pools ...string) ([]string, error) {
 		}
 	}
 	for _, p := range pools {
-		out, err := vmVirsh(uri, "vol-list", "--pool", p)
+		out, err := Virsh(uri, "vol-list", "--pool", p)
 		if err != nil {
 			return nil, err
 		}
@@ -99,10 +98,10 @@ func vmLeftovers(uri, prefix string, pools ...string) ([]string, error) {
 	return left, nil
 }
 
-// vmCheckNothingLeft fails when any domain or volume of the test remains.
-func vmCheckNothingLeft(env vmEnv, prefix string) func(*terraform.State) error {
+// CheckNothingLeft fails when any domain or volume of the test remains.
+func CheckNothingLeft(env VMEnv, prefix string) func(*terraform.State) error {
 	return func(*terraform.State) error {
-		left, err := vmLeftovers(env.URI, prefix, env.Pool, "default")
+		left, err := Leftovers(env.URI, prefix, env.Pool, "default")
 		if err != nil {
 			return err
 		}
@@ -113,10 +112,10 @@ func vmCheckNothingLeft(env vmEnv, prefix string) func(*terraform.State) error {
 	}
 }
 
-// vmCheckDomState compares virsh domstate with want ("running", "shut off").
-func vmCheckDomState(env vmEnv, name, want string) resource.TestCheckFunc {
+// CheckDomState compares virsh domstate with want ("running", "shut off").
+func CheckDomState(env VMEnv, name, want string) resource.TestCheckFunc {
 	return func(*terraform.State) error {
-		out, err := vmVirsh(env.URI, "domstate", name)
+		out, err := Virsh(env.URI, "domstate", name)
 		if err != nil {
 			return err
 		}
@@ -127,11 +126,11 @@ func vmCheckDomState(env vmEnv, name, want string) resource.TestCheckFunc {
 	}
 }
 
-// vmCheckXML checks that virsh dumpxml (of the persistent definition)
+// CheckXML checks that virsh dumpxml (of the persistent definition)
 // contains every fragment.
-func vmCheckXML(env vmEnv, name string, fragments ...string) resource.TestCheckFunc {
+func CheckXML(env VMEnv, name string, fragments ...string) resource.TestCheckFunc {
 	return func(*terraform.State) error {
-		out, err := vmVirsh(env.URI, "dumpxml", "--inactive", name)
+		out, err := Virsh(env.URI, "dumpxml", "--inactive", name)
 		if err != nil {
 			return err
 		}
@@ -144,8 +143,8 @@ func vmCheckXML(env vmEnv, name string, fragments ...string) resource.TestCheckF
 	}
 }
 
-// vmDefineByHand defines a bare domain with virsh, as someone else might.
-func vmDefineByHand(t *testing.T, env vmEnv, name string) {
+// DefineByHand defines a bare domain with virsh, as someone else might.
+func DefineByHand(t testing.TB, env VMEnv, name string) {
 	t.Helper()
 	dir := t.TempDir()
 	xml := fmt.Sprintf(`<domain type='qemu'><name>%s</name><memory unit='MiB'>64</memory><vcpu>1</vcpu><os><type arch='x86_64'>hvm</type></os></domain>`, name)
@@ -153,19 +152,7 @@ func vmDefineByHand(t *testing.T, env vmEnv, name string) {
 	if err := os.WriteFile(f, []byte(xml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := vmVirsh(env.URI, "define", f); err != nil {
+	if out, err := Virsh(env.URI, "define", f); err != nil {
 		t.Fatalf("defining %s by hand: %v\n%s", name, err, out)
 	}
-}
-
-// vmClient dials the test host directly, for checks that need the provider's
-// own libvirt layer (RPC counts).
-func vmClient(t *testing.T, uri string) *virt.Client {
-	t.Helper()
-	c, err := virt.New(virt.Settings{URI: uri})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }

@@ -28,7 +28,7 @@ const readyTestKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGZ1c2VkZm9ydGVzdGluZ2
 
 // readyConfig is a provider listening for phone-home calls, and a seed and
 // a VM booting the test guest (readyResources).
-func readyConfig(env vmEnv, prefix string, port int, share, seedExtra, vmExtra string) string {
+func readyConfig(env acctest.VMEnv, prefix string, port int, share, seedExtra, vmExtra string) string {
 	return fmt.Sprintf(`
 provider "kohaku" {
   uri = %q
@@ -51,7 +51,7 @@ provider "kohaku" {
 // "Kernel panic - not syncing"), an emulation artefact, and then
 // hangs until the create timeout (30 minutes in the guest network test).
 // With panic=5 it reboots and cloud-init finishes in the second boot.
-func readyResources(env vmEnv, prefix, share, res, provider, seedExtra, vmExtra string) string {
+func readyResources(env acctest.VMEnv, prefix, share, res, provider, seedExtra, vmExtra string) string {
 	if provider != "" {
 		provider = "  provider = " + provider + "\n"
 	}
@@ -144,7 +144,7 @@ func checkShared(share, file string, want *regexp.Regexp) resource.TestCheckFunc
 //
 // The same guest proves the NVIDIA install path: its seed
 // has nvidia_driver with a url_template on the stand-in site on loopback
-// (nvidia_standin_test.go). The guest installs the build tools and headers
+// (nvidia_standin_acc_test.go). The guest installs the build tools and headers
 // from the stand-in mirror, downloads exactly that version's installer and
 // runs it with the arguments the seed documents; the installer records how
 // it ran in the share and installs nvidia-smi, whose GPU arrives parsed in
@@ -158,7 +158,7 @@ func checkShared(share, file string, want *regexp.Regexp) resource.TestCheckFunc
 // gives the GPU back to nvidia.
 func TestAccReady_phoneHome(t *testing.T) {
 	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	h := nestedhost.RequireSSH(t)
 	if h.NVIDIAVersion != nvidiaStandInVersion {
 		t.Fatalf("the nested host's NVIDIA stand-in declares %s, the stand-in site serves %s: make them agree", h.NVIDIAVersion, nvidiaStandInVersion)
@@ -197,7 +197,7 @@ resource "kohaku_gpu_binding" "gpu" {
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             resource.ComposeAggregateTestCheckFunc(vmCheckNothingLeft(env, prefix), expectDrivers(h, onHost(h))),
+		CheckDestroy:             resource.ComposeAggregateTestCheckFunc(acctest.CheckNothingLeft(env, prefix), expectDrivers(h, onHost(h))),
 		Steps: []resource.TestStep{{
 			// While the real guest boots, the listener takes a burst of
 			// wrong-token, oversized, slow and malformed requests.
@@ -239,9 +239,9 @@ resource "kohaku_gpu_binding" "gpu" {
 // guestChecks: the domain runs and is what its seed said (hostname, user
 // and key, the static address on the MAC-matched NIC, the write_files file,
 // the 9p mount), and the host key it reported is the one it has.
-func guestChecks(env vmEnv, addr, vm, share string) resource.TestCheckFunc {
+func guestChecks(env acctest.VMEnv, addr, vm, share string) resource.TestCheckFunc {
 	return resource.ComposeAggregateTestCheckFunc(
-		vmCheckDomState(env, vm, "running"),
+		acctest.CheckDomState(env, vm, "running"),
 		resource.TestCheckTypeSetElemNestedAttrs(addr, "guest.addresses.*", map[string]string{"address": "10.0.2.15/24"}),
 		checkShared(share, "hostname", regexp.MustCompile(`^e2e-guest\n$`)),
 		checkShared(share, "addresses", regexp.MustCompile(`inet 10\.0\.2\.15/24`)),
@@ -271,7 +271,7 @@ func guestChecks(env vmEnv, addr, vm, share string) resource.TestCheckFunc {
 // each transport.
 func TestAccReady_channel(t *testing.T) {
 	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	tlsURI := acctest.Env(t, "KOHAKU_TEST_TLS_URI")
 	pki := acctest.Env(t, "KOHAKU_TEST_TLS_PKI")
 	sshd := acctest.StartSSHD(t)
@@ -377,7 +377,7 @@ provider "kohaku" {
 	unix, stopped := guests[0], guests[1]
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config:            cfg,
@@ -393,7 +393,7 @@ provider "kohaku" {
 			{
 				PreConfig: func() {
 					cmd := `{"execute":"guest-exec","arguments":{"path":"/bin/systemctl","arg":["stop","kohaku-report.service"]}}`
-					if out, err := vmVirsh(env.URI, "qemu-agent-command", stopped.prefix+"vm", cmd); err != nil {
+					if out, err := acctest.Virsh(env.URI, "qemu-agent-command", stopped.prefix+"vm", cmd); err != nil {
 						t.Fatalf("stopping the agent in the guest: %v: %s", err, out)
 					}
 					time.Sleep(3 * time.Second) // systemctl runs in the guest after guest-exec returns
@@ -460,13 +460,13 @@ func checkHealthAgrees(t *testing.T, addr string, memoryMiB int64) resource.Test
 // kept and tainted.
 func TestAccReady_channelTimeout(t *testing.T) {
 	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "ct")
 	cfg := fmt.Sprintf("provider \"kohaku\" {\n  uri = %q\n}\n", env.URI) +
 		readyResources(env, prefix, t.TempDir(), "test", "", "", "  timeouts {\n    create = \"40s\"\n  }")
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config:      cfg,
@@ -476,7 +476,7 @@ func TestAccReady_channelTimeout(t *testing.T) {
 				RefreshState:       true,
 				ExpectNonEmptyPlan: true,
 				Check: func(s *terraform.State) error {
-					if out, err := vmVirsh(env.URI, "domstate", prefix+"vm"); err != nil || out != "running" {
+					if out, err := acctest.Virsh(env.URI, "domstate", prefix+"vm"); err != nil || out != "running" {
 						return fmt.Errorf("after the timeout the kept VM is %q (%v), want running", out, err)
 					}
 					rs := s.RootModule().Resources["kohaku_vm.test"]
@@ -494,7 +494,7 @@ func TestAccReady_channelTimeout(t *testing.T) {
 // the story, and the VM is kept (tainted) for inspection, as documented.
 func TestAccReady_timeoutKeepsTaintedVM(t *testing.T) {
 	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "to")
 	port := acctest.ClosedPort(t)
 	// The seed phones home to a port nobody listens on; the VM's provider
@@ -503,7 +503,7 @@ func TestAccReady_timeoutKeepsTaintedVM(t *testing.T) {
 	cfg = strings.Replace(cfg, fmt.Sprintf(`base_url       = "http://10.0.2.2:%d"`, port), `base_url       = "http://10.0.2.2:9"`, 1)
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config:      cfg,
@@ -512,7 +512,7 @@ func TestAccReady_timeoutKeepsTaintedVM(t *testing.T) {
 			{
 				// What is left: the domain, still running, in state as tainted.
 				PreConfig: func() {
-					if out, err := vmVirsh(env.URI, "domstate", prefix+"vm"); err != nil || out != "running" {
+					if out, err := acctest.Virsh(env.URI, "domstate", prefix+"vm"); err != nil || out != "running" {
 						t.Errorf("after the timeout the kept VM is %q (%v), want running", out, err)
 					}
 				},
@@ -540,14 +540,14 @@ func TestAccReady_timeoutKeepsTaintedVM(t *testing.T) {
 // on_ready_failure = "destroy" leaves nothing behind.
 func TestAccReady_guestAgentReportsCloudInitErrors(t *testing.T) {
 	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "ga")
 	cfg := readyConfig(env, prefix, acctest.ClosedPort(t), t.TempDir(), "",
 		"  wait_for         = \"guest_agent\"\n  on_ready_failure = \"destroy\"\n  timeouts {\n    create = \"12m\"\n  }")
 	cfg = strings.Replace(cfg, "      - sync\n", "      - sync\n      - exit 3\n", 1)
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config:      cfg,
@@ -555,7 +555,7 @@ func TestAccReady_guestAgentReportsCloudInitErrors(t *testing.T) {
 			},
 			{
 				PreConfig: func() {
-					if out, err := vmVirsh(env.URI, "domstate", prefix+"vm"); err == nil {
+					if out, err := acctest.Virsh(env.URI, "domstate", prefix+"vm"); err == nil {
 						t.Errorf("on_ready_failure = destroy left the domain (%s)", out)
 					}
 				},

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
@@ -21,7 +22,7 @@ const vmReadRPCs = 3
 // Twenty VMs in one apply, ten at a time (Terraform's default parallelism)
 // over the provider's single connection, then destroyed.
 func TestAccVM_twenty(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "many")
 	config := providerBlock(env.URI) + fmt.Sprintf(`
 resource "kohaku_vm" "test" {
@@ -44,7 +45,7 @@ resource "kohaku_vm" "test" {
 
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config: config,
@@ -60,9 +61,9 @@ resource "kohaku_vm" "test" {
 
 // vmCheckCount checks with virsh that n domains, all shut off, and n overlay
 // volumes exist under prefix.
-func vmCheckCount(env vmEnv, prefix string, n int) resource.TestCheckFunc {
+func vmCheckCount(env acctest.VMEnv, prefix string, n int) resource.TestCheckFunc {
 	return func(*terraform.State) error {
-		out, err := vmVirsh(env.URI, "list", "--all")
+		out, err := acctest.Virsh(env.URI, "list", "--all")
 		if err != nil {
 			return err
 		}
@@ -75,7 +76,7 @@ func vmCheckCount(env vmEnv, prefix string, n int) resource.TestCheckFunc {
 				}
 			}
 		}
-		left, err := vmLeftovers(env.URI, prefix, env.Pool)
+		left, err := acctest.Leftovers(env.URI, prefix, env.Pool)
 		if err != nil {
 			return err
 		}
@@ -88,7 +89,7 @@ func vmCheckCount(env vmEnv, prefix string, n int) resource.TestCheckFunc {
 
 // vmCheckReadRPCs refreshes each VM the way Read does, over a connection of
 // its own, and checks that each takes the same small number of libvirt calls.
-func vmCheckReadRPCs(t *testing.T, env vmEnv, n int) resource.TestCheckFunc {
+func vmCheckReadRPCs(t *testing.T, env acctest.VMEnv, n int) resource.TestCheckFunc {
 	return func(s *terraform.State) error {
 		ctx := context.Background()
 		c := vmClient(t, env.URI)

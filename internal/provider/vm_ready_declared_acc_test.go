@@ -13,13 +13,15 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 )
 
 // declaredConfigResources is readyResources with one declaration the guest
 // cannot satisfy by construction (a second share whose tag the VM does not
 // export, so its mount fails) and the guest's own view of its IPv4 routes
 // and resolv.conf written to the share, to judge the reporter by.
-func declaredConfigResources(env vmEnv, prefix, share, res, vmExtra string) string {
+func declaredConfigResources(env acctest.VMEnv, prefix, share, res, vmExtra string) string {
 	cfg := readyResources(env, prefix, share, res, "", "", vmExtra)
 	cfg = strings.Replace(cfg, `shared_folders = [{ tag = "kohaku_shared", path = "/shared" }]`,
 		`shared_folders = [{ tag = "kohaku_shared", path = "/shared" }, { tag = "w16r_absent", path = "/w16r-absent" }]`, 1)
@@ -35,7 +37,7 @@ func declaredConfigResources(env vmEnv, prefix, share, res, vmExtra string) stri
 // a later plan is empty.
 func TestAccReady_declaredConfig(t *testing.T) {
 	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "w16r")
 	share := t.TempDir()
 	cfg := fmt.Sprintf("provider \"kohaku\" {\n  uri = %q\n}\n", env.URI) +
@@ -43,7 +45,7 @@ func TestAccReady_declaredConfig(t *testing.T) {
 	addr := "kohaku_vm.warn"
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config: cfg,
@@ -71,14 +73,14 @@ func TestAccReady_declaredConfig(t *testing.T) {
 // on_ready_failure = "destroy" leaves nothing behind.
 func TestAccReady_declaredConfigFail(t *testing.T) {
 	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "w16rf")
 	cfg := fmt.Sprintf("provider \"kohaku\" {\n  uri = %q\n}\n", env.URI) +
 		declaredConfigResources(env, prefix, t.TempDir(), "fail",
 			"  on_config_mismatch = \"fail\"\n  on_ready_failure   = \"destroy\"\n  timeouts {\n    create = \"30m\"\n  }")
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
-		CheckDestroy:             vmCheckNothingLeft(env, prefix),
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
 				Config:      cfg,
@@ -86,7 +88,7 @@ func TestAccReady_declaredConfigFail(t *testing.T) {
 			},
 			{
 				PreConfig: func() {
-					if out, err := vmVirsh(env.URI, "domstate", prefix+"vm"); err == nil {
+					if out, err := acctest.Virsh(env.URI, "domstate", prefix+"vm"); err == nil {
 						t.Errorf("on_ready_failure = destroy left the domain (%s)", out)
 					}
 				},
