@@ -371,3 +371,27 @@ func TestMergeKeepsOtherMetadata(t *testing.T) {
 		t.Errorf("kohaku metadata not updated: %+v", o.Metadata)
 	}
 }
+
+// TestParseListsWhatOtherToolsAdd checks that the devices virt-install
+// adds, which Merge keeps but Kohaku does not manage, are each named, so
+// an import can tell the user.
+func TestParseListsWhatOtherToolsAdd(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("testdata", "merge", "virt-install-bios-vnc.defined.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := Parse(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(o.Unrecognized, "\n")
+	for _, want := range []string{"graphics vnc", "disk vdb", "input tablet on usb", "serial port 0 that is not logged to a file"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Unrecognized does not name %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "ps2") {
+		t.Errorf("the PS/2 devices libvirt adds to every domain are listed:\n%s", got)
+	}
+}

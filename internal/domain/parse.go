@@ -260,6 +260,39 @@ func (o *Observed) parseDevices(d *libvirtxml.DomainDeviceList) {
 			o.unrecognized("video %s", v.Model.Type)
 		}
 	}
+	o.parseOtherDevices(d)
+}
+
+// parseOtherDevices lists the devices no attribute describes and Build
+// never writes. The PS/2 mouse and keyboard libvirt gives every x86 domain
+// are not listed.
+func (o *Observed) parseOtherDevices(d *libvirtxml.DomainDeviceList) {
+	for _, in := range d.Inputs {
+		if in.Bus != "ps2" {
+			o.unrecognized("input %s on %s", in.Type, cmp.Or(in.Bus, "its default bus"))
+		}
+	}
+	for _, x := range d.Sounds {
+		o.unrecognized("sound %s", x.Model)
+	}
+	if n := len(d.RedirDevs); n > 0 {
+		o.unrecognized("%d USB redirection device(s)", n)
+	}
+	for _, x := range d.Watchdogs {
+		o.unrecognized("watchdog %s", x.Model)
+	}
+	for _, x := range d.TPMs {
+		o.unrecognized("TPM %s", x.Model)
+	}
+	if n := len(d.Smartcards); n > 0 {
+		o.unrecognized("%d smartcard(s)", n)
+	}
+	if n := len(d.Shmems); n > 0 {
+		o.unrecognized("%d shared memory device(s)", n)
+	}
+	if d.VSock != nil {
+		o.unrecognized("vsock")
+	}
 }
 
 func (o *Observed) parseDisk(disk libvirtxml.DomainDisk) {

@@ -51,3 +51,46 @@ func TestUpdateKeepsWhatKohakuDoesNotOwn(t *testing.T) {
 		t.Errorf("unrecognized elements after the update %q, want %q", got, want)
 	}
 }
+
+// A boot disk given by file path (as virsh define and virt-install leave
+// it) reads back as the volume of the pool that holds the file; one that
+// no pool holds is named as such, and a lost connection is an error.
+func TestReadMapsADiskPathToItsVolume(t *testing.T) {
+	t.Parallel()
+	h := newFakeHost()
+	h.addVolume("images", "web-1.qcow2", "qcow2", 1<<30)
+	for _, c := range []struct {
+		path    string
+		volume  *domain.VolumeRef
+		outside string
+	}{
+		{path: "/pools/images/web-1.qcow2", volume: &domain.VolumeRef{Pool: "images", Volume: "web-1.qcow2"}},
+		{path: "/srv/vm/web-1.qcow2", outside: "/srv/vm/web-1.qcow2"},
+	} {
+		spec := testSpec("byhand")
+		spec.Disk = &domain.Disk{Source: domain.Source{Path: c.path}}
+		xml, err := domain.Marshal(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, _ := h.DefineDomain(context.Background(), "byhand", xml)
+		view, err := Read(context.Background(), h, ref, nil, true)
+		if err != nil {
+			t.Fatalf("%s: %v", c.path, err)
+		}
+		if (view.DiskVolume == nil) != (c.volume == nil) || (c.volume != nil && *view.DiskVolume != *c.volume) {
+			t.Errorf("%s: disk volume %+v, want %+v", c.path, view.DiskVolume, c.volume)
+		}
+		if view.DiskOutsidePools != c.outside {
+			t.Errorf("%s: outside pools %q, want %q", c.path, view.DiskOutsidePools, c.outside)
+		}
+		if view.Observed.Spec.Disk.Path != c.path {
+			t.Errorf("%s: the observed disk became %+v; it must stay as the domain names it", c.path, view.Observed.Spec.Disk)
+		}
+	}
+	h.fail["VolumeByPath"] = lost("look up volume")
+	ref, _ := h.LookupDomain(context.Background(), "byhand")
+	if _, err := Read(context.Background(), h, ref, nil, true); err == nil {
+		t.Error("a failed volume lookup was not reported")
+	}
+}
