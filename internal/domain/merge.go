@@ -30,7 +30,7 @@ var Owned = []string{
 	"host PCI devices (`<hostdev>` of type pci), matched by host address",
 	"the guest agent and report channels, matched by name",
 	"the log file of serial port 0 (a serial port that is not logged to a file is kept unless `serial_log_path` is set)",
-	"as many empty `pcie-root-port`s as new devices and `hotplug_ports` need (none are removed)",
+	"on q35, enough empty `pcie-root-port`s for the devices Kohaku adds plus four spare ones for hotplug (none are removed)",
 	"Kohaku's own element of `<metadata>` (other tools' elements are kept)",
 }
 
