@@ -142,10 +142,16 @@ func (m *merger) os() {
 
 func (m *merger) cpu() {
 	h, w := m.have, m.want
+	// A domain without <cpu> reads back with no mode, which an unset mode
+	// keeps: libvirt's default CPU stays.
+	changed := m.obs.Spec.CPUMode != m.raw.CPUMode && m.obs.Spec.CPUMode != m.n.CPUMode
 	if h.CPU == nil {
-		h.CPU = &libvirtxml.DomainCPU{}
+		if !changed && w.CPU.Topology == nil && w.CPU.Numa == nil {
+			return
+		}
+		h.CPU = &libvirtxml.DomainCPU{Mode: w.CPU.Mode}
 	}
-	if m.obs.Spec.CPUMode != m.n.CPUMode {
+	if changed {
 		h.CPU.Mode = w.CPU.Mode
 		// A model, vendor and match describe a custom CPU only.
 		h.CPU.Model, h.CPU.Vendor, h.CPU.Match, h.CPU.Check = nil, "", "", ""
@@ -527,7 +533,9 @@ func (m *merger) numa() {
 	}
 	h.VCPU.CPUSet = w.VCPU.CPUSet
 	h.NUMATune = w.NUMATune
-	h.CPU.Numa = w.CPU.Numa
+	if h.CPU != nil {
+		h.CPU.Numa = w.CPU.Numa
+	}
 	var pins []libvirtxml.DomainCPUTuneVCPUPin
 	if w.CPUTune != nil {
 		pins = w.CPUTune.VCPUPin

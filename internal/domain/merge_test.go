@@ -395,3 +395,29 @@ func TestParseListsWhatOtherToolsAdd(t *testing.T) {
 		t.Errorf("the PS/2 devices libvirt adds to every domain are listed:\n%s", got)
 	}
 }
+
+// TestMergeKeepsLibvirtsDefaultCPU checks that a domain without <cpu>
+// keeps none while the spec leaves the mode unset, and gets one when the
+// spec names a mode.
+func TestMergeKeepsLibvirtsDefaultCPU(t *testing.T) {
+	t.Parallel()
+	bare := `<domain type='qemu'><name>bare</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>` +
+		`<os><type arch='x86_64' machine='q35'>hvm</type><kernel>/k</kernel><initrd>/i</initrd></os><devices></devices></domain>`
+	o, err := Parse(bare)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := o.Spec
+	spec.MemoryMiB = 128
+	got, err := Merge(bare, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(got, "<cpu") {
+		t.Errorf("an unset mode added a <cpu>:\n%s", got)
+	}
+	spec.CPUMode = CPUMaximum
+	if got, err = Merge(bare, spec); err != nil || !strings.Contains(got, `<cpu mode="maximum">`) {
+		t.Errorf("a named mode was not set (%v):\n%s", err, got)
+	}
+}
