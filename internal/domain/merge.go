@@ -328,18 +328,19 @@ func (m *merger) interfaces() {
 			}
 		}
 	}
-	out := h.Interfaces[:0:0]
-	var added []libvirtxml.DomainInterface
-	for i, x := range h.Interfaces {
-		if !managedNIC(x) {
-			out = append(out, x)
+	// The spec's NICs, in its order (Parse reads them back in XML order),
+	// each the domain's interface it matched, edited, or Build's new one.
+	managed := make([]libvirtxml.DomainInterface, len(m.n.NICs))
+	for k, nic := range m.n.NICs {
+		wi := w.Interfaces[k]
+		if match[k] < 0 {
+			managed[k] = wi
+			if !conventionalPCIModels[nic.Model] {
+				m.added++
+			}
 			continue
 		}
-		k := slices.Index(match, i)
-		if k < 0 {
-			continue // removed
-		}
-		nic, wi := m.n.NICs[k], w.Interfaces[k]
+		x := h.Interfaces[match[k]]
 		have := nicOf(x)
 		if have.Type != nic.Type || have.Source != nic.Source {
 			x.Source = wi.Source
@@ -348,58 +349,67 @@ func (m *merger) interfaces() {
 			x.Model = wi.Model
 			x.Address = nil // PCI and PCI Express devices sit on different buses
 		}
-		out = append(out, x)
+		managed[k] = x
 	}
-	for k := range m.n.NICs {
-		if match[k] < 0 {
-			added = append(added, w.Interfaces[k])
-			if !conventionalPCIModels[m.n.NICs[k].Model] {
-				m.added++
-			}
+	// Interfaces Kohaku does not manage keep their places; the managed
+	// places take the spec's NICs in order, and the rest follow.
+	var out []libvirtxml.DomainInterface
+	next := 0
+	for _, x := range h.Interfaces {
+		switch {
+		case !managedNIC(x):
+			out = append(out, x)
+		case next < len(managed):
+			out = append(out, managed[next])
+			next++
 		}
 	}
-	h.Interfaces = append(out, added...)
+	h.Interfaces = append(out, managed[next:]...)
 }
 
 // filesystems matches the spec's shares with the domain's host directory
 // filesystems by target tag.
 func (m *merger) filesystems() {
 	h, w := m.have.Devices, m.want.Devices
-	out := h.Filesystems[:0:0]
-	seen := map[string]bool{}
-	for _, x := range h.Filesystems {
-		if x.Source == nil || x.Source.Mount == nil || x.Target == nil {
-			out = append(out, x)
+	isShare := func(x libvirtxml.DomainFilesystem) bool {
+		return x.Source != nil && x.Source.Mount != nil && x.Target != nil
+	}
+	managed := make([]libvirtxml.DomainFilesystem, len(m.n.SharedFolders))
+	for k, sf := range m.n.SharedFolders {
+		managed[k] = w.Filesystems[k]
+		i := slices.IndexFunc(h.Filesystems, func(x libvirtxml.DomainFilesystem) bool { return isShare(x) && x.Target.Dir == sf.Tag })
+		if i < 0 {
+			m.added++
 			continue
 		}
-		k := slices.IndexFunc(m.n.SharedFolders, func(sf SharedFolder) bool { return sf.Tag == x.Target.Dir })
-		if k < 0 || seen[x.Target.Dir] {
-			continue
-		}
-		seen[x.Target.Dir] = true
 		var have SharedFolder
-		for _, sf := range m.obs.Spec.SharedFolders {
-			if sf.Tag == x.Target.Dir {
-				have = sf
+		for _, o := range m.obs.Spec.SharedFolders {
+			if o.Tag == sf.Tag {
+				have = o
 				break
 			}
 		}
-		if have != m.n.SharedFolders[k] {
-			wf := w.Filesystems[k]
-			if have.Driver == m.n.SharedFolders[k].Driver {
-				wf.Address = x.Address
-			}
-			x = wf
-		}
-		out = append(out, x)
-	}
-	for k, sf := range m.n.SharedFolders {
-		if !seen[sf.Tag] {
-			out = append(out, w.Filesystems[k])
-			m.added++
+		switch {
+		case have == sf:
+			managed[k] = h.Filesystems[i]
+		case have.Driver == sf.Driver:
+			managed[k].Address = h.Filesystems[i].Address
 		}
 	}
-	h.Filesystems = out
+	// Filesystems Kohaku does not manage keep their places; the shares'
+	// places take the spec's shares in order, and the rest follow.
+	var out []libvirtxml.DomainFilesystem
+	next := 0
+	for _, x := range h.Filesystems {
+		switch {
+		case !isShare(x):
+			out = append(out, x)
+		case next < len(managed):
+			out = append(out, managed[next])
+			next++
+		}
+	}
+	h.Filesystems = append(out, managed[next:]...)
 }
 
 // hostdevs matches the spec's PCI devices with the domain's by host address.

@@ -421,3 +421,44 @@ func TestMergeKeepsLibvirtsDefaultCPU(t *testing.T) {
 		t.Errorf("a named mode was not set (%v):\n%s", err, got)
 	}
 }
+
+// TestMergeKeepsTheSpecsNICOrder checks that a NIC added in front of an
+// existing one reads back in the spec's order, the existing one keeps its
+// element (address and all), and an interface Kohaku does not manage keeps
+// its place.
+func TestMergeKeepsTheSpecsNICOrder(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("testdata", "merge", "hand-hostdev-numa.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := Parse(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := o.Spec
+	added := NIC{Type: NICUser, Model: "e1000e"}
+	spec.NICs = append([]NIC{added}, spec.NICs...)
+	got, err := Merge(string(b), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Spec.NICs) != 2 || back.Spec.NICs[0].Model != "e1000e" || back.Spec.NICs[1].MAC != "52:54:00:aa:bb:01" {
+		t.Fatalf("NICs read back as %+v, want the new e1000e first and 52:54:00:aa:bb:01 second", back.Spec.NICs)
+	}
+	doc := parseNode(t, got)
+	ifaces := doc.child("devices")
+	var kinds []string
+	for _, c := range ifaces.Children {
+		if c.XMLName.Local == "interface" {
+			kinds = append(kinds, c.Attrs[0].Value)
+		}
+	}
+	if strings.Join(kinds, ",") != "user,direct,bridge" {
+		t.Errorf("interfaces in the order %v, want the spec's first NIC in the first managed place, the direct one where it was", kinds)
+	}
+}
