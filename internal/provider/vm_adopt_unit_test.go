@@ -28,10 +28,18 @@ func TestPlanDomainDefaultsKeepsTheDomainsValues(t *testing.T) {
 			SerialLogPath: types.StringNull(),
 		}
 	}
+	// config is what the configuration says: all of these unset.
+	nullConfig := func() vmModel {
+		return vmModel{
+			Name: types.StringValue("web-1"), Type: types.StringNull(), Machine: types.StringNull(),
+			Firmware: types.StringNull(), CPUMode: types.StringNull(), GuestAgent: types.BoolNull(),
+			SerialLogPath: types.StringNull(),
+		}
+	}
 
 	// After an import: the plan modifiers have put the state's values back
 	// for type, machine, firmware and guest_agent.
-	plan, config := unset(), unset()
+	plan, config := unset(), nullConfig()
 	plan.Type, plan.Machine, plan.Firmware, plan.GuestAgent = imported.Type, imported.Machine, imported.Firmware, imported.GuestAgent
 	planDomainDefaults(&plan, &config, imported)
 	if plan.CPUMode.ValueString() != "custom" || plan.SerialLogPath.ValueString() != "" || plan.SerialLogPath.IsNull() {
@@ -42,7 +50,7 @@ func TestPlanDomainDefaultsKeepsTheDomainsValues(t *testing.T) {
 	}
 
 	// A type change makes the domain's CPU mode moot: the new type's default.
-	plan, config = unset(), unset()
+	plan, config = unset(), nullConfig()
 	plan.Type = types.StringValue("kvm")
 	planDomainDefaults(&plan, &config, imported)
 	if got := plan.CPUMode.ValueString(); got != string(domain.CPUHostPassthrough) {
@@ -50,7 +58,7 @@ func TestPlanDomainDefaultsKeepsTheDomainsValues(t *testing.T) {
 	}
 
 	// A new VM gets the defaults.
-	plan, config = unset(), unset()
+	plan, config = unset(), nullConfig()
 	planDomainDefaults(&plan, &config, nil)
 	for name, got := range map[string]string{
 		"type": plan.Type.ValueString(), "machine": plan.Machine.ValueString(), "firmware": plan.Firmware.ValueString(),
@@ -66,6 +74,14 @@ func TestPlanDomainDefaultsKeepsTheDomainsValues(t *testing.T) {
 	}
 	if !plan.GuestAgent.ValueBool() {
 		t.Error("new VM plans no guest agent")
+	}
+
+	// A value the configuration gives but is not known yet stays unknown.
+	plan, config = unset(), nullConfig()
+	config.Machine = types.StringUnknown()
+	planDomainDefaults(&plan, &config, nil)
+	if !plan.Machine.IsUnknown() {
+		t.Errorf("a machine known only at apply plans %s", plan.Machine)
 	}
 }
 

@@ -73,19 +73,21 @@ func planDomainDefaults(plan, config *vmModel, state *vmModel) {
 	has := func(v func(*vmModel) types.String) bool {
 		return state != nil && !v(state).IsNull() && !v(state).IsUnknown()
 	}
+	// Unknown where the configuration is unset: there is no state to keep.
 	for _, a := range []struct {
-		plan *types.String
-		def  string
+		plan   *types.String
+		config types.String
+		def    string
 	}{
-		{&plan.Type, string(domain.TypeKVM)},
-		{&plan.Machine, string(domain.MachineQ35)},
-		{&plan.Firmware, string(domain.FirmwareBIOS)},
+		{&plan.Type, config.Type, string(domain.TypeKVM)},
+		{&plan.Machine, config.Machine, string(domain.MachineQ35)},
+		{&plan.Firmware, config.Firmware, string(domain.FirmwareBIOS)},
 	} {
-		if a.plan.IsUnknown() {
+		if a.plan.IsUnknown() && a.config.IsNull() {
 			*a.plan = types.StringValue(a.def)
 		}
 	}
-	if plan.GuestAgent.IsUnknown() {
+	if plan.GuestAgent.IsUnknown() && config.GuestAgent.IsNull() {
 		plan.GuestAgent = types.BoolValue(true)
 	}
 	if config.CPUMode.IsNull() {
