@@ -443,14 +443,18 @@ func addAdoptionWarnings(diags *diag.Diagnostics, view *vmlife.View) {
 	if u := view.Observed.Unrecognized; len(u) > 0 {
 		diags.AddWarning("Imported VM has parts Kohaku keeps but does not manage",
 			fmt.Sprintf("The domain %s has these, which no kohaku_vm attribute describes:\n\n  - %s\n\n"+
-				"Kohaku keeps them as they are: updates edit only what the resource's attributes describe, so they survive every change. Manage them with virsh or virt-manager, as before.",
+				"Kohaku keeps them as they are: updates edit only what the resource's attributes "+
+				"describe, so they survive every change. Manage them with virsh or virt-manager, as before.",
 				name, strings.Join(u, "\n  - ")))
 	}
 	if p := view.DiskOutsidePools; p != "" {
 		diags.AddAttributeWarning(path.Root("disk"), "Imported VM's boot disk is in no storage pool",
-			fmt.Sprintf("The domain %s boots from %s, which no libvirt storage pool holds, so the disk reads back as volume = %q with pool = \"\", which no configuration can name: the next plan replaces the VM. "+
-				"To manage the VM in place, put the file under a storage pool first: define a directory pool on its folder (virsh pool-define-as NAME dir --target %s; virsh pool-start NAME; virsh pool-autostart NAME), "+
-				"then import again and set disk = { pool = \"NAME\", volume = %q }.",
+			fmt.Sprintf("The domain %s boots from %s, which no libvirt storage pool holds, so the disk "+
+				"reads back as volume = %q with pool = \"\", which no configuration can name: the next plan "+
+				"replaces the VM. To manage the VM in place, put the file under a storage pool first: define "+
+				"a directory pool on its folder (virsh pool-define-as NAME dir --target %s; virsh pool-start "+
+				"NAME; virsh pool-autostart NAME), and set disk = { pool = \"NAME\", volume = %q }: "+
+				"the next refresh reads the disk as that volume.",
 				name, p, p, pathDir(p), pathBase(p)))
 	}
 }
