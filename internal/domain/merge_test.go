@@ -386,7 +386,10 @@ func TestParseListsWhatOtherToolsAdd(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := strings.Join(o.Unrecognized, "\n")
-	for _, want := range []string{"graphics vnc", "disk vdb", "input tablet on usb", "serial port 0 that is not logged to a file"} {
+	for _, want := range []string{
+		"graphics vnc", "disk vdb", "input tablet on usb", "serial port 0 that is not logged to a file",
+		"metadata element {http://libosinfo.org/xmlns/libvirt/domain/1.0}libosinfo",
+	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Unrecognized does not name %q:\n%s", want, got)
 		}
@@ -460,5 +463,29 @@ func TestMergeKeepsTheSpecsNICOrder(t *testing.T) {
 	}
 	if strings.Join(kinds, ",") != "user,direct,bridge" {
 		t.Errorf("interfaces in the order %v, want the spec's first NIC in the first managed place, the direct one where it was", kinds)
+	}
+}
+
+// TestParseListsTitleDescriptionAndOtherMetadata checks that what a person
+// or another tool wrote about the domain is named too (Kohaku's metadata is
+// not).
+func TestParseListsTitleDescriptionAndOtherMetadata(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("testdata", "merge", "hand-hostdev-numa.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := Parse(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(o.Unrecognized, "\n")
+	for _, want := range []string{`title "GPU box"`, "description", "metadata element {https://example.com/ops/1}owner", "interface 52:54:00:aa:bb:02", "watchdog itco"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Unrecognized does not name %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, MetadataNamespace) {
+		t.Errorf("Kohaku's own metadata is listed:\n%s", got)
 	}
 }

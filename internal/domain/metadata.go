@@ -134,3 +134,26 @@ func withoutKohakuMetadata(inner string) (string, error) {
 		}
 	}
 }
+
+// otherMetadata names the elements of <metadata> other than Kohaku's
+// ("{namespace}name"), which other tools put there.
+func otherMetadata(inner string) []string {
+	dec := xml.NewDecoder(strings.NewReader(inner))
+	var names []string
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return names
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			if depth == 0 && t.Name.Space != MetadataNamespace {
+				names = append(names, "{"+t.Name.Space+"}"+t.Name.Local)
+			}
+			depth++
+		case xml.EndElement:
+			depth--
+		}
+	}
+}

@@ -93,6 +93,17 @@ func ParseDomain(dom *libvirtxml.Domain) (Observed, error) {
 			s.Owner = m.Owner
 		}
 	}
+	if dom.Title != "" {
+		o.unrecognized("title %q", dom.Title)
+	}
+	if dom.Description != "" {
+		o.unrecognized("description")
+	}
+	if dom.Metadata != nil {
+		for _, n := range otherMetadata(dom.Metadata.XML) {
+			o.unrecognized("metadata element %s", n)
+		}
+	}
 	s.NoGuestAgent, s.NoReportChannel = true, true
 	if dom.Devices != nil {
 		o.parseDevices(dom.Devices)
