@@ -20,6 +20,12 @@ func Build(spec Spec) (*libvirtxml.Domain, error) {
 	if err := Validate(spec); err != nil {
 		return nil, fmt.Errorf("build domain: %w", err)
 	}
+	return build(spec)
+}
+
+// build is Build for a spec that has been validated (or, for Merge, whose
+// problems are values the domain already has).
+func build(spec Spec) (*libvirtxml.Domain, error) {
 	n := Normalize(spec)
 
 	dom := &libvirtxml.Domain{
@@ -64,7 +70,7 @@ func Build(spec Spec) (*libvirtxml.Domain, error) {
 		}}
 	}
 
-	meta, err := marshalMetadata(Metadata{SpecHash: Hash(spec), Owner: n.Owner})
+	meta, err := marshalMetadata(Metadata{SpecHash: Hash(spec), Owner: n.Owner, Placed: len(n.NUMA) > 0})
 	if err != nil {
 		return nil, fmt.Errorf("build domain %q: %w", n.Name, err)
 	}

@@ -17,6 +17,10 @@ type Metadata struct {
 	// SpecHash is Hash of the spec the domain was defined from.
 	SpecHash string
 	Owner    Ownership
+	// Placed says Kohaku wrote the domain's NUMA binding (for its GPUs), so
+	// Merge removes it when the spec no longer has one; a binding Kohaku
+	// did not write is kept.
+	Placed bool
 }
 
 // xmlMetadata is the wire form:
@@ -31,6 +35,7 @@ type xmlMetadata struct {
 	SpecHash string           `xml:"spec-hash,omitempty"`
 	Seed     *xmlMetadataSeed `xml:"seed"`
 	Volumes  []xmlOwnedVolume `xml:"owned-volume"`
+	Placed   *struct{}        `xml:"numa-placement"`
 }
 
 type xmlMetadataSeed struct {
@@ -46,6 +51,9 @@ type xmlOwnedVolume struct {
 // <metadata> of a domain marshalled with two-space indentation.
 func marshalMetadata(m Metadata) (string, error) {
 	x := xmlMetadata{SpecHash: m.SpecHash}
+	if m.Placed {
+		x.Placed = &struct{}{}
+	}
 	if m.Owner.SeedID != "" {
 		x.Seed = &xmlMetadataSeed{ID: m.Owner.SeedID}
 	}
@@ -80,7 +88,7 @@ func parseMetadata(inner string) (*Metadata, error) {
 				if err := dec.DecodeElement(&x, &t); err != nil {
 					return nil, fmt.Errorf("decode kohaku metadata: %w", err)
 				}
-				m := &Metadata{SpecHash: x.SpecHash}
+				m := &Metadata{SpecHash: x.SpecHash, Placed: x.Placed != nil}
 				if x.Seed != nil {
 					m.Owner.SeedID = x.Seed.ID
 				}
@@ -88,6 +96,60 @@ func parseMetadata(inner string) (*Metadata, error) {
 					m.Owner.Volumes = append(m.Owner.Volumes, VolumeRef(v))
 				}
 				return m, nil
+			}
+			depth++
+		case xml.EndElement:
+			depth--
+		}
+	}
+}
+
+// withoutKohakuMetadata returns the children of <metadata> (inner) with
+// Kohaku's element cut out, byte for byte as they were otherwise.
+func withoutKohakuMetadata(inner string) (string, error) {
+	dec := xml.NewDecoder(strings.NewReader(inner))
+	depth := 0
+	for {
+		start := dec.InputOffset()
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return inner, nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("read <metadata>: %w", err)
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			if depth == 0 && t.Name.Space == MetadataNamespace && t.Name.Local == "vm" {
+				if err := dec.Skip(); err != nil {
+					return "", fmt.Errorf("read <metadata>: %w", err)
+				}
+				end := dec.InputOffset()
+				before := strings.TrimRight(inner[:start], " \t\n")
+				return before + inner[end:], nil
+			}
+			depth++
+		case xml.EndElement:
+			depth--
+		}
+	}
+}
+
+// otherMetadata names the elements of <metadata> other than Kohaku's
+// ("{namespace}name"), which other tools put there.
+func otherMetadata(inner string) []string {
+	dec := xml.NewDecoder(strings.NewReader(inner))
+	var names []string
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return names
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			if depth == 0 && t.Name.Space != MetadataNamespace {
+				names = append(names, "{"+t.Name.Space+"}"+t.Name.Local)
 			}
 			depth++
 		case xml.EndElement:

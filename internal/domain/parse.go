@@ -93,6 +93,17 @@ func ParseDomain(dom *libvirtxml.Domain) (Observed, error) {
 			s.Owner = m.Owner
 		}
 	}
+	if dom.Title != "" {
+		o.unrecognized("title %q", dom.Title)
+	}
+	if dom.Description != "" {
+		o.unrecognized("description")
+	}
+	if dom.Metadata != nil {
+		for _, n := range otherMetadata(dom.Metadata.XML) {
+			o.unrecognized("metadata element %s", n)
+		}
+	}
 	s.NoGuestAgent, s.NoReportChannel = true, true
 	if dom.Devices != nil {
 		o.parseDevices(dom.Devices)
@@ -259,6 +270,39 @@ func (o *Observed) parseDevices(d *libvirtxml.DomainDeviceList) {
 		if v.Model.Type != "none" {
 			o.unrecognized("video %s", v.Model.Type)
 		}
+	}
+	o.parseOtherDevices(d)
+}
+
+// parseOtherDevices lists the devices no attribute describes and Build
+// never writes. The PS/2 mouse and keyboard libvirt gives every x86 domain
+// are not listed.
+func (o *Observed) parseOtherDevices(d *libvirtxml.DomainDeviceList) {
+	for _, in := range d.Inputs {
+		if in.Bus != "ps2" {
+			o.unrecognized("input %s on %s", in.Type, cmp.Or(in.Bus, "its default bus"))
+		}
+	}
+	for _, x := range d.Sounds {
+		o.unrecognized("sound %s", x.Model)
+	}
+	if n := len(d.RedirDevs); n > 0 {
+		o.unrecognized("%d USB redirection device(s)", n)
+	}
+	for _, x := range d.Watchdogs {
+		o.unrecognized("watchdog %s", x.Model)
+	}
+	for _, x := range d.TPMs {
+		o.unrecognized("TPM %s", x.Model)
+	}
+	if n := len(d.Smartcards); n > 0 {
+		o.unrecognized("%d smartcard(s)", n)
+	}
+	if n := len(d.Shmems); n > 0 {
+		o.unrecognized("%d shared memory device(s)", n)
+	}
+	if d.VSock != nil {
+		o.unrecognized("vsock")
 	}
 }
 

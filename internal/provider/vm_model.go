@@ -534,6 +534,12 @@ func diskFromDomain(ctx context.Context, d *domain.Disk, st *domainView, prior *
 	if d == nil {
 		return null
 	}
+	if d.Path != "" && st.DiskVolume != nil {
+		// A disk given by file path is the volume of the pool that holds it.
+		byVolume := *d
+		byVolume.Source = domain.Source{Pool: st.DiskVolume.Pool, Volume: st.DiskVolume.Volume}
+		d = &byVolume
+	}
 	var pd *vmDiskModel
 	if !prior.Disk.IsNull() && !prior.Disk.IsUnknown() {
 		pd = prior.disk(ctx, diags)

@@ -64,6 +64,54 @@ func (r *vmResource) Configure(_ context.Context, req resource.ConfigureRequest,
 	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
+// planDomainDefaults fills what the configuration leaves unset: the value
+// the domain has (the state's, an imported domain's own) where there is
+// one that still applies, else the default for a new VM. So an import of a
+// domain Kohaku did not make plans no change for what the configuration
+// does not mention.
+func planDomainDefaults(plan, config *vmModel, state *vmModel) {
+	has := func(v func(*vmModel) types.String) bool {
+		return state != nil && !v(state).IsNull() && !v(state).IsUnknown()
+	}
+	// Unknown where the configuration is unset: there is no state to keep.
+	for _, a := range []struct {
+		plan   *types.String
+		config types.String
+		def    string
+	}{
+		{&plan.Type, config.Type, string(domain.TypeKVM)},
+		{&plan.Machine, config.Machine, string(domain.MachineQ35)},
+		{&plan.Firmware, config.Firmware, string(domain.FirmwareBIOS)},
+	} {
+		if a.plan.IsUnknown() && a.config.IsNull() {
+			*a.plan = types.StringValue(a.def)
+		}
+	}
+	if plan.GuestAgent.IsUnknown() && config.GuestAgent.IsNull() {
+		plan.GuestAgent = types.BoolValue(true)
+	}
+	if config.CPUMode.IsNull() {
+		switch {
+		case has(func(m *vmModel) types.String { return m.CPUMode }) && plan.Type.Equal(state.Type):
+			plan.CPUMode = state.CPUMode
+		case plan.Type.IsUnknown():
+			plan.CPUMode = types.StringUnknown()
+		default:
+			plan.CPUMode = types.StringValue(string(domain.DefaultCPUMode(domain.Type(plan.Type.ValueString()))))
+		}
+	}
+	if config.SerialLogPath.IsNull() {
+		switch {
+		case has(func(m *vmModel) types.String { return m.SerialLogPath }) && plan.Name.Equal(state.Name):
+			plan.SerialLogPath = state.SerialLogPath
+		case plan.Name.IsUnknown():
+			plan.SerialLogPath = types.StringUnknown()
+		default:
+			plan.SerialLogPath = types.StringValue(domain.DefaultSerialLogPath(plan.Name.ValueString()))
+		}
+	}
+}
+
 // ModifyPlan fills the defaults that depend on other attributes, and plans a
 // replacement when the domain was removed outside Terraform but a volume it
 // owned remains.
@@ -77,26 +125,16 @@ func (r *vmResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequ
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if config.CPUMode.IsNull() {
-		if plan.Type.IsUnknown() {
-			plan.CPUMode = types.StringUnknown()
-		} else {
-			plan.CPUMode = types.StringValue(string(domain.DefaultCPUMode(domain.Type(plan.Type.ValueString()))))
-		}
-	}
-	if config.SerialLogPath.IsNull() {
-		if plan.Name.IsUnknown() {
-			plan.SerialLogPath = types.StringUnknown()
-		} else {
-			plan.SerialLogPath = types.StringValue(domain.DefaultSerialLogPath(plan.Name.ValueString()))
-		}
-	}
+	var state *vmModel
 	if !req.State.Raw.IsNull() {
-		var state vmModel
-		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+		state = &vmModel{}
+		resp.Diagnostics.Append(req.State.Get(ctx, state)...)
 		if resp.Diagnostics.HasError() {
 			return
 		}
+	}
+	planDomainDefaults(&plan, &config, state)
+	if state != nil {
 		plan.NetworkInterfaces = keepNICMACs(ctx, plan.NetworkInterfaces, config.NetworkInterfaces, state.NetworkInterfaces, &resp.Diagnostics)
 		if gone, _ := req.Private.GetKey(ctx, privateDomainGone); len(gone) > 0 {
 			plan.ID, plan.UUID = types.StringUnknown(), types.StringUnknown()
@@ -375,7 +413,8 @@ func (r *vmResource) Read(ctx context.Context, req resource.ReadRequest, resp *r
 	if ref.UUID == "" {
 		ref.UUID = state.ID.ValueString()
 	}
-	view, err := vmlife.Read(ctx, c, ref, volumeRef(state.OverlayVolume), state.Name.IsNull() || state.Name.IsUnknown())
+	importing := state.Name.IsNull() || state.Name.IsUnknown()
+	view, err := vmlife.Read(ctx, c, ref, volumeRef(state.OverlayVolume), importing)
 	if errors.Is(err, virt.ErrDomainNotFound) || (err == nil && view == nil) || ref.UUID == "" {
 		r.domainGone(ctx, c, &state, resp)
 		return
@@ -389,9 +428,45 @@ func (r *vmResource) Read(ctx context.Context, req resource.ReadRequest, resp *r
 	view.GPUGroups = gpuGroupsFromPrivate(recorded)
 	var m vmModel
 	m.fromDomain(ctx, view, &state, &resp.Diagnostics)
+	if importing {
+		addAdoptionWarnings(&resp.Diagnostics, view)
+	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 	resp.Diagnostics.Append(resp.Private.SetKey(ctx, privateDomainGone, nil)...)
 }
+
+// addAdoptionWarnings tells, on the first refresh after an import, what of
+// the domain Kohaku keeps but does not manage, and a boot disk that no
+// storage pool holds.
+func addAdoptionWarnings(diags *diag.Diagnostics, view *vmlife.View) {
+	name := view.Observed.Spec.Name
+	if u := view.Observed.Unrecognized; len(u) > 0 {
+		diags.AddWarning("Imported VM has parts Kohaku keeps but does not manage",
+			fmt.Sprintf("The domain %s has these, which no kohaku_vm attribute describes:\n\n  - %s\n\n"+
+				"Kohaku keeps them as they are: updates edit only what the resource's attributes "+
+				"describe, so they survive every change. Manage them with virsh or virt-manager, as before.",
+				name, strings.Join(u, "\n  - ")))
+	}
+	if p := view.DiskOutsidePools; p != "" {
+		diags.AddAttributeWarning(path.Root("disk"), "Imported VM's boot disk is in no storage pool",
+			fmt.Sprintf("The domain %s boots from %s, which no libvirt storage pool holds, so the disk "+
+				"reads back as volume = %q with pool = \"\", which no configuration can name: the next plan "+
+				"replaces the VM. To manage the VM in place, put the file under a storage pool first: define "+
+				"a directory pool on its folder (virsh pool-define-as NAME dir --target %s; virsh pool-start "+
+				"NAME; virsh pool-autostart NAME), and set disk = { pool = \"NAME\", volume = %q }: "+
+				"the next refresh reads the disk as that volume.",
+				name, p, p, pathDir(p), pathBase(p)))
+	}
+}
+
+func pathDir(p string) string {
+	if i := strings.LastIndex(p, "/"); i > 0 {
+		return p[:i]
+	}
+	return "/"
+}
+
+func pathBase(p string) string { return p[strings.LastIndex(p, "/")+1:] }
 
 // domainGone handles a domain removed outside Terraform: with nothing of it
 // left the resource leaves the state (the next plan creates it); with its

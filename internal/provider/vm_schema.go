@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/boolplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/objectplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
@@ -25,6 +26,10 @@ import (
 func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
 	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
+	// keepOrReplace keeps the value the domain has when the configuration
+	// leaves it unset (an imported domain's own), and replaces the VM when
+	// the configuration changes it.
+	keepOrReplace := []planmodifier.String{stringplanmodifier.UseStateForUnknown(), stringplanmodifier.RequiresReplace()}
 	resp.Schema = schema.Schema{
 		Description: "A VM: a libvirt domain with a boot disk (a qcow2 overlay on a base image, an existing " +
 			"volume, or direct kernel boot), an optional cloud-init seed as a read-only CD-ROM, network " +
@@ -61,11 +66,10 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			"type": schema.StringAttribute{
 				Optional: true,
 				Computed: true,
-				Default:  stringdefault.StaticString(string(domain.TypeKVM)),
-				Description: "Domain type: `kvm` (hardware virtualisation, the default) or `qemu` (software " +
-					"emulation with TCG, for hosts where KVM is missing or does not work, such as nested " +
-					"hosts). Changing it replaces the VM.",
-				PlanModifiers: replace,
+				Description: "Domain type: `kvm` (hardware virtualisation, the default for a new VM) or `qemu` (software emulation " +
+					"with TCG, for hosts where KVM is missing or does not work, such as nested hosts). Unset keeps the " +
+					"type the domain has, so an imported domain keeps its own. Changing it replaces the VM.",
+				PlanModifiers: keepOrReplace,
 			},
 			"vcpu": schema.Int64Attribute{
 				Optional:    true,
@@ -82,26 +86,28 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			"machine": schema.StringAttribute{
 				Optional: true,
 				Computed: true,
-				Default:  stringdefault.StaticString(string(domain.MachineQ35)),
-				Description: "QEMU machine family: `q35` (PCI Express, the default; needed for GPU " +
-					"passthrough) or `pc` (legacy i440fx). libvirt picks the newest version of the family the " +
-					"host has. Changing it replaces the VM.",
-				PlanModifiers: replace,
+				Description: "QEMU machine family: `q35` (PCI Express, the default for a new VM; needed for GPU passthrough) or " +
+					"`pc` (legacy i440fx). libvirt picks the newest version of the family the host has; a domain's " +
+					"versioned machine of the same family is kept. Unset keeps the family the domain has, so an imported " +
+					"domain keeps its own. Changing it replaces the VM.",
+				PlanModifiers: keepOrReplace,
 			},
 			"firmware": schema.StringAttribute{
-				Optional:      true,
-				Computed:      true,
-				Default:       stringdefault.StaticString(string(domain.FirmwareBIOS)),
-				Description:   "Firmware: `bios` (SeaBIOS, the default) or `uefi` (OVMF chosen by libvirt, secure boot off, with a per-VM NVRAM file that destroy removes). Changing it replaces the VM.",
-				PlanModifiers: replace,
+				Optional: true,
+				Computed: true,
+				Description: "Firmware: `bios` (SeaBIOS, the default for a new VM) or `uefi` (OVMF chosen by libvirt, secure boot " +
+					"off, with a per-VM NVRAM file that destroy removes). Unset keeps the firmware the domain has, so an " +
+					"imported domain keeps its own, with its loader and NVRAM. Changing it replaces the VM.",
+				PlanModifiers: keepOrReplace,
 			},
 			"cpu_mode": schema.StringAttribute{
 				Optional: true,
 				Computed: true,
-				Description: "CPU model the guest sees: `host-passthrough` (the default for `kvm`), " +
-					"`host-model`, or `maximum` (everything the accelerator offers; the default for `qemu`, " +
-					"which cannot pass the host CPU through). Changed in place: the domain is redefined and, if " +
-					"it runs, restarted.",
+				Description: "CPU model the guest sees: `host-passthrough` (the default for `kvm`), `host-model`, or `maximum` " +
+					"(everything the accelerator offers; the default for `qemu`, which cannot pass the host CPU through). " +
+					"Unset keeps the mode the domain has while `type` stays the same, so an imported domain keeps its own " +
+					"(read back as it is, e.g. `custom` with the model, features and cache libvirt stores, which Kohaku " +
+					"keeps as they are). Changed in place: the domain is redefined and, if it runs, restarted.",
 			},
 			"disk": schema.SingleNestedAttribute{
 				Optional: true,
@@ -339,15 +345,20 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 				},
 			},
 			"guest_agent": schema.BoolAttribute{
-				Optional:    true,
-				Computed:    true,
-				Default:     booldefault.StaticBool(true),
-				Description: "Add the virtio-serial channel the QEMU guest agent talks on. Default `true`. Changed in place: the domain is redefined and, if it runs, restarted.",
+				Optional: true,
+				Computed: true,
+				Description: "Add the virtio-serial channel the QEMU guest agent talks on. Default `true` for a new VM; unset " +
+					"keeps what the domain has, so an imported domain without the channel keeps none. Changed in place: " +
+					"the domain is redefined and, if it runs, restarted.",
+				PlanModifiers: []planmodifier.Bool{boolplanmodifier.UseStateForUnknown()},
 			},
 			"serial_log_path": schema.StringAttribute{
-				Optional:    true,
-				Computed:    true,
-				Description: "Host file the serial console is appended to. Default `/var/log/libvirt/qemu/<name>-serial.log`. Changed in place: the domain is redefined and, if it runs, restarted.",
+				Optional: true,
+				Computed: true,
+				Description: "Host file the serial console is appended to. Default `/var/log/libvirt/qemu/<name>-serial.log` for a " +
+					"new VM; unset keeps what the domain has, so an imported domain whose serial port is not logged to a " +
+					"file (read back as `\"\"`) keeps its own serial port. Changed in place: the domain is redefined and, " +
+					"if it runs, restarted.",
 			},
 			"autostart": schema.BoolAttribute{
 				Optional:    true,

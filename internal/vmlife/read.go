@@ -2,6 +2,7 @@ package vmlife
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
@@ -21,6 +22,12 @@ type View struct {
 	// looked up on import, when the state cannot tell.
 	Base    *domain.VolumeRef
 	SizeGiB int64
+	// DiskVolume is the pool and volume of a boot disk the domain names by
+	// file path (as virt-install and virsh define do), looked up by that
+	// path; nil when the disk names a volume, or when no pool holds it
+	// (DiskOutsidePools then names the path).
+	DiskVolume       *domain.VolumeRef
+	DiskOutsidePools string
 	// GPUGroups is what create or update recorded: the functions passed
 	// through for each gpus entry. Read attributes them to the entry with
 	// it, without asking libvirt.
@@ -43,6 +50,9 @@ func Read(ctx context.Context, h Host, ref virt.DomainRef, overlay *domain.Volum
 	v := &View{Status: st, Observed: obs}
 	if obs.Metadata != nil {
 		v.Owned = append(v.Owned, obs.Metadata.Owner.Volumes...)
+	}
+	if err := v.diskVolume(ctx, h); err != nil {
+		return nil, err
 	}
 	if overlay != nil && !ContainsVolume(v.Owned, *overlay) {
 		v.Owned = append(v.Owned, *overlay)
@@ -79,6 +89,26 @@ func Read(ctx context.Context, h Host, ref virt.DomainRef, overlay *domain.Volum
 		}
 	}
 	return v, nil
+}
+
+// diskVolume looks up the volume of a boot disk given by path: Kohaku
+// names disks by pool and volume, and libvirt finds the volume of a path
+// in whichever pool holds it. A domain Kohaku made costs no call.
+func (v *View) diskVolume(ctx context.Context, h Host) error {
+	d := v.Observed.Spec.Disk
+	if d == nil || d.Path == "" {
+		return nil
+	}
+	pool, name, err := h.VolumeByPath(ctx, d.Path)
+	switch {
+	case errors.Is(err, virt.ErrNotFound):
+		v.DiskOutsidePools = d.Path
+		return nil
+	case err != nil:
+		return fmt.Errorf("the volume of the boot disk %s: %w", d.Path, err)
+	}
+	v.DiskVolume = &domain.VolumeRef{Pool: pool, Volume: name}
+	return nil
 }
 
 // ContainsVolume reports whether list holds v.

@@ -89,6 +89,7 @@ func DefinitionChanged(want, prior domain.Spec, groups GPUGroups, observed []str
 
 // Update brings the domain to the plan: the GPU groups are read anew, the
 // domain is redefined (same UUID, same disk) when its definition changes,
+// from its current definition with what Kohaku owns set (domain.Merge),
 // then stopped, started or restarted as Restarts says, and its autostart
 // set. A domain that no longer exists yields an error wrapping
 // virt.ErrDomainNotFound; any other failure is an *UpdateError.
@@ -161,7 +162,10 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 		case errors.As(err, &se):
 			return nil, fail(se.Step, se.Err)
 		}
-		xml, err := domain.Marshal(r.Spec)
+		// The definition is edited, not regenerated: what Kohaku does not
+		// own (devices, metadata, settings it has no attribute for)
+		// survives as the domain has it.
+		xml, err := domain.Merge(view.Status.XML, r.Spec)
 		if err != nil {
 			return nil, fail("build the domain XML", err)
 		}
