@@ -18,6 +18,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 )
 
 // TestAccVM_adopt imports a domain defined by hand (virsh define, a boot
@@ -27,21 +29,21 @@ import (
 // place, and the definition before and after differs only in what Kohaku
 // owns. The domain is never started.
 func TestAccVM_adopt(t *testing.T) {
-	env := newVMEnv(t)
+	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "adopt")
 	name := prefix + "vm"
 	root, data := prefix+"root.qcow2", prefix+"data.qcow2"
 	addr := "kohaku_vm.adopted"
 	for _, v := range []string{root, data} {
-		if out, err := vmVirsh(env.URI, "vol-create-as", "--pool", env.Pool, v, "64M", "--format", "qcow2"); err != nil {
+		if out, err := acctest.Virsh(env.URI, "vol-create-as", "--pool", env.Pool, v, "64M", "--format", "qcow2"); err != nil {
 			t.Fatalf("creating volume %s: %v\n%s", v, err, out)
 		}
 	}
-	rootPath, err := vmVirsh(env.URI, "vol-path", "--pool", env.Pool, root)
+	rootPath, err := acctest.Virsh(env.URI, "vol-path", "--pool", env.Pool, root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dataPath, err := vmVirsh(env.URI, "vol-path", "--pool", env.Pool, data)
+	dataPath, err := acctest.Virsh(env.URI, "vol-path", "--pool", env.Pool, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,7 @@ func TestAccVM_adopt(t *testing.T) {
 	if err := os.WriteFile(f, []byte(defineXML), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := vmVirsh(env.URI, "define", f); err != nil {
+	if out, err := acctest.Virsh(env.URI, "define", f); err != nil {
 		t.Fatalf("defining %s by hand: %v\n%s", name, err, out)
 	}
 
@@ -98,16 +100,16 @@ resource "kohaku_vm" "adopted" {
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy: func(s *terraform.State) error {
-			if out, err := vmVirsh(env.URI, "dominfo", name); err == nil {
+			if out, err := acctest.Virsh(env.URI, "dominfo", name); err == nil {
 				return fmt.Errorf("domain %s is still defined after destroy:\n%s", name, out)
 			}
 			// The volumes were the user's: destroy leaves them, the test removes them.
 			for _, v := range []string{root, data} {
-				if out, err := vmVirsh(env.URI, "vol-delete", "--pool", env.Pool, v); err != nil {
+				if out, err := acctest.Virsh(env.URI, "vol-delete", "--pool", env.Pool, v); err != nil {
 					return fmt.Errorf("destroy removed the user's volume %s, or it cannot be removed: %v\n%s", v, err, out)
 				}
 			}
-			return vmCheckNothingLeft(env, prefix)(s)
+			return acctest.CheckNothingLeft(env, prefix)(s)
 		},
 		Steps: []resource.TestStep{
 			{
@@ -125,7 +127,7 @@ resource "kohaku_vm" "adopted" {
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("serial_log_path"), knownvalue.StringExact("")),
 				},
 				Check: func(*terraform.State) error {
-					before, err = vmVirsh(env.URI, "dumpxml", "--inactive", name)
+					before, err = acctest.Virsh(env.URI, "dumpxml", "--inactive", name)
 					return err
 				},
 			},
@@ -138,9 +140,9 @@ resource "kohaku_vm" "adopted" {
 					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
 				}},
 				Check: resource.ComposeAggregateTestCheckFunc(
-					vmCheckDomState(env, name, "shut off"),
+					acctest.CheckDomState(env, name, "shut off"),
 					func(*terraform.State) error {
-						after, err := vmVirsh(env.URI, "dumpxml", "--inactive", name)
+						after, err := acctest.Virsh(env.URI, "dumpxml", "--inactive", name)
 						if err != nil {
 							return err
 						}
