@@ -159,9 +159,8 @@ func (w *faultWorkspace) run(args ...string) (string, error) {
 	case err := <-done:
 		return out.String(), err
 	case <-time.After(15 * time.Minute):
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		return out.String(), fmt.Errorf("terraform %s did not finish in 15 minutes (killed)", strings.Join(args, " "))
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // fails only if the group is gone already
+		return out.String(), fmt.Errorf("terraform %s did not finish in 15 minutes (killed: %v)", strings.Join(args, " "), <-done)
 	}
 }
 
@@ -391,7 +390,7 @@ func (p *faultProxy) serve(client net.Conn) {
 // remote_error with the given message.
 func lvErrorReply(call []byte, msg string) []byte {
 	var body bytes.Buffer
-	u32 := func(v uint32) { binary.Write(&body, binary.BigEndian, v) }
+	u32 := func(v uint32) { body.Write(binary.BigEndian.AppendUint32(nil, v)) }
 	u32(lvErrConfigUnsup) // code
 	u32(lvFromDomain)     // domain
 	u32(1)                // message: present

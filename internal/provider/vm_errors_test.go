@@ -95,7 +95,7 @@ func TestAccVM_badInput(t *testing.T) {
 				}
 				return nil
 			},
-			cleanup: func() { vmVirsh(env.URI, "undefine", taken) },
+			cleanup: func() { _, _ = vmVirsh(env.URI, "undefine", taken) }, // best effort
 		},
 		{
 			name: "shared folder missing on this host",
