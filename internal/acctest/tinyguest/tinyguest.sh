@@ -23,7 +23,7 @@ SELF=$(readlink -f "${BASH_SOURCE[0]}")
 # Modules: the virtio console for the report channel, the CD-ROM on any of
 # the seed's buses (sata/ahci on q35, ide/ata_piix on pc, virtio-scsi) and
 # ISO 9660. Their dependencies come from the image's modules.dep.
-readonly TINY_MODULES="virtio_pci virtio_console ahci ata_piix virtio_scsi sr_mod isofs"
+readonly TINY_MODULES=(virtio_pci virtio_console ahci ata_piix virtio_scsi sr_mod isofs)
 readonly TINY_PACKAGES="busybox-static"
 tiny_init() {
 	cat <<'INIT'
@@ -116,7 +116,7 @@ build_into() { # $1 = image dir, $2 = empty work dir
 		[[ -s $w/tree/modules/$name.ko ]] || die "module $path missing in the image"
 		[[ $path == *.ko ]] || die "module $path is compressed; busybox insmod wants plain .ko"
 		echo "$name" >>"$w/tree/modules.order"
-	done < <(modules_closure "$w/modules.dep" $TINY_MODULES)
+	done < <(modules_closure "$w/modules.dep" "${TINY_MODULES[@]}")
 	rm -f "$w/root.raw"
 	(cd "$w" && apt-get download $TINY_PACKAGES >/dev/null 2>"$w/apt.err") || { cat "$w/apt.err" >&2; die "apt-get download $TINY_PACKAGES failed"; }
 	dpkg-deb -x "$w"/busybox-static_*.deb "$w/bb"
@@ -138,7 +138,7 @@ build_into() { # $1 = image dir, $2 = empty work dir
 	{
 		echo "# kohaku tiny test guest $(basename "$(tiny_dir "$img" "$(dirname "$w")")"), built $(date -u +%FT%TZ)"
 		echo "# kernel: $kver (from $img)"
-		echo "# packages: $(cd "$w" && ls ./*.deb | sed 's:^\./::' | tr '\n' ' ')"
+		echo "# packages: $(cd "$w" && printf '%s ' ./*.deb | sed 's:\./::g')"
 		echo "# modules: $(tr '\n' ' ' <"$w/tree/modules.order")"
 		sed -n '/^# --- BEGIN TINY GUEST RECIPE ---$/,/^# --- END TINY GUEST RECIPE ---$/p' "$SELF"
 	} >"$w/recipe.txt"
