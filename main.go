@@ -48,7 +48,7 @@ func quietLogs() {
 	}
 	for _, k := range []string{"TF_LOG_SDK", "TF_LOG_PROVIDER_KOHAKU"} {
 		if _, set := os.LookupEnv(k); !set {
-			os.Setenv(k, "OFF") //nolint:errcheck // cannot fail for these names
+			os.Setenv(k, "OFF")
 		}
 	}
 }

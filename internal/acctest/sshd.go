@@ -191,7 +191,7 @@ func freePort(t *testing.T) int {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().(*net.TCPAddr).Port //nolint:forcetypeassert // a tcp listener's address is a *net.TCPAddr
 }
 
 // ClosedPort returns a loopback port nothing listens on.

@@ -31,12 +31,14 @@ func StateObjects(resources []StateResource) []string {
 	for _, r := range resources {
 		switch r.Type {
 		case "kohaku_vm":
-			want = append(want, "domain "+r.Values["name"].(string))
+			name, _ := r.Values["name"].(string)
+			want = append(want, "domain "+name)
 			if ov, _ := r.Values["overlay_volume"].(string); ov != "" {
 				want = append(want, "volume "+ov)
 			}
 		case "kohaku_seed", "kohaku_image":
-			want = append(want, "volume "+r.Values["id"].(string))
+			id, _ := r.Values["id"].(string)
+			want = append(want, "volume "+id)
 		}
 	}
 	return want
@@ -164,9 +166,8 @@ func (w *Workspace) Run(args ...string) (string, error) {
 	case err := <-done:
 		return out.String(), err
 	case <-time.After(15 * time.Minute):
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		return out.String(), fmt.Errorf("terraform %s did not finish in 15 minutes (killed)", strings.Join(args, " "))
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // fails only if the group is gone already
+		return out.String(), fmt.Errorf("terraform %s did not finish in 15 minutes (killed: %v)", strings.Join(args, " "), <-done)
 	}
 }
 

@@ -3,6 +3,7 @@ package domain
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +29,7 @@ func TestCaptureLibvirtDumps(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		err := cmd.Run()
 		if err != nil {
-			return out.String(), &exec.ExitError{Stderr: errb.Bytes()}
+			return out.String(), fmt.Errorf("%w: %s", err, strings.TrimSpace(errb.String()))
 		}
 		return out.String(), nil
 	}
@@ -53,16 +54,16 @@ func TestCaptureLibvirtDumps(t *testing.T) {
 				t.Fatal(err)
 			}
 			if _, err := virsh("define", file); err != nil {
-				t.Fatalf("virsh define: %s", err.(*exec.ExitError).Stderr)
+				t.Fatalf("virsh define: %v", err)
 			}
 			t.Cleanup(func() {
 				if _, err := virsh("undefine", "--nvram", name); err != nil {
-					t.Errorf("virsh undefine %s: %s", name, err.(*exec.ExitError).Stderr)
+					t.Errorf("virsh undefine %s: %v", name, err)
 				}
 			})
 			dump, err := virsh("dumpxml", name)
 			if err != nil {
-				t.Fatalf("virsh dumpxml: %s", err.(*exec.ExitError).Stderr)
+				t.Fatalf("virsh dumpxml: %v", err)
 			}
 			if err := os.WriteFile(libvirtPath(tc.name), []byte(dump), 0o644); err != nil {
 				t.Fatal(err)

@@ -48,6 +48,7 @@ const (
 // through). Parse reports an empty mode when the XML has no <cpu> element.
 type CPUMode string
 
+// The CPU modes Kohaku sets.
 const (
 	CPUHostPassthrough CPUMode = "host-passthrough"
 	CPUHostModel       CPUMode = "host-model"
@@ -70,6 +71,7 @@ func (s Source) IsZero() bool { return s == Source{} }
 // DiskFormat is the image format the boot disk's qemu driver reads.
 type DiskFormat string
 
+// The boot disk formats.
 const (
 	DiskQCOW2 DiskFormat = "qcow2" // the default
 	DiskRaw   DiskFormat = "raw"
@@ -84,6 +86,7 @@ type Disk struct {
 // SeedBus is the bus the seed CD-ROM sits on.
 type SeedBus string
 
+// The buses a seed CD-ROM can sit on.
 const (
 	SeedBusSATA SeedBus = "sata" // default on q35
 	SeedBusIDE  SeedBus = "ide"  // default on pc; q35 has no IDE
@@ -100,6 +103,7 @@ type Seed struct {
 // NICType is how a network interface reaches the outside.
 type NICType string
 
+// The ways a network interface reaches the outside.
 const (
 	NICNetwork NICType = "network" // a libvirt virtual network, named by Source
 	NICBridge  NICType = "bridge"  // a host bridge, named by Source
@@ -131,6 +135,7 @@ const (
 // virtiofs supports passthrough alone).
 type AccessMode string
 
+// The 9p access modes.
 const (
 	AccessPassthrough AccessMode = "passthrough" // the default
 	AccessMapped      AccessMode = "mapped"

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/validation"
@@ -233,8 +234,7 @@ func (v *validator) nics(nics []NIC) {
 			continue
 		}
 		mac := strings.ToLower(n.MAC)
-		var first uint8
-		fmt.Sscanf(mac[:2], "%02x", &first)
+		first, _ := strconv.ParseUint(mac[:2], 16, 8) // two hex digits: macRE matched
 		switch {
 		case first&1 == 1:
 			v.add(p+".mac", `"52:54:00:12:34:56"`, "%s is a multicast address", n.MAC)

@@ -205,14 +205,14 @@ func (f *fetcher) tryEntry(ctx context.Context, key string, expected *Digest) (r
 	}
 	m := f.loadEntry(key)
 	if m == nil || !f.current(m, expected) {
-		nm, err := f.download(ctx, key, m, expected)
-		if err != nil {
+		// The entry download writes is read again below, once the lock is
+		// shared: it may be evicted while the lock changes hands.
+		if _, err := f.download(ctx, key, m, expected); err != nil {
 			if m == nil {
 				lk.remove() // leave nothing behind
 			}
 			return nil, false, err
 		}
-		m = nm
 	}
 	if cur, err := lk.relock(ctx, false); err != nil || !cur {
 		return nil, err == nil, err
@@ -277,7 +277,7 @@ func (f *fetcher) revalidated(key string, m *entryMeta, o *opened) {
 		m.LastModified = o.lastModified
 	}
 	m.Checked = time.Now()
-	f.writeMeta(key, m)
+	_ = f.writeMeta(key, m) // unrecorded, the next use revalidates again
 }
 
 // download fetches the source into the entry, replacing prev (if any). A
@@ -349,7 +349,7 @@ func (f *fetcher) store(key, tmp, img string, m *entryMeta) error {
 func (f *fetcher) result(key string, m *entryMeta, expected *Digest, lk *fileLock) *Result {
 	img := f.file(key, ".img")
 	now := time.Now()
-	os.Chtimes(img, now, now)
+	_ = os.Chtimes(img, now, now) // best effort: a stale time only makes the entry evicted sooner
 	d, _ := ParseDigest(m.Digest)
 	return &Result{
 		Path:        img,

@@ -306,10 +306,15 @@ func TestStaleTempFilesRemoved(t *testing.T) {
 	held := filepath.Join(dir, "src-"+strings.Repeat("2", 32)+".789.part")
 	old := time.Now().Add(-time.Hour)
 	for _, p := range []string{stale, fresh, held} {
-		os.WriteFile(p, []byte("partial"), 0o644)
+		if err := os.WriteFile(p, []byte("partial"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	os.Chtimes(stale, old, old)
-	os.Chtimes(held, old, old)
+	for _, p := range []string{stale, held} {
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
 	lk, err := acquireLock(context.Background(), filepath.Join(dir, "src-"+strings.Repeat("2", 32)+".lock"), true)
 	if err != nil {
 		t.Fatal(err)
@@ -355,7 +360,9 @@ func TestSidecar(t *testing.T) {
 	}
 	// A damaged sidecar makes the entry count as missing.
 	r.Release()
-	os.WriteFile(strings.TrimSuffix(r.Path, ".img")+".json", []byte("{"), 0o644)
+	if err := os.WriteFile(strings.TrimSuffix(r.Path, ".img")+".json", []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	r2 := mustFetch(t, &Cache{Dir: dir}, Request{Source: url})
 	if !r2.Downloaded {
 		t.Error("entry with a damaged sidecar reused")

@@ -115,9 +115,9 @@ func isLowerHex(s string) bool {
 
 // quoteShort quotes s for an error message, shortening very long values.
 func quoteShort(s string) string {
-	const max = 160
-	if len(s) > max {
-		return fmt.Sprintf("%q... (%d bytes)", s[:max], len(s))
+	const maxLen = 160
+	if len(s) > maxLen {
+		return fmt.Sprintf("%q... (%d bytes)", s[:maxLen], len(s))
 	}
 	return fmt.Sprintf("%q", s)
 }

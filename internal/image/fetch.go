@@ -307,7 +307,7 @@ func (f *fetcher) inPlace(ctx context.Context, expected *Digest) (*Result, bool,
 	}
 	head := make([]byte, 512)
 	n, err := fh.ReadAt(head, 0)
-	if err != nil && err != io.EOF {
+	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, false, fmt.Errorf("source: %w", err)
 	}
 	head = head[:n]

@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -268,7 +269,9 @@ func TestFetchChecksumURL(t *testing.T) {
 
 	// A local checksum file, a wrong digest in it.
 	local := filepath.Join(t.TempDir(), "SHA256SUMS")
-	os.WriteFile(local, []byte(sumB+" *debian-12-nocloud-amd64.raw.xz\n"), 0o644)
+	if err := os.WriteFile(local, []byte(sumB+" *debian-12-nocloud-amd64.raw.xz\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	_, err = fetch(t, &Cache{Dir: t.TempDir()}, Request{Source: url, ChecksumURL: local})
 	if !errors.Is(err, ErrChecksumMismatch) {
 		t.Fatalf("error %v is not a checksum mismatch", err)
@@ -293,21 +296,19 @@ func TestFetchHTTPErrors(t *testing.T) {
 	mux.HandleFunc("/loop/a", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/loop/b", http.StatusFound) })
 	mux.HandleFunc("/loop/b", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/loop/a", http.StatusFound) })
 	mux.HandleFunc("/chain/", func(w http.ResponseWriter, r *http.Request) {
-		var n int
-		fmt.Sscanf(strings.TrimPrefix(r.URL.Path, "/chain/"), "%d", &n)
+		n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/chain/")) // "/chain/" is hop 0
 		http.Redirect(w, r, fmt.Sprintf("/chain/%d", n+1), http.StatusMovedPermanently)
 	})
 	mux.HandleFunc("/moved", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/gone.qcow2", http.StatusFound) })
 	mux.HandleFunc("/forbidden", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusForbidden) })
 	img := makeQCOW2(1<<30, qcowOpts{})
 	mux.HandleFunc("/hops/", func(w http.ResponseWriter, r *http.Request) {
-		var n int
-		fmt.Sscanf(strings.TrimPrefix(r.URL.Path, "/hops/"), "%d", &n)
+		n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/hops/")) // "/hops/" is hop 0
 		if n < maxRedirects {
 			http.Redirect(w, r, fmt.Sprintf("/hops/%d", n+1), http.StatusFound)
 			return
 		}
-		w.Write(img)
+		_, _ = w.Write(img) // a client that hangs up fails on its side
 	})
 	cases := []struct{ path, want string }{
 		{"/x.qcow2", "GET " + srv.URL + "/x.qcow2: 404 Not Found"},
@@ -344,7 +345,7 @@ func TestFetchHTTPErrors(t *testing.T) {
 
 func TestFetchTLS(t *testing.T) {
 	img := makeQCOW2(1<<30, qcowOpts{})
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(img) }))
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(img) }))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshake error is expected
 	srv.StartTLS()
 	defer srv.Close()
@@ -380,7 +381,7 @@ func TestFetchBodyCutShort(t *testing.T) {
 			half := len(c.body) / 2
 			srv := hijackServer(t, func(conn net.Conn, rw *bufio.ReadWriter) {
 				fmt.Fprintf(rw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: application/octet-stream\r\n\r\n", len(c.body))
-				rw.Write(c.body[:half])
+				_, _ = rw.Write(c.body[:half])
 				rw.Flush()
 			})
 			dir := t.TempDir()
@@ -398,7 +399,7 @@ func TestFetchStall(t *testing.T) {
 	defer close(release)
 	srv := hijackServer(t, func(conn net.Conn, rw *bufio.ReadWriter) {
 		fmt.Fprintf(rw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", len(body))
-		rw.Write(body[:100000])
+		_, _ = rw.Write(body[:100000])
 		rw.Flush()
 		select {
 		case <-release:
@@ -470,7 +471,7 @@ func TestFetchProgress(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
 		for off := 0; off < len(body); off += chunk {
-			w.Write(body[off:min(off+chunk, len(body))])
+			_, _ = w.Write(body[off:min(off+chunk, len(body))])
 			w.(http.Flusher).Flush()
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -554,7 +555,9 @@ func TestFetchLocal(t *testing.T) {
 	errContains(t, err, p)
 
 	vmdk := filepath.Join(src, "x.vmdk")
-	os.WriteFile(vmdk, append([]byte("KDMV"), make([]byte, 4096)...), 0o644)
+	if err := os.WriteFile(vmdk, append([]byte("KDMV"), make([]byte, 4096)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	_, err = fetch(t, c, Request{Source: vmdk})
 	errContains(t, err, "image "+vmdk+" is a VMDK image")
 

@@ -9,6 +9,7 @@ import (
 	"crypto/sha512"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -80,9 +81,8 @@ func makeQCOW2(size uint64, o qcowOpts) []byte {
 		be.PutUint32(b[ext:], 0x44415441)
 		be.PutUint32(b[ext+4:], uint32(len(o.dataFileExt)))
 		copy(b[ext+8:], o.dataFileExt)
-		ext += 8 + (len(o.dataFileExt)+7)&^7
 	}
-	// End of extensions: 8 zero bytes, already there.
+	// End of extensions: 8 zero bytes after the last one, already there.
 	// Refcount table -> refcount block at cluster 2; the first four clusters
 	// are in use (16-bit refcounts of 1).
 	be.PutUint64(b[cluster:], 2*cluster)
@@ -260,7 +260,7 @@ func (s *imageServer) serve(w http.ResponseWriter, r *http.Request) {
 	s.bodies[r.URL.Path]++
 	s.mu.Unlock()
 	w.Header().Set("Content-Length", fmt.Sprint(len(b)))
-	w.Write(b)
+	_, _ = w.Write(b) // a client that hangs up fails on its side
 }
 
 // cacheFiles lists the files in a cache directory (none if it does not
@@ -354,7 +354,7 @@ func qemuFixtures(t testing.TB) string {
 	tr := tar.NewReader(xr)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -37,7 +37,7 @@ var (
 // transparent decompression (the digest covers the bytes as served).
 func DefaultClient() *http.Client {
 	defaultClientOnce.Do(func() {
-		t := http.DefaultTransport.(*http.Transport).Clone()
+		t := http.DefaultTransport.(*http.Transport).Clone() //nolint:forcetypeassert // net/http declares DefaultTransport as an *http.Transport and nothing here replaces it
 		t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 		t.TLSHandshakeTimeout = 30 * time.Second
 		t.ResponseHeaderTimeout = 60 * time.Second
@@ -148,7 +148,7 @@ func startGET(ctx context.Context, client *http.Client, u string, hdr http.Heade
 	if final := resp.Request.URL; final.String() != u {
 		where = fmt.Sprintf("%s (redirected to %s)", t.url, final.Redacted())
 	}
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // best effort: lets the connection be reused
 	t.close()
 	return nil, fmt.Errorf("GET %s: %s", where, resp.Status)
 }

@@ -20,8 +20,8 @@ type fileLock struct {
 // Lock polling: flock has no timeout or cancellation, so waits poll a
 // non-blocking lock with a growing delay, checking the context in between.
 const (
-	lockPollMin = 2 * time.Millisecond
-	lockPollMax = 100 * time.Millisecond
+	lockPollInitial = 2 * time.Millisecond
+	lockPollMax     = 100 * time.Millisecond
 )
 
 // acquireLock opens (creating it if needed) the lock file at path and locks
@@ -82,14 +82,14 @@ func (l *fileLock) remove() { os.Remove(l.path) }
 // release unlocks and closes the lock file; it is idempotent.
 func (l *fileLock) release() {
 	l.once.Do(func() {
-		unlockFile(l.f)
+		_ = unlockFile(l.f) // closing the file releases the lock anyway
 		l.f.Close()
 	})
 }
 
 // waitLock takes the lock on f, polling until it succeeds or ctx is done.
 func waitLock(ctx context.Context, f *os.File, exclusive bool) error {
-	delay := lockPollMin
+	delay := lockPollInitial
 	for {
 		ok, err := tryLockFile(f, exclusive)
 		if err != nil || ok {

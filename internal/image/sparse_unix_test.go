@@ -17,5 +17,5 @@ func allocated(p string) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return int64(st.Blocks) * 512, true
+	return st.Blocks * 512, true
 }

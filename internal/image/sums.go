@@ -206,12 +206,12 @@ func cleanSumsName(s string) string {
 	return s
 }
 
-// listNames formats up to max names for an error message.
-func listNames(names []string, max int) string {
+// listNames formats up to limit names for an error message.
+func listNames(names []string, limit int) string {
 	var b strings.Builder
 	for i, n := range names {
-		if i == max {
-			fmt.Fprintf(&b, ", and %d more", len(names)-max)
+		if i == limit {
+			fmt.Fprintf(&b, ", and %d more", len(names)-limit)
 			break
 		}
 		if i > 0 {

@@ -309,7 +309,7 @@ func parseStage(raw json.RawMessage, name string, errs *messages, rec *recoverab
 	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(raw, &m) != nil {
-		return t, nil
+		return t, nil //nolint:nilerr // a value that is not an object is skipped, as documented
 	}
 	_, e := m["errors"]
 	_, r := m["recoverable_errors"]
@@ -347,7 +347,7 @@ func isNull(raw json.RawMessage) bool {
 }
 
 // optString reads an optional string field (absent or null means "").
-func optString(raw json.RawMessage, field string, max int) (string, error) {
+func optString(raw json.RawMessage, field string, limit int) (string, error) {
 	if isNull(raw) {
 		return "", nil
 	}
@@ -355,7 +355,7 @@ func optString(raw json.RawMessage, field string, max int) (string, error) {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", fmt.Errorf("%w: cloud_init: %s is not a string", ErrMalformed, field)
 	}
-	return cleanMessage(s, max), nil
+	return cleanMessage(s, limit), nil
 }
 
 func optNumber(raw json.RawMessage, field string) (float64, error) {

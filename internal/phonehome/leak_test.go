@@ -84,20 +84,20 @@ func TestNoGoroutineLeak(t *testing.T) {
 	settle(t, before, "after Close")
 }
 
-// settle waits up to 5 s for the goroutine count to drop to max; exiting
+// settle waits up to 5 s for the goroutine count to drop to limit; exiting
 // goroutines take a moment to be accounted for.
-func settle(t *testing.T, max int, when string) {
+func settle(t *testing.T, limit int, when string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		n := runtime.NumGoroutine()
-		if n <= max {
+		if n <= limit {
 			return
 		}
 		if time.Now().After(deadline) {
 			var buf bytes.Buffer
 			_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
-			t.Fatalf("%d goroutines %s, want at most %d:\n%s", n, when, max, buf.String())
+			t.Fatalf("%d goroutines %s, want at most %d:\n%s", n, when, limit, buf.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -120,11 +120,11 @@ func (r Route) Default() bool {
 type CheckResult string
 
 const (
-	// CheckOK: the guest has what was declared.
+	// CheckOK means the guest has what was declared.
 	CheckOK CheckResult = "ok"
-	// CheckMismatch: the guest lacks what was declared.
+	// CheckMismatch means the guest lacks what was declared.
 	CheckMismatch CheckResult = "mismatch"
-	// CheckUnknown: the reporter could not tell (a source it needs was
+	// CheckUnknown means the reporter could not tell (a source it needs was
 	// unreadable); Found says why.
 	CheckUnknown CheckResult = "unknown"
 )
@@ -598,10 +598,10 @@ func normalizeHostKey(declared, value string) (typ, line string, ok bool) {
 
 // typeMatches reports whether a declared type (full or alias) names typ.
 func typeMatches(declared, typ string) bool {
-	switch {
-	case declared == typ:
+	switch declared {
+	case typ:
 		return true
-	case declared == "ecdsa":
+	case "ecdsa":
 		return strings.HasPrefix(typ, "ecdsa-sha2-")
 	}
 	return keyAliases[declared] == typ
@@ -631,7 +631,7 @@ func parseAddress(a wireAddress, i int) (*Address, error) {
 	if m := strings.TrimSpace(a.MAC); m != "" {
 		hw, err := net.ParseMAC(m)
 		if err != nil {
-			return nil, nil
+			return nil, nil //nolint:nilerr // an address that does not parse is skipped, as documented
 		}
 		out.MAC = hw.String()
 	}
@@ -639,13 +639,13 @@ func parseAddress(a wireAddress, i int) (*Address, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return nil, nil
+			return nil, nil //nolint:nilerr // an address that does not parse is skipped, as documented
 		}
 		out.Address = p.String()
 	} else {
 		ip, err := netip.ParseAddr(s)
 		if err != nil {
-			return nil, nil
+			return nil, nil //nolint:nilerr // an address that does not parse is skipped, as documented
 		}
 		out.Address = ip.String()
 	}
@@ -661,13 +661,13 @@ func parseRoute(w wireRoute, i int) (*Route, error) {
 	}
 	dst, err := netip.ParsePrefix(strings.TrimSpace(w.Destination))
 	if err != nil {
-		return nil, nil
+		return nil, nil //nolint:nilerr // a route that does not parse is skipped, as documented
 	}
 	out := &Route{Destination: dst.String(), Interface: iface}
 	if g := strings.TrimSpace(w.Gateway); g != "" {
 		gw, err := netip.ParseAddr(g)
 		if err != nil || gw.Is4() != dst.Addr().Is4() {
-			return nil, nil
+			return nil, nil //nolint:nilerr // a route that does not parse is skipped, as documented
 		}
 		out.Gateway = gw.String()
 	}
@@ -697,12 +697,12 @@ func identity(s, field string) (string, error) {
 }
 
 // text checks a one-line text field: valid UTF-8, no control or format
-// characters, at most max bytes. These values end up in Terraform state and
+// characters, at most limit bytes. These values end up in Terraform state and
 // diagnostics.
-func text(s, field string, max int) (string, error) {
+func text(s, field string, limit int) (string, error) {
 	s = strings.TrimSpace(s)
-	if len(s) > max {
-		return "", fmt.Errorf("%w: %s: longer than %d bytes", ErrMalformed, field, max)
+	if len(s) > limit {
+		return "", fmt.Errorf("%w: %s: longer than %d bytes", ErrMalformed, field, limit)
 	}
 	if !utf8.ValidString(s) {
 		return "", fmt.Errorf("%w: %s: not valid UTF-8", ErrMalformed, field)
@@ -717,8 +717,8 @@ func text(s, field string, max int) (string, error) {
 
 // cleanMessage makes a free-text message (a cloud-init error) safe to carry:
 // valid UTF-8, no control or format characters other than newline and tab,
-// at most max bytes (cut on a character boundary). It is idempotent.
-func cleanMessage(s string, max int) string {
+// at most limit bytes (cut on a character boundary). It is idempotent.
+func cleanMessage(s string, limit int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	s = strings.Map(func(c rune) rune {
 		if c == '\n' || c == '\t' || !unsafeRune(c) {
@@ -726,17 +726,17 @@ func cleanMessage(s string, max int) string {
 		}
 		return '\uFFFD'
 	}, s)
-	return strings.TrimSpace(truncate(strings.TrimSpace(s), max))
+	return strings.TrimSpace(truncate(strings.TrimSpace(s), limit))
 }
 
 // cleanLine is cleanMessage without newlines or tabs.
-func cleanLine(s string, max int) string {
+func cleanLine(s string, limit int) string {
 	s = strings.Map(func(c rune) rune {
 		if c == '\n' || c == '\t' {
 			return ' '
 		}
 		return c
-	}, cleanMessage(s, max))
+	}, cleanMessage(s, limit))
 	return strings.TrimSpace(s)
 }
 
@@ -746,11 +746,11 @@ func unsafeRune(c rune) bool {
 	return unicode.IsControl(c) || unicode.Is(unicode.Cf, c)
 }
 
-func truncate(s string, max int) string {
-	if len(s) <= max {
+func truncate(s string, limit int) string {
+	if len(s) <= limit {
 		return s
 	}
-	cut := max
+	cut := limit
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

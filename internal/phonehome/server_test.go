@@ -436,7 +436,9 @@ func TestSlowClients(t *testing.T) {
 			t.Fatal(err)
 		}
 		go func() {
-			conn.SetReadDeadline(time.Now().Add(tc.limit + slack))
+			if err := conn.SetReadDeadline(time.Now().Add(tc.limit + slack)); err != nil {
+				t.Error(err)
+			}
 			b, err := io.ReadAll(conn) // returns when the server hangs up
 			cuts <- cut{tc.name, time.Since(start), string(b), err}
 		}()

@@ -57,7 +57,8 @@ func TestValidToken(t *testing.T) {
 func TestTokenID(t *testing.T) {
 	t.Parallel()
 	a, b := mustToken(t), mustToken(t)
-	if len(TokenID(a)) != 8 || TokenID(a) != TokenID(a) || TokenID(a) == TokenID(b) {
+	id := TokenID(a)
+	if len(id) != 8 || TokenID(a) != id || id == TokenID(b) {
 		t.Errorf("TokenID: %q %q", TokenID(a), TokenID(b))
 	}
 }

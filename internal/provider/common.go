@@ -38,12 +38,17 @@ func (pd *providerData) client(host string, diags *diag.Diagnostics) *virt.Clien
 }
 
 // addError turns an error from the packages below into a diagnostic whose
-// summary says what failed and whose detail says what to do.
-func addError(diags *diag.Diagnostics, summary string, err error) {
+// summary says what failed and whose detail says what to do. Each note
+// (what was kept, what happens next) follows the error as a paragraph.
+func addError(diags *diag.Diagnostics, summary string, err error, notes ...string) {
+	detail := err.Error()
+	for _, n := range notes {
+		detail += "\n\n" + n
+	}
 	var conn *virt.ConnectionError
 	if errors.As(err, &conn) {
-		diags.AddError("Cannot use libvirt host "+conn.Endpoint.Redacted(), fmt.Sprintf("%s failed: %v", summary, err))
+		diags.AddError("Cannot use libvirt host "+conn.Endpoint.Redacted(), fmt.Sprintf("%s failed: %s", summary, detail))
 		return
 	}
-	diags.AddError(summary, err.Error())
+	diags.AddError(summary, detail)
 }

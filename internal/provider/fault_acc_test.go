@@ -242,8 +242,8 @@ func faultInterruptApply(t *testing.T, w *acctest.Workspace, when func() bool, a
 wait:
 	for {
 		select {
-		case <-done:
-			t.Logf("terraform apply ended before the moment came")
+		case err := <-done:
+			t.Logf("terraform apply ended (%v) before the moment came", err)
 			return out.String(), false
 		case <-deadline:
 			break wait
@@ -263,9 +263,8 @@ wait:
 			t.Logf("terraform apply exited 0 after SIGINT")
 		}
 	case <-time.After(5 * time.Minute):
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		t.Fatalf("terraform did not exit within 5 minutes of SIGINT:\n%s", out)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // fails only if the group is gone already
+		t.Fatalf("terraform did not exit within 5 minutes of SIGINT (killed: %v):\n%s", <-done, out)
 	}
 	return out.String(), sent
 }
@@ -449,9 +448,8 @@ func TestAccFault_libvirtdRestart(t *testing.T) {
 	select {
 	case err = <-done:
 	case <-time.After(10 * time.Minute):
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		t.Fatal("terraform apply did not end within 10 minutes of the restart")
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // fails only if the group is gone already
+		t.Fatalf("terraform apply did not end within 10 minutes of the restart (killed: %v)", <-done)
 	}
 	out := outBuf.String()
 	if err == nil {

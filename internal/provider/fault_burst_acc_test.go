@@ -102,8 +102,12 @@ func (b *faultBurst) send(raw string) (int, bool) {
 		return 0, false // the listener is not up yet
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	c.Write([]byte(raw))
+	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return 0, false
+	}
+	if _, err := c.Write([]byte(raw)); err != nil {
+		return -1, true // answered by closing
+	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		return -1, true // answered by closing

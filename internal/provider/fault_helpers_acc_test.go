@@ -131,7 +131,7 @@ func (p *faultProxy) serve(client net.Conn) {
 // remote_error with the given message.
 func lvErrorReply(call []byte, msg string) []byte {
 	var body bytes.Buffer
-	u32 := func(v uint32) { binary.Write(&body, binary.BigEndian, v) }
+	u32 := func(v uint32) { body.Write(binary.BigEndian.AppendUint32(nil, v)) }
 	u32(lvErrConfigUnsup) // code
 	u32(lvFromDomain)     // domain
 	u32(1)                // message: present

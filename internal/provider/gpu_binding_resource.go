@@ -247,7 +247,8 @@ func (r *gpuBindingResource) Create(ctx context.Context, req resource.CreateRequ
 			plan.FunctionDetails = gpuDetailsList(binder.ReadBack(ctx, be.Left))
 			resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 			addError(&resp.Diagnostics, "Binding "+target.String()+" to vfio-pci failed",
-				fmt.Errorf("%w\n\nThe binding is kept in state, tainted, with the functions still on vfio-pci (%s): terraform destroy, or the next apply, gives them back.", err, boundAddresses(be.Left)))
+				err, fmt.Sprintf("The binding is kept in state, tainted, with the functions still on vfio-pci (%s): "+
+					"terraform destroy, or the next apply, gives them back.", boundAddresses(be.Left)))
 			return
 		}
 		addError(&resp.Diagnostics, "Binding "+target.String()+" to vfio-pci failed", err)

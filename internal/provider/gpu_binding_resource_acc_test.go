@@ -3,6 +3,7 @@ package provider
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -112,8 +113,10 @@ func iommuGroupOf(t *testing.T, h *nestedhost.Host, addr string) int64 {
 	if m == nil {
 		t.Fatalf("%s has no IOMMU group on the nested host:\n%s", addr, doc)
 	}
-	var n int64
-	fmt.Sscan(m[1], &n)
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		t.Fatalf("%s: IOMMU group %q: %v", addr, m[1], err)
+	}
 	return n
 }
 
@@ -328,7 +331,9 @@ func TestAccGPUBinding_vm(t *testing.T) {
 		}
 		for _, a := range []string{h.GPU, h.GPUAudio} {
 			var d, b, s, f uint
-			fmt.Sscanf(a, "%x:%x:%x.%x", &d, &b, &s, &f)
+			if _, err := fmt.Sscanf(a, "%x:%x:%x.%x", &d, &b, &s, &f); err != nil {
+				return fmt.Errorf("PCI address %q: %w", a, err)
+			}
 			src := fmt.Sprintf(`<source>\s*<address domain='0x%04x' bus='0x%02x' slot='0x%02x' function='0x%x'/>`, d, b, s, f)
 			found := false
 			for _, hd := range hostdevs {

@@ -56,11 +56,13 @@ func newImageServer(t *testing.T, dir string) *imageServer {
 			}
 			w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 			w.WriteHeader(http.StatusOK)
-			w.Write(data[:len(data)/2])
+			_, _ = w.Write(data[:len(data)/2]) // cut off below either way
 			w.(http.Flusher).Flush()
 			conn, _, err := w.(http.Hijacker).Hijack()
 			if err == nil {
-				conn.(*net.TCPConn).SetLinger(0)
+				if err := conn.(*net.TCPConn).SetLinger(0); err != nil { // close with a reset
+					t.Error(err)
+				}
 				conn.Close()
 			}
 			return
@@ -102,7 +104,9 @@ func imageFixtures(t *testing.T, dir string) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	zw.Write(raw)
+	if _, err := zw.Write(raw); err != nil {
+		t.Fatal(err)
+	}
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
 	}

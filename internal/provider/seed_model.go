@@ -90,8 +90,8 @@ func (a *seedAccountModel) account(wo types.String) seed.User {
 	u := seed.User{
 		Name:              a.Name.ValueString(),
 		Shell:             a.Shell.ValueString(),
-		Groups:            strings_(a.Groups),
-		SSHAuthorizedKeys: strings_(a.SSHAuthorizedKeys),
+		Groups:            stringValues(a.Groups),
+		SSHAuthorizedKeys: stringValues(a.SSHAuthorizedKeys),
 		PasswordHash:      a.PasswordHash.ValueString(),
 	}
 	if !wo.IsNull() && !wo.IsUnknown() {
@@ -224,7 +224,7 @@ func (m *seedResourceModel) spec(cfg *seedResourceModel, phURL string) (*seed.Sp
 		s.Users = append(s.Users, a.account(wo))
 	}
 	s.Timezone, s.Locale = m.Timezone.ValueString(), m.Locale.ValueString()
-	s.Packages = strings_(m.Packages)
+	s.Packages = stringValues(m.Packages)
 	s.PackageUpdate, s.PackageUpgrade = m.PackageUpdate.ValueBool(), m.PackageUpgrade.ValueBool()
 	if !m.SSHPasswordAuth.IsNull() {
 		v := m.SSHPasswordAuth.ValueBool()
@@ -272,11 +272,11 @@ func (m *seedResourceModel) spec(cfg *seedResourceModel, phURL string) (*seed.Sp
 			SetName:       n.SetName.ValueString(),
 			DHCP4:         n.DHCP4.ValueBool(),
 			DHCP6:         n.DHCP6.ValueBool(),
-			Addresses:     strings_(n.Addresses),
+			Addresses:     stringValues(n.Addresses),
 			Gateway4:      n.Gateway4.ValueString(),
 			Gateway6:      n.Gateway6.ValueString(),
-			Nameservers:   strings_(n.Nameservers),
-			SearchDomains: strings_(n.SearchDomains),
+			Nameservers:   stringValues(n.Nameservers),
+			SearchDomains: stringValues(n.SearchDomains),
 		})
 	}
 	return s, diags
@@ -332,7 +332,7 @@ func userDataFile(f seed.Format) string   { return seedFiles[f].user }
 func networkFile(f seed.Format) string    { return seedFiles[f].network }
 func vendorDataFile(f seed.Format) string { return seedFiles[f].vendor }
 
-func strings_(in []types.String) []string {
+func stringValues(in []types.String) []string {
 	if in == nil {
 		return nil
 	}

@@ -229,7 +229,11 @@ func TestAccSeed_refusesForeignVolumeAndMissingPool(t *testing.T) {
 	if out, err := virsh(t, "vol-create-as", pool, name, "1024"); err != nil {
 		t.Fatalf("virsh vol-create-as: %v\n%s", err, out)
 	}
-	t.Cleanup(func() { virsh(t, "vol-delete", "--pool", pool, name) })
+	t.Cleanup(func() {
+		if out, err := virsh(t, "vol-delete", "--pool", pool, name); err != nil {
+			t.Logf("cleanup: virsh vol-delete %s/%s: %v\n%s", pool, name, err, out)
+		}
+	})
 	before := downloadWithVirsh(t, pool, name)
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,

@@ -27,10 +27,10 @@ var _ validator.String = durationValidator{}
 
 // what says what the validator accepts, and how to write it.
 func (v durationValidator) what() (string, string) {
-	switch {
-	case v.min == 0:
+	switch v.min {
+	case 0:
 		return "a duration of zero or more", `"0s", "30s" or "2m"`
-	case v.min == time.Nanosecond:
+	case time.Nanosecond:
 		return "a positive duration", `"30s", "2m" or "1h30m"`
 	}
 	return "a duration of at least " + v.min.String(), fmt.Sprintf("%q or \"2m\"", v.min.String())
@@ -38,10 +38,10 @@ func (v durationValidator) what() (string, string) {
 
 func (v durationValidator) Description(context.Context) string {
 	_, examples := v.what()
-	switch {
-	case v.min == 0:
+	switch v.min {
+	case 0:
 		return "a Go duration of zero or more, such as " + examples
-	case v.min == time.Nanosecond:
+	case time.Nanosecond:
 		return "a positive Go duration such as " + examples
 	}
 	return "a Go duration of at least " + v.min.String() + ", such as " + examples
@@ -80,30 +80,6 @@ func (v volumeIDValidator) ValidateString(_ context.Context, req validator.Strin
 		resp.Diagnostics.AddAttributeError(req.Path, "Invalid "+req.Path.String(),
 			fmt.Sprintf("%q is not %s of the form <pool>/<volume>. Use the id of the kohaku_seed resource, for "+
 				"example seed_id = kohaku_seed.web.id (which looks like \"default/web-1-seed.iso\").", req.ConfigValue.ValueString(), v.what))
-	}
-}
-
-// nonNegativeDurationValidator accepts a Go duration of zero or more.
-type nonNegativeDurationValidator struct{}
-
-var _ validator.String = nonNegativeDurationValidator{}
-
-func (nonNegativeDurationValidator) Description(context.Context) string {
-	return "a Go duration of zero or more, such as \"0s\", \"30s\" or \"2m\""
-}
-
-func (v nonNegativeDurationValidator) MarkdownDescription(ctx context.Context) string {
-	return v.Description(ctx)
-}
-
-func (nonNegativeDurationValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	d, err := time.ParseDuration(req.ConfigValue.ValueString())
-	if err != nil || d < 0 {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid duration",
-			fmt.Sprintf("%q is not a duration of zero or more. Write it as a Go duration, for example \"0s\", \"30s\" or \"2m\".", req.ConfigValue.ValueString()))
 	}
 }
 

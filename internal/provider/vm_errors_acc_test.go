@@ -97,7 +97,7 @@ func TestAccVM_badInput(t *testing.T) {
 				}
 				return nil
 			},
-			cleanup: func() { acctest.Virsh(env.URI, "undefine", taken) },
+			cleanup: func() { _, _ = acctest.Virsh(env.URI, "undefine", taken) }, // best effort
 		},
 		{
 			name: "shared folder missing on this host",

@@ -235,7 +235,7 @@ type hostdevOrigin struct {
 // unknownAt records that a value at a domain path is not known yet.
 func (in *specInput) unknownAt(p string) { in.Unknown = append(in.Unknown, p) }
 
-// knownStr returns a string attribute's value; unknown values record p and
+// str returns a string attribute's value; unknown values record p and
 // yield placeholder, which is valid wherever it is used.
 func (in *specInput) str(v types.String, p, placeholder string) string {
 	if v.IsUnknown() {

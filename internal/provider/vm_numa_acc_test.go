@@ -3,6 +3,7 @@ package provider
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -24,8 +25,10 @@ func freeHugePages(t *testing.T, h *nestedhost.Host, cell int) int {
 	if m == nil {
 		t.Fatalf("virsh freepages --cellno %d: %q", cell, out)
 	}
-	var n int
-	fmt.Sscan(m[1], &n)
+	n, err := strconv.Atoi(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
 	return n
 }
 

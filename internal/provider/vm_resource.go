@@ -315,10 +315,10 @@ func createFailed(ctx context.Context, plan *vmModel, summary string, groups gpu
 			resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 		}
 		addError(&resp.Diagnostics, title,
-			fmt.Errorf("%w\n\nThe VM was kept for inspection (on_ready_failure = \"keep\") and is tainted: the "+
-				"next apply replaces it. Set on_ready_failure = \"destroy\" to have a failed create remove it.", ce.Err))
+			ce.Err, "The VM was kept for inspection (on_ready_failure = \"keep\") and is tainted: the "+
+				"next apply replaces it. Set on_ready_failure = \"destroy\" to have a failed create remove it.")
 	case !ce.Made:
-		addError(&resp.Diagnostics, title, fmt.Errorf("%w\n\nNothing was created.", ce.Err))
+		addError(&resp.Diagnostics, title, ce.Err, "Nothing was created.")
 	default:
 		msg := fmt.Sprintf("%v\n\nRolled back: %s.", ce.Err, strings.Join(ce.RolledBack, "; "))
 		if len(ce.Left) > 0 {
@@ -388,7 +388,7 @@ func (m *vmModel) fillUnknowns(defined *virt.DomainRef, overlay *domain.VolumeRe
 	if !m.NetworkInterfaces.IsNull() && !m.NetworkInterfaces.IsUnknown() {
 		var elems []attr.Value
 		for _, e := range m.NetworkInterfaces.Elements() {
-			o := e.(types.Object)
+			o := e.(types.Object) //nolint:forcetypeassert // the schema makes every element of network_interface an object
 			attrs := o.Attributes()
 			if attrs["mac"].IsUnknown() {
 				attrs["mac"] = types.StringNull()

@@ -52,7 +52,7 @@ type Reporter interface {
 
 // Agent reads files in the guest through the QEMU guest agent.
 type Agent interface {
-	AgentReadFile(ctx context.Context, domain, path string, max int) ([]byte, error)
+	AgentReadFile(ctx context.Context, domain, path string, limit int) ([]byte, error)
 }
 
 // ChannelReader reads a domain's channel through libvirt (virt.Client).

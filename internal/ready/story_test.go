@@ -48,7 +48,7 @@ func TestStoryTellsTheWholeStory(t *testing.T) {
 	// Other errors pass through untouched, without asking the host.
 	h = &stater{}
 	plain := errors.New("cloud-init failed")
-	if got := Story(context.Background(), plain, h, "web-1", "", log, true); got != plain || h.asked != 0 {
+	if got := Story(context.Background(), plain, h, "web-1", "", log, true); got != plain || h.asked != 0 { //nolint:errorlint // untouched means the very value, not one that wraps it
 		t.Errorf("got %v, host asked %d times", got, h.asked)
 	}
 }

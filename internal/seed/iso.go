@@ -49,11 +49,11 @@ func isoNameOK(name string, dir bool) bool {
 	if name == "" {
 		return false
 	}
-	max := 30 - 2 // file identifier minus ";1"
+	maxLen := 30 - 2 // file identifier minus ";1"
 	if dir {
-		max = 31
+		maxLen = 31
 	}
-	if len(name) > max || strings.Count(name, ".") > 1 || (dir && strings.Contains(name, ".")) {
+	if len(name) > maxLen || strings.Count(name, ".") > 1 || (dir && strings.Contains(name, ".")) {
 		return false
 	}
 	for _, r := range name {

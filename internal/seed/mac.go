@@ -1,12 +1,11 @@
 package seed
 
 import (
+	"crypto/sha3"
 	"fmt"
 	"net"
 	"strconv"
 	"strings"
-
-	"golang.org/x/crypto/sha3"
 )
 
 // DeriveMAC returns "52:54:00:" followed by the first three bytes of

@@ -187,7 +187,7 @@ func TestCloudInitRenderers(t *testing.T) {
 						case "eni":
 							problems = checkENI(files, d)
 						case "netplan":
-							problems = checkNetplan(t, files, d)
+							problems = checkNetplan(files, d)
 						case "networkd":
 							problems = checkNetworkd(files, d)
 						}
@@ -334,7 +334,7 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func checkNetplan(t *testing.T, files map[string]string, d declaredIface) []string {
+func checkNetplan(files map[string]string, d declaredIface) []string {
 	var doc struct {
 		Network struct {
 			Ethernets map[string]netplanEth `yaml:"ethernets"`

@@ -33,7 +33,7 @@ var reporterScriptGzB64 = func() string {
 	var b bytes.Buffer
 	w, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
 	w.Write(reporterScript) //nolint:errcheck // writes to memory
-	w.Close()               //nolint:errcheck // writes to memory
+	w.Close()
 	return base64.StdEncoding.EncodeToString(b.Bytes())
 }()
 

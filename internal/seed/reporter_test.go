@@ -23,6 +23,15 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 )
 
+// writeReporterFile writes one of the files the reporter reads, failing
+// the test if it cannot.
+func writeReporterFile(t *testing.T, path string, data []byte, perm os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, data, perm); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // runReporter runs the embedded first-boot reporter with python3 against
 // files in dir, as the guest would run it.
 func runReporter(t *testing.T, dir, url, statusJSON string, env ...string) ([]byte, error) {
@@ -33,9 +42,9 @@ func runReporter(t *testing.T, dir, url, statusJSON string, env ...string) ([]by
 		t.Fatal(err)
 	}
 	cfg, _ := json.Marshal(map[string]string{"url": url, "token": "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd"})
-	os.WriteFile(filepath.Join(dir, "report.json"), cfg, 0o600)
-	os.WriteFile(filepath.Join(dir, "instance-id"), []byte("iid-reporter-test\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "status.json"), []byte(statusJSON), 0o644)
+	writeReporterFile(t, filepath.Join(dir, "report.json"), cfg, 0o600)
+	writeReporterFile(t, filepath.Join(dir, "instance-id"), []byte("iid-reporter-test\n"), 0o644)
+	writeReporterFile(t, filepath.Join(dir, "status.json"), []byte(statusJSON), 0o644)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, script)

@@ -202,6 +202,7 @@ type File struct {
 // MountType is the kind of shared folder.
 type MountType string
 
+// The shared folder kinds a guest mounts.
 const (
 	Mount9P       MountType = "9p"
 	MountVirtioFS MountType = "virtiofs"

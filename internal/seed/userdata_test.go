@@ -3,6 +3,7 @@ package seed
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -27,7 +28,7 @@ func parts(t testing.TB, doc []byte) (ctypes []string, bodies [][]byte, headers 
 	mr := multipart.NewReader(msg.Body, params["boundary"])
 	for {
 		p, err := mr.NextRawPart()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -21,6 +21,7 @@ type Step struct {
 // StepKind says which of a Step's fields holds it.
 type StepKind int
 
+// A step is a field name (Name), a list index (Index) or a map key (Key).
 const (
 	StepName StepKind = iota
 	StepIndex
@@ -89,10 +90,10 @@ func ParsePath(s string) Path {
 	var p Path
 	i := 0
 	for i < len(s) {
-		switch c := s[i]; {
-		case c == '.':
+		switch s[i] {
+		case '.':
 			i++
-		case c == '[':
+		case '[':
 			end := strings.IndexByte(s[i:], ']')
 			if end < 0 {
 				return Path{{Name: s}}
@@ -160,11 +161,13 @@ func All(err error) []*Error {
 		if e == nil {
 			return
 		}
-		if ve, ok := e.(*Error); ok {
+		// A manual walk, not errors.As: As stops at the first match and
+		// every one is wanted, in order.
+		if ve, ok := e.(*Error); ok { //nolint:errorlint // the walk itself unwraps
 			out = append(out, ve)
 			return
 		}
-		switch u := e.(type) {
+		switch u := e.(type) { //nolint:errorlint // the walk itself unwraps
 		case interface{ Unwrap() []error }:
 			for _, x := range u.Unwrap() {
 				walk(x)

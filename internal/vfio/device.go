@@ -145,15 +145,15 @@ func FromNodeDevice(nd *libvirtxml.NodeDevice) (*Device, error) {
 	return d, nil
 }
 
-// parseHex32 reads "0x030000" (or "030000") no larger than max.
-func parseHex32(s string, max uint64) (uint32, error) {
+// parseHex32 reads "0x030000" (or "030000") no larger than limit.
+func parseHex32(s string, limit uint64) (uint32, error) {
 	t := strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(s), "0x"), "0X")
 	if t == "" {
 		return 0, fmt.Errorf("empty")
 	}
 	v, err := strconv.ParseUint(t, 16, 32)
-	if err != nil || v > max {
-		return 0, fmt.Errorf("not a hex number up to %#x", max)
+	if err != nil || v > limit {
+		return 0, fmt.Errorf("not a hex number up to %#x", limit)
 	}
 	return uint32(v), nil
 }

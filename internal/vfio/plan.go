@@ -191,7 +191,7 @@ func addressList(ds []*Device) string {
 	return strings.Join(parts, ", ")
 }
 
-// UnknownDeviceError: the host has no PCI function at the address.
+// UnknownDeviceError means the host has no PCI function at the address.
 type UnknownDeviceError struct {
 	Address  Address
 	Displays []*Device
@@ -205,7 +205,7 @@ func (e *UnknownDeviceError) Error() string {
 	return fmt.Sprintf("the host has no PCI function %s; %s. List the host's devices with the kohaku_pci_devices data source (or lspci -D on the host)", e.Address, have)
 }
 
-// NoIOMMUError: libvirt reports no IOMMU group for the device, so VFIO
+// NoIOMMUError means libvirt reports no IOMMU group for the device, so VFIO
 // cannot use it.
 type NoIOMMUError struct {
 	Address Address
@@ -222,7 +222,7 @@ func (e *NoIOMMUError) Error() string {
 		"and check that /sys/kernel/iommu_groups is not empty. (A virtual host needs an emulated IOMMU its kernel supports, e.g. QEMU's intel-iommu)", e.Address)
 }
 
-// PartialGroupError: an explicit function list leaves part of the group on
+// PartialGroupError means an explicit function list leaves part of the group on
 // the host, which VFIO would refuse when a VM starts.
 type PartialGroupError struct {
 	Target  Address
@@ -238,7 +238,7 @@ func (e *PartialGroupError) Error() string {
 		e.Group, e.Target, describeAll(e.Members), addressList(e.Missing), addressList(e.Missing))
 }
 
-// NotInGroupError: an explicit function is not in the target's group.
+// NotInGroupError means an explicit function is not in the target's group.
 type NotInGroupError struct {
 	Function Address
 	Target   Address
@@ -251,7 +251,7 @@ func (e *NotInGroupError) Error() string {
 		e.Function, e.Group, e.Target, addressList(e.Members), e.Function)
 }
 
-// OtherClassError: the group holds devices the host likely needs.
+// OtherClassError means the group holds devices the host likely needs.
 type OtherClassError struct {
 	Target  Address
 	Group   int
@@ -268,7 +268,7 @@ func (e *OtherClassError) Error() string {
 		e.Group, e.Target, strings.Join(parts, "; "))
 }
 
-// InUseError: running domains use some of the functions.
+// InUseError means running domains use some of the functions.
 type InUseError struct{ Uses []string }
 
 func (e *InUseError) Error() string {

@@ -20,7 +20,7 @@ const agentTimeout = 10 // seconds
 // guest agent, over the libvirt connection (no network path to the guest is
 // needed). It fails while the agent is not running yet; a missing file gives
 // an error wrapping ErrAgentFileMissing.
-func (c *Client) AgentReadFile(ctx context.Context, domain, path string, max int) ([]byte, error) {
+func (c *Client) AgentReadFile(ctx context.Context, domain, path string, limit int) ([]byte, error) {
 	var out []byte
 	err := c.Call(ctx, fmt.Sprintf("read %s in domain %s through the guest agent", path, domain), func(l *libvirt.Libvirt) error {
 		dom, err := l.DomainLookupByName(domain)
@@ -59,7 +59,7 @@ func (c *Client) AgentReadFile(ctx context.Context, domain, path string, max int
 			return err
 		}
 		defer agent("guest-file-close", map[string]any{"handle": handle}, nil) //nolint:errcheck // best effort
-		for len(out) <= max {
+		for len(out) <= limit {
 			var chunk struct {
 				Count int    `json:"count"`
 				Buf   string `json:"buf-b64"`
@@ -77,7 +77,7 @@ func (c *Client) AgentReadFile(ctx context.Context, domain, path string, max int
 				return nil
 			}
 		}
-		return fmt.Errorf("%s in the guest is larger than %d bytes", path, max)
+		return fmt.Errorf("%s in the guest is larger than %d bytes", path, limit)
 	})
 	return out, err
 }

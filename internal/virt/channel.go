@@ -72,7 +72,7 @@ func (c *Client) ReadChannel(ctx context.Context, domain, channel string, line f
 		// No stream is open yet: closing the socket is all libvirtd needs.
 		// A dial still under way closes what it makes.
 		td.shutDown()
-		<-setup
+		<-setup //nolint:errcheck // waits for the dial to end; ctx's error is the one returned
 		return fmt.Errorf("%s: %w", op, ctx.Err())
 	}
 
@@ -97,7 +97,7 @@ func (c *Client) ReadChannel(ctx context.Context, domain, channel string, line f
 	}
 	c.endChannelConn(lv, td, err)
 	select { // the stream call has returned once its connection is closed
-	case <-streamed:
+	case <-streamed: //nolint:errcheck // waits for the call to end; awaitChannel has its outcome
 	case <-time.After(channelEndTimeout):
 	}
 	return err

@@ -338,7 +338,7 @@ func TestWhileUnreachable(t *testing.T) {
 
 	// libvirt's own error is not retried.
 	n = 0
-	if err := WhileUnreachable(context.Background(), 10*time.Second, func() error { n++; return own }); err != own || n != 1 {
+	if err := WhileUnreachable(context.Background(), 10*time.Second, func() error { n++; return own }); !errors.Is(err, own) || n != 1 {
 		t.Errorf("own error: err = %v after %d runs, want it at once", err, n)
 	}
 

@@ -133,7 +133,7 @@ wait:
 		return out, nil
 	}
 	select {
-	case <-done:
+	case <-done: //nolint:errcheck // waits for the upload call to end; err already says why it failed
 	case <-time.After(channelEndTimeout):
 	}
 	if !created.Load() {

@@ -154,8 +154,8 @@ var safeHostPath = regexp.MustCompile(`^/[A-Za-z0-9/._-]+$`)
 // /sys/module/nvidia/version: directly for a local connection, with `cat`
 // over an SSH session on the host's shared SSH connection for qemu+ssh hosts. A missing file yields
 // an error wrapping os.ErrNotExist; tcp and tls yield ErrHostFilesUnsupported.
-// At most max bytes are returned; the read is bounded by the call timeout.
-func (c *Client) ReadHostFile(ctx context.Context, path string, max int64) ([]byte, error) {
+// At most limit bytes are returned; the read is bounded by the call timeout.
+func (c *Client) ReadHostFile(ctx context.Context, path string, limit int64) ([]byte, error) {
 	if !safeHostPath.MatchString(path) {
 		return nil, fmt.Errorf("refusing to read host file %q: want an absolute path of letters, digits and /._-", path)
 	}
@@ -166,7 +166,7 @@ func (c *Client) ReadHostFile(ctx context.Context, path string, max int64) ([]by
 			return nil, err
 		}
 		defer f.Close()
-		return io.ReadAll(io.LimitReader(f, max))
+		return io.ReadAll(io.LimitReader(f, limit))
 	case TransportSSH:
 		d, ok := c.dialer.inner.(*sshDialer)
 		if !ok {
@@ -213,7 +213,7 @@ func (c *Client) ReadHostFile(ctx context.Context, path string, max int64) ([]by
 			mu.Unlock()
 			defer s.Close()
 			var stdout, stderr bytes.Buffer
-			s.Stdout, s.Stderr = &limitedBuffer{buf: &stdout, max: max}, &limitedBuffer{buf: &stderr, max: 4096}
+			s.Stdout, s.Stderr = &limitedBuffer{buf: &stdout, max: limit}, &limitedBuffer{buf: &stderr, max: 4096}
 			err = s.Run("cat " + path)
 			if err != nil {
 				msg := strings.TrimSpace(stderr.String())

@@ -241,7 +241,7 @@ var sshCounts sync.Map // addr -> *[2]atomic.Int64 (TCP connections, handshakes)
 
 func sshCounter(addr string) *[2]atomic.Int64 {
 	v, _ := sshCounts.LoadOrStore(addr, new([2]atomic.Int64))
-	return v.(*[2]atomic.Int64)
+	return v.(*[2]atomic.Int64) //nolint:forcetypeassert // sshCounts holds nothing else
 }
 
 // SSHConnections reports how many TCP connections and completed SSH
@@ -449,9 +449,15 @@ func appendLine(file, line string) error {
 	if err != nil {
 		return fmt.Errorf("recording host key: %w", err)
 	}
-	defer f.Close()
-	_, err = fmt.Fprintln(f, line)
-	return err
+	if _, err := fmt.Fprintln(f, line); err != nil {
+		f.Close()
+		return fmt.Errorf("recording host key: %w", err)
+	}
+	// Close reports a failed write where the file system defers it (NFS).
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("recording host key: %w", err)
+	}
+	return nil
 }
 
 // handshake makes a new TCP connection and SSH handshake, both bounded by

@@ -161,22 +161,22 @@ func (c *Client) deleteUnused(ctx context.Context, pool, name string) error {
 const volumeInUseWait = 15 * time.Second
 
 // DownloadVolume reads a whole volume through libvirt's stream API. Volumes
-// larger than max bytes are refused rather than read.
-func (c *Client) DownloadVolume(ctx context.Context, pool, name string, max int64) ([]byte, error) {
-	_, data, err := c.ReadVolume(ctx, pool, name, max)
+// larger than limit bytes are refused rather than read.
+func (c *Client) DownloadVolume(ctx context.Context, pool, name string, limit int64) ([]byte, error) {
+	_, data, err := c.ReadVolume(ctx, pool, name, limit)
 	return data, err
 }
 
 // ReadVolume returns a volume's description and its whole content, in one
-// call on the connection. Volumes larger than max bytes are refused.
-func (c *Client) ReadVolume(ctx context.Context, pool, name string, max int64) (*Volume, []byte, error) {
-	return c.ReadVolumeAt(ctx, pool, name, 0, max)
+// call on the connection. Volumes larger than limit bytes are refused.
+func (c *Client) ReadVolume(ctx context.Context, pool, name string, limit int64) (*Volume, []byte, error) {
+	return c.ReadVolumeAt(ctx, pool, name, 0, limit)
 }
 
 // ReadVolumeAt is ReadVolume from byte offset on: the volume's info and its
 // bytes from offset to its end (none when offset is past it). Only those
 // bytes cross the connection.
-func (c *Client) ReadVolumeAt(ctx context.Context, pool, name string, offset, max int64) (*Volume, []byte, error) {
+func (c *Client) ReadVolumeAt(ctx context.Context, pool, name string, offset, limit int64) (*Volume, []byte, error) {
 	var buf bytes.Buffer
 	var vol *Volume
 	err := c.Call(ctx, fmt.Sprintf("download volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
@@ -191,8 +191,8 @@ func (c *Client) ReadVolumeAt(ctx context.Context, pool, name string, offset, ma
 		if vol, err = volumeInfo(l, pool, v); err != nil {
 			return err
 		}
-		if vol.CapacityBytes > max {
-			return fmt.Errorf("volume %s/%s holds %d bytes, more than the %d expected", pool, name, vol.CapacityBytes, max)
+		if vol.CapacityBytes > limit {
+			return fmt.Errorf("volume %s/%s holds %d bytes, more than the %d expected", pool, name, vol.CapacityBytes, limit)
 		}
 		if offset >= vol.CapacityBytes {
 			return nil

@@ -39,7 +39,11 @@ func TestAccVolumeDownloadsNeverHang(t *testing.T) {
 	if _, err := c.UploadVolume(ctx, pool, name, data); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.DeleteVolume(context.Background(), pool, name) })
+	t.Cleanup(func() {
+		if err := c.DeleteVolume(context.Background(), pool, name); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
+	})
 	start := time.Now()
 	const rounds = 150
 	for i := 0; i < rounds; i++ {

@@ -233,7 +233,7 @@ func (h *fakeHost) RemoveVolume(_ context.Context, pool, name string) error {
 	return nil
 }
 
-func (h *fakeHost) DownloadVolume(_ context.Context, pool, name string, max int64) ([]byte, error) {
+func (h *fakeHost) DownloadVolume(_ context.Context, pool, name string, limit int64) ([]byte, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.op("DownloadVolume"); err != nil {
@@ -243,8 +243,8 @@ func (h *fakeHost) DownloadVolume(_ context.Context, pool, name string, max int6
 	if !ok {
 		return nil, virt.ErrNotFound
 	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("volume %s/%s is %d bytes, more than the %d read", pool, name, len(b), max)
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("volume %s/%s is %d bytes, more than the %d read", pool, name, len(b), limit)
 	}
 	return b, nil
 }

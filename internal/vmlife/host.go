@@ -23,7 +23,7 @@ type Host interface {
 	VolumeByPath(ctx context.Context, path string) (pool, name string, err error)
 	CreateOverlay(ctx context.Context, pool, name, basePool, baseName string, capacity int64) (*virt.VolumeDetail, error)
 	RemoveVolume(ctx context.Context, pool, name string) error
-	DownloadVolume(ctx context.Context, pool, name string, max int64) ([]byte, error)
+	DownloadVolume(ctx context.Context, pool, name string, limit int64) ([]byte, error)
 
 	NodeDeviceXML(ctx context.Context, name string) (string, error)
 	NUMANodes(ctx context.Context) ([]virt.NUMANode, error)

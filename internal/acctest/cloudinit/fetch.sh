@@ -32,7 +32,7 @@ die() { log "$*"; exit 1; }
 # enough for point releases of one upstream series).
 cached_root() {
 	local d
-	d=$(ls -d "$CACHE_ROOT/$SUITE"/*/root 2>/dev/null | sort -V | tail -n1 || true)
+	d=$(printf '%s\n' "$CACHE_ROOT/$SUITE"/*/root | sort -V | tail -n1)
 	[ -n "$d" ] && [ -f "$d/usr/lib/python3/dist-packages/cloudinit/__init__.py" ] && printf '%s\n' "$d"
 	return 0
 }
@@ -78,7 +78,9 @@ fetch() {
 		/^Package: /{p=($2=="cloud-init")} 
 		p && /^Version: /{v=$2} p && /^Filename: /{f=$2} p && /^SHA256: /{s=$2}
 		/^$/ && p {print v, f, s; exit}')
-	[ -n "${version:-}" ] && [ -n "${filename:-}" ] && [ -n "${sha:-}" ] || die "cloud-init not found in $SUITE's Packages"
+	if [ -z "${version:-}" ] || [ -z "${filename:-}" ] || [ -z "${sha:-}" ]; then
+		die "cloud-init not found in $SUITE's Packages"
+	fi
 
 	local dir=$CACHE_ROOT/$SUITE/$version
 	if [ -f "$dir/root/usr/lib/python3/dist-packages/cloudinit/__init__.py" ]; then

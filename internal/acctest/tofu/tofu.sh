@@ -66,7 +66,7 @@ build-bg)
 	setsid bash "$0" build >"$CACHE_ROOT/build.log" 2>&1 </dev/null &
 	log "building OpenTofu $VERSION in the background (pid $!, log $CACHE_ROOT/build.log)"
 	;;
-path) [[ -x $BIN ]] && printf '%s\n' "$BIN" || true ;;
+path) if [[ -x $BIN ]]; then printf '%s\n' "$BIN"; fi ;;
 env)
 	[[ -x $BIN ]] || die "OpenTofu $VERSION is not built: run '$0 build'"
 	# terraform-plugin-testing runs the CLI at TF_ACC_TERRAFORM_PATH; OpenTofu

@@ -316,7 +316,7 @@ func (h *harness) measureAll() ([]measurement, error) {
 		for rep := 1; rep <= h.o.repeats; rep++ {
 			m, err := h.measure(n, rep, rep == h.o.repeats)
 			if err != nil {
-				return out, fmt.Errorf("N=%d repeat %d: %w", n, rep, err)
+				return out, fmt.Errorf("with N=%d, repeat %d: %w", n, rep, err)
 			}
 			out = append(out, m)
 		}

@@ -127,10 +127,6 @@ func (p *countingProxy) snapshot() rpcCount {
 	return out
 }
 
-func (p *countingProxy) close() {
-	p.ln.Close()
-}
-
 // kind splits procedures into domain calls, storage calls and the rest
 // (connection setup).
 func kind(name string) string {

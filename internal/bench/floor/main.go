@@ -278,7 +278,7 @@ func main() {
 		}
 		return
 	}
-	os.Stdout.Write(raw) //nolint:errcheck // stdout
+	os.Stdout.Write(raw)
 }
 
 // each runs fn for every pair with at most conc in flight, each as one

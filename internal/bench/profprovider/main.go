@@ -49,7 +49,7 @@ func main() {
 	if os.Getenv("TF_LOG") == "" && os.Getenv("TF_LOG_PROVIDER") == "" {
 		for _, k := range []string{"TF_LOG_SDK", "TF_LOG_PROVIDER_KOHAKU"} {
 			if _, set := os.LookupEnv(k); !set {
-				os.Setenv(k, "OFF") //nolint:errcheck // cannot fail
+				os.Setenv(k, "OFF")
 			}
 		}
 	}

@@ -44,7 +44,9 @@ func setup(b *testing.B) (uri, pool, file string) {
 	block := make([]byte, 1<<20)
 	for n := 0; n < imageBytes; n += len(block) {
 		rng.Read(block)
-		w.Write(block)
+		if _, err := w.Write(block); err != nil {
+			b.Fatal(err)
+		}
 	}
 	if err := w.Flush(); err != nil {
 		b.Fatal(err)
@@ -155,7 +157,7 @@ func bareUpload(uri, pool, name, file string) error {
 	if err != nil {
 		return err
 	}
-	defer l.Disconnect()
+	defer func() { _ = l.Disconnect() }()
 	f, err := os.Open(file)
 	if err != nil {
 		return err
@@ -184,7 +186,7 @@ func remove(b *testing.B, uri, pool, name string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Disconnect()
+	defer func() { _ = l.Disconnect() }()
 	p, err := l.StoragePoolLookupByName(pool)
 	if err != nil {
 		b.Fatal(err)
