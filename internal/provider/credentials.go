@@ -25,11 +25,18 @@ const (
 	envTLSClientKey  = "KOHAKU_TLS_CLIENT_KEY"
 )
 
-const envNote = "the environment variables `" + envSSHPrivateKey + "`, `" + envSSHPassphrase + "`, `" + envSSHHostKey + "`, `" +
-	envTLSCACert + "`, `" + envTLSClientCert + "` and `" + envTLSClientKey + "` supply them for the default " +
-	"host when the block does not set them or their file counterparts (they do not apply to `hosts` " +
-	"entries). Values win over files; a value and its file counterpart in the same block are refused at " +
-	"plan."
+// sshEnvNote and tlsEnvNote end the ssh and tls descriptions: each names
+// the environment variables of its own transport.
+const sshEnvNote = "the environment variables `" + envSSHPrivateKey + "`, `" + envSSHPassphrase + "` and `" +
+	envSSHHostKey + "` supply them for the default host when the block does not set them or their file " +
+	"counterparts (they do not apply to `hosts` entries). " + valuesOverFiles
+
+const tlsEnvNote = "the environment variables `" + envTLSCACert + "`, `" + envTLSClientCert + "` and `" +
+	envTLSClientKey + "` supply them for the default host when the block does not set them or their file " +
+	"counterparts (they do not apply to `hosts` entries). " + valuesOverFiles
+
+const valuesOverFiles = "Values win over files; a value and its file counterpart in the same block are " +
+	"refused at validate (`terraform validate`, and so every plan), naming both."
 
 // sibling points a validator at another attribute of the same block.
 func sibling(name string) path.Expression { return path.MatchRelative().AtParent().AtName(name) }

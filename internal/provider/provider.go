@@ -94,7 +94,7 @@ func sshSchema() schema.SingleNestedAttribute {
 			"in-process and reaches libvirt's unix socket on the host through the SSH connection: no `ssh` " +
 			"binary, `nc` or `virt-ssh-helper` is needed. Values here win over the URI's `keyfile`, " +
 			"`known_hosts` and `known_hosts_verify` parameters. " +
-			"For runs with no files on disk (Terraform Cloud), give `private_key` and `host_key` as values; " + envNote,
+			"For runs with no files on disk (Terraform Cloud), give `private_key` and `host_key` as values; " + sshEnvNote,
 		Attributes: map[string]schema.Attribute{
 			"key_file": schema.StringAttribute{
 				Optional: true,
@@ -168,7 +168,8 @@ func tlsSchema() schema.SingleNestedAttribute {
 		Optional: true,
 		Description: "Options for the `tls` transport (`qemu+tls://host/system`). Values here win over the URI's `pkipath` and `no_verify` parameters. " +
 			"The TCP connect, the TLS handshake and libvirtd's check of the client certificate are all bounded by `dial_timeout`; a failure says which side refused which certificate. " +
-			"For runs with no files on disk (Terraform Cloud), give `ca_cert`, `client_cert` and `client_key` as values; " + envNote,
+			"For runs with no files on disk (Terraform Cloud), give `ca_cert`, `client_cert` and `client_key` " +
+			"as values; " + tlsEnvNote,
 		Attributes: map[string]schema.Attribute{
 			"pki_path": schema.StringAttribute{
 				Optional: true,

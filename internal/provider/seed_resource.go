@@ -53,9 +53,9 @@ func (r *seedResource) Configure(_ context.Context, req resource.ConfigureReques
 }
 
 // contentChange is the sentence every content attribute's description ends with.
-const contentChange = " A change re-renders the seed and re-uploads the volume in place (same id); cloud-init " +
-	"applies new content only on a new instance, so rebuild VMs that use the seed (for example with " +
-	"`replace_triggered_by`)."
+// contentChange ends the description of every attribute that goes into the
+// seed's documents; the resource page's "Updates" section says the rest.
+const contentChange = " Changed in place; VMs see it only when rebuilt (see \"Updates\")."
 
 func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
@@ -180,7 +180,8 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 					"content_base64": schema.StringAttribute{Optional: true, Description: "Content as standard base64, for binary files."},
 					"permissions":    schema.StringAttribute{Optional: true, Description: "Octal mode such as `0644`."},
 					"owner":          schema.StringAttribute{Optional: true, Description: "`user:group`; a file owned by the login user is written after the user exists."},
-					"append":         schema.BoolAttribute{Optional: true, Description: "Append instead of overwriting."},
+					"append": schema.BoolAttribute{Optional: true, Description: "Append to the file instead of overwriting " +
+						"it. Default `false` (overwrite)."},
 				}},
 			},
 			"shared_folders": schema.ListNestedAttribute{
@@ -193,10 +194,12 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"type": schema.StringAttribute{Optional: true, Description: "`9p` (default) or `virtiofs`.",
 						Validators: []validator.String{stringvalidator.OneOf(string(seed.Mount9P), string(seed.MountVirtioFS))}},
-					"tag":      schema.StringAttribute{Required: true, Description: "Mount tag the VM exports, e.g. `kohaku_shared`."},
-					"path":     schema.StringAttribute{Required: true, Description: "Mount point in the guest, e.g. `/shared`."},
-					"readonly": schema.BoolAttribute{Optional: true, Description: "Mount read-only."},
-					"msize":    schema.Int64Attribute{Optional: true, Description: "9p message size. Default 524288 (the virtio transport caps it at 512000)."},
+					"tag":  schema.StringAttribute{Required: true, Description: "Mount tag the VM exports, e.g. `kohaku_shared`."},
+					"path": schema.StringAttribute{Required: true, Description: "Mount point in the guest, e.g. `/shared`."},
+					"readonly": schema.BoolAttribute{Optional: true, Description: "Mount read-only in the guest. Default `false` " +
+						"(read-write, as far as the VM's `shared_folder` allows)."},
+					"msize": schema.Int64Attribute{Optional: true, Description: "9p message size in bytes. The default asks for " +
+						"524288; the virtio transport limits it to 512000, so that is what the guest uses."},
 				}},
 			},
 			"nvidia_driver": schema.SingleNestedAttribute{
@@ -231,8 +234,8 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 						"for the first NIC (KohakuRiver's scheme), of `<name>/<index>` for the others. The MACs " +
 						"in use are exported in `macs`."},
 					"set_name": schema.StringAttribute{Optional: true, Description: "Rename the interface, e.g. `eth0`."},
-					"dhcp4":    schema.BoolAttribute{Optional: true, Description: "Use DHCPv4."},
-					"dhcp6":    schema.BoolAttribute{Optional: true, Description: "Use DHCPv6."},
+					"dhcp4":    schema.BoolAttribute{Optional: true, Description: "Use DHCPv4 on this NIC. Default `false`."},
+					"dhcp6":    schema.BoolAttribute{Optional: true, Description: "Use DHCPv6 on this NIC. Default `false`."},
 					"addresses": schema.ListAttribute{Optional: true, ElementType: types.StringType, Description: "Static addresses in CIDR " +
 						"notation, IPv4 or IPv6, e.g. `[\"10.0.2.15/24\", \"2001:db8::5/64\"]`."},
 					"gateway4": schema.StringAttribute{Optional: true, Description: "IPv4 default gateway; must " +

@@ -278,7 +278,8 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 					"firmware opens 32 GiB by default, so such a BAR is not assigned and the guest driver " +
 					"fails). " +
 					"It must hold the 64-bit BARs of every function passed through, each rounded up to a power " +
-					"of two: for example `256` for two cards with 128 GiB BARs. Read a function's BARs on " +
+					"of two: for example `128` for one card with a 128 GiB BAR, `256` for two such cards. " +
+					"Read a function's BARs on " +
 					"its host with `lspci -vv -s 0000:41:00.0` (`Region 1: Memory at ... (64-bit, " +
 					"prefetchable) [size=128G]`). " +
 					"Sets the root bus's `pcihole64` (QEMU's `pci-hole64-size`, which SeaBIOS and the guest's " +

@@ -89,8 +89,9 @@ func waitSchema() map[string]schema.Attribute {
 			Description: "What happens when the wait fails (timeout, or cloud-init reports errors): `keep` " +
 				"(default) keeps the VM for inspection and records it as tainted, so the next apply replaces " +
 				"it; `destroy` removes the domain and the volumes this create made. Either way the error names " +
-				"the VM, the URL the guest should have reached, how long it waited, whether the domain still " +
-				"runs and the last lines of its serial console.",
+				"the VM, how it was waiting (its report channel, the phone-home URL or the guest agent), how " +
+				"long it waited, what it last saw, whether the domain still runs, and the serial console: its " +
+				"last lines when the host is this machine, else the log's path on the host.",
 			Validators: []validator.String{stringvalidator.OneOf(keepOnFailure, deleteOnFailure)},
 		},
 		"on_config_mismatch": schema.StringAttribute{

@@ -44,8 +44,9 @@ resource "kohaku_vm" "gpu" {
 
   # A data-centre GPU's 64-bit BAR (128 GiB on an H100) does not fit the
   # 32 GiB window firmware opens by default: size the window to hold it.
+  # One card with a 128 GiB BAR needs 128; two such cards would need 256.
   firmware       = "uefi"
-  pci_mmio64_gib = 256
+  pci_mmio64_gib = 128
 
   # numa_placement = "auto" (the default) binds the VM to the GPU's NUMA
   # node, read from the host: its vCPUs run on that node's CPUs and its
