@@ -443,6 +443,7 @@ func (r *seedResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 	for _, w := range res.Warnings {
 		resp.Diagnostics.AddWarning("Seed "+cfg.Name.ValueString(), w)
 	}
+	warnNoAutoWait(&cfg, state, &resp.Diagnostics)
 	plan.setRendered(res, writeOnlyIn(&cfg))
 	plan.PhoneHomeURL = nullIfNone(phURL)
 	if state != nil && state.SHA256.Equal(plan.SHA256) {
@@ -450,6 +451,26 @@ func (r *seedResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 		plan.VolumeKey, plan.VolumePath = state.VolumeKey, state.VolumePath
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+}
+
+// warnNoAutoWait says at plan what wait_for = "auto" on a VM will wait for
+// when that is nothing: a seed with neither the first-boot reporter nor
+// phone home gives kohaku_vm no report, so "auto" resolves to "none" and
+// create returns as soon as the domain runs. It warns when the seed is
+// planned for creation or when either setting changes, not on every plan.
+func warnNoAutoWait(cfg, state *seedResourceModel, diags *diag.Diagnostics) {
+	reports := func(m *seedResourceModel) bool {
+		return m.ReportChannel.IsNull() || m.ReportChannel.ValueBool() || m.PhoneHome.ValueBool()
+	}
+	if reports(cfg) || (state != nil && !reports(state)) {
+		return
+	}
+	diags.AddAttributeWarning(path.Root("report_channel"), "VMs using this seed will not wait for the guest",
+		fmt.Sprintf("Seed %s has no first-boot reporter (report_channel = false) and does not phone home, so "+
+			"a kohaku_vm using it with wait_for = \"auto\" (the default) waits for nothing: create returns "+
+			"as soon as the domain runs, before cloud-init has finished. To wait, set wait_for = "+
+			"\"guest_agent\" on the VM (the image needs qemu-guest-agent), or report_channel = true on the "+
+			"seed (the image needs python3 and systemd).", cfg.Name.ValueString()))
 }
 
 func (r *seedResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
