@@ -42,12 +42,34 @@ func addValidationErrors(diags *diag.Diagnostics, err error, r problemReport) bo
 			where = attrString(p)
 		}
 		if ok {
-			diags.AddAttributeError(p, r.summary(p, where), r.detail(where, e))
+			diags.AddAttributeError(configLine(p), r.summary(p, where), r.detail(where, e))
 		} else {
 			diags.AddError(r.general, r.detail(where, e))
 		}
 	}
 	return len(all) > 0
+}
+
+// configLine cuts an attribute path to what Terraform can place in the
+// configuration: the resource's own attribute, with the element of a list,
+// set or map it is about (users[0], meta_data["k"]). Terraform places an
+// attribute diagnostic by walking nested blocks and then looking the path's
+// last name up in the body it reached; nested attributes are expressions,
+// not blocks, so for users[0].name it would look up "name" in the resource
+// itself and highlight the resource's own name line. The full path stays in
+// the diagnostic's text.
+func configLine(p path.Path) path.Path {
+	steps := p.Steps()
+	keep := 1
+	if len(steps) > 1 {
+		if _, name := steps[1].(path.PathStepAttributeName); !name {
+			keep = 2
+		}
+	}
+	for len(p.Steps()) > keep {
+		p = p.ParentPath()
+	}
+	return p
 }
 
 // attrString names an attribute for a message, e.g. network_interface[1].mac.

@@ -244,8 +244,9 @@ func (m *seedResourceModel) spec(cfg *seedResourceModel, phURL string) (*seed.Sp
 		case !f.ContentBase64.IsNull():
 			b, err := base64.StdEncoding.DecodeString(f.ContentBase64.ValueString())
 			if err != nil {
-				diags.AddAttributeError(path.Root("write_files").AtListIndex(i).AtName("content_base64"), "Invalid base64",
-					fmt.Sprintf("content_base64 is not standard base64: %v. For example: filebase64(\"${path.module}/blob.bin\").", err))
+				diags.AddAttributeError(configLine(path.Root("write_files").AtListIndex(i).AtName("content_base64")),
+					"Invalid base64", fmt.Sprintf("write_files[%d].content_base64 is not standard base64: %v. "+
+						"For example: filebase64(\"${path.module}/blob.bin\").", i, err))
 			}
 			file.Content = b
 		default:
