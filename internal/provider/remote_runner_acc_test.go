@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/terraform-plugin-testing/compare"
 	"github.com/hashicorp/terraform-plugin-testing/config"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -126,10 +127,13 @@ func noSecretIn(log string, secrets ...string) resource.TestCheckFunc {
 	}
 }
 
-// One real guest: the VM on the ssh host boots and reports ready over the
-// libvirt channel carried by SSH. On the tls host a seed is uploaded and a
-// VM defined but not started (no second TCG boot: the apply, the read of
-// the host data source and the empty plan after it prove the connection).
+// One guest: the VM on the ssh host, the tiny test guest, boots and
+// reports ready over the libvirt channel carried by SSH, for its own seed.
+// (That a cloud-init guest becomes ready, configured as declared, over
+// qemu+ssh is TestAccReady_channel's; here what matters is the credentials
+// given as values, with no file on disk.) On the tls host a seed is
+// uploaded and a VM defined but not started: the apply, the read of the host
+// data source and the empty plan after it prove the connection.
 func TestAccRemoteRunner_noFiles(t *testing.T) {
 	env := acctest.NewVMEnv(t)
 	sshd := acctest.StartSSHD(t)
@@ -139,9 +143,28 @@ func TestAccRemoteRunner_noFiles(t *testing.T) {
 	vars := tlsValues(t, acctest.Env(t, "KOHAKU_TEST_TLS_PKI"))
 	vars["ssh_uri"] = config.StringVariable(sshURI)
 	prefix := vmTestPrefix(t, env, "w20rr")
-	share := t.TempDir()
-	cfg := remoteProviders +
-		readyResources(env, prefix+"s-", share, "ssh", "", "", "  timeouts {\n    create = \"40m\"\n  }") +
+	tinyKernel, tinyInitrd := acctest.Env(t, "KOHAKU_TEST_TINY_KERNEL"), acctest.Env(t, "KOHAKU_TEST_TINY_INITRD")
+	cfg := remoteProviders + fmt.Sprintf(`
+resource "kohaku_seed" "ssh" {
+  name     = "%[1]ss-seed.iso"
+  pool     = %[2]q
+  hostname = "tiny-ssh"
+}
+
+resource "kohaku_vm" "ssh" {
+  name       = "%[1]ss-vm"
+  type       = "qemu"
+  memory_mib = 96
+  kernel     = %[3]q
+  initrd     = %[4]q
+  cmdline    = "console=ttyS0 quiet mitigations=off no_timer_check panic=1"
+  seed_id    = kohaku_seed.ssh.id
+  wait_for   = "channel"
+  timeouts {
+    create = "15m"
+  }
+}
+`, prefix, env.Pool, tinyKernel, tinyInitrd) +
 		readyResources(env, prefix+"t-", t.TempDir(), "tls", "", `  host = "tls"`, "  running  = false\n  wait_for = \"none\"\n  host     = \"tls\"") + `
 data "kohaku_host" "tls" {
   host = "tls"
@@ -157,12 +180,14 @@ data "kohaku_host" "tls" {
 				ConfigVariables: vars,
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue("kohaku_vm.ssh", tfjsonpath.New("guest").AtMapKey("ready_via"), knownvalue.StringExact("channel")),
-					statecheck.ExpectKnownValue("kohaku_vm.ssh", tfjsonpath.New("guest").AtMapKey("cloud_init_status"), knownvalue.StringExact("done")),
+					statecheck.ExpectKnownValue("kohaku_vm.ssh", tfjsonpath.New("guest").AtMapKey("hostname"), knownvalue.StringExact("tiny-ssh")),
+					statecheck.CompareValuePairs("kohaku_vm.ssh", tfjsonpath.New("guest").AtMapKey("instance_id"),
+						"kohaku_seed.ssh", tfjsonpath.New("instance_id"), compare.ValuesSame()),
 					statecheck.ExpectKnownValue("kohaku_vm.tls", tfjsonpath.New("running"), knownvalue.Bool(false)),
 					statecheck.ExpectKnownValue("data.kohaku_host.tls", tfjsonpath.New("uri"), knownvalue.StringExact(acctest.Env(t, "KOHAKU_TEST_TLS_URI"))),
 				},
 				Check: resource.ComposeAggregateTestCheckFunc(
-					guestChecks(env, "kohaku_vm.ssh", prefix+"s-vm", share),
+					acctest.CheckDomState(env, prefix+"s-vm", "running"),
 					acctest.CheckDomState(env, prefix+"t-vm", "shut off"),
 					func(*terraform.State) error {
 						if _, err := os.Stat(filepath.Join(os.Getenv("HOME"), ".ssh")); err == nil {
