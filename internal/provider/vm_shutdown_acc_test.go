@@ -1,14 +1,17 @@
 package provider
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
@@ -137,27 +140,62 @@ func libvirtStops(name string) ([]time.Time, []string) {
 	return at, why
 }
 
-// forcedOffWarnings counts the provider's "the guest was forced off"
-// warnings for the VM name in the provider log (TF_LOG_PATH): the
-// diagnostics it sent Terraform, which Terraform shows to the user. It
-// also returns the last one's log line.
-func forcedOffWarnings(logPath, name string) (int, string) {
-	b, _ := os.ReadFile(logPath)
-	reqs := map[string]bool{} // one warning per request, however often logged
-	last := ""
-	for i, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, "Response contains warning diagnostic") && strings.Contains(l, "VM "+name+": the guest was forced off") {
-			id := fmt.Sprint(i)
-			if m := logReqID.FindStringSubmatch(l); m != nil {
-				id = m[1]
-			}
-			reqs[id], last = true, l
-		}
-	}
-	return len(reqs), last
+// warningRecorder keeps every warning diagnostic the provider under test
+// returns to Terraform from an apply (which Terraform shows to the user), so
+// a test can count them without a log file or the process environment.
+type warningRecorder struct {
+	mu    sync.Mutex
+	warns []*tfprotov6.Diagnostic
 }
 
-var logReqID = regexp.MustCompile(`tf_req_id=(\S+)`)
+// warningServer is the provider, served for one Terraform command, with
+// its apply warnings recorded.
+type warningServer struct {
+	tfprotov6.ProviderServer
+	rec *warningRecorder
+}
+
+func (s *warningServer) ApplyResourceChange(ctx context.Context, req *tfprotov6.ApplyResourceChangeRequest) (*tfprotov6.ApplyResourceChangeResponse, error) {
+	resp, err := s.ProviderServer.ApplyResourceChange(ctx, req)
+	if resp != nil {
+		s.rec.mu.Lock()
+		for _, d := range resp.Diagnostics {
+			if d.Severity == tfprotov6.DiagnosticSeverityWarning {
+				s.rec.warns = append(s.rec.warns, d)
+			}
+		}
+		s.rec.mu.Unlock()
+	}
+	return resp, err
+}
+
+// factories serves a fresh provider for each Terraform command, recording
+// its warnings.
+func (r *warningRecorder) factories() map[string]func() (tfprotov6.ProviderServer, error) {
+	return map[string]func() (tfprotov6.ProviderServer, error){
+		"kohaku": func() (tfprotov6.ProviderServer, error) {
+			s, err := protoV6Providers["kohaku"]()
+			if err != nil {
+				return nil, err
+			}
+			return &warningServer{ProviderServer: s, rec: r}, nil
+		},
+	}
+}
+
+// forcedOff counts the provider's "the guest was forced off" warnings for
+// the VM name, and returns the last one's summary and detail.
+func (r *warningRecorder) forcedOff(name string) (int, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, last := 0, ""
+	for _, d := range r.warns {
+		if strings.Contains(d.Summary, "VM "+name+": the guest was forced off") {
+			n, last = n+1, d.Summary+": "+d.Detail
+		}
+	}
+	return n, last
+}
 
 // waitBooted waits until the guest's boot number n (1 is the first) has
 // started logind, so the power button is handled when the next step asks.
@@ -195,15 +233,12 @@ func tail(s string, n int) string {
 // provider says so in a warning each time. Two guests, five boots, under
 // TCG; later boots of one guest overlap the other guest's steps.
 func TestAccVM_gracefulShutdown(t *testing.T) {
+	t.Parallel() // a real guest: its boot overlaps another test's (see testacc in GNUmakefile)
 	env := acctest.NewVMEnv(t)
 	prefix := vmTestPrefix(t, env, "acpi")
 	cleanName, deafName := prefix+"clean", prefix+"deaf"
-	// The provider's warnings, as the in-process provider logs every
-	// diagnostic it returns (TF_LOG sets the level of that log, TF_LOG_PATH
-	// where it goes; Terraform's own log stays off).
-	logPath := filepath.Join(t.TempDir(), "provider.log")
-	t.Setenv("TF_LOG", "WARN")
-	t.Setenv("TF_LOG_PATH", logPath)
+	// The warnings the provider returns to Terraform.
+	recorded := &warningRecorder{}
 
 	var began time.Time
 	start := func() { began = time.Now() }
@@ -218,7 +253,7 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 			took := time.Since(began)
 			at, why := libvirtStops(name)
 			downs := len(consolePowerDown.FindAllStringIndex(readConsole(name), -1))
-			warned, line := forcedOffWarnings(logPath, name)
+			warned, line := recorded.forcedOff(name)
 			off := "?"
 			if len(at) > 0 {
 				off = at[len(at)-1].Sub(began).Round(100 * time.Millisecond).String()
@@ -237,8 +272,8 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 			if line != "" && !strings.Contains(line, "shutdown_timeout ("+timeout.String()+")") {
 				return fmt.Errorf("%s: the warning does not name the shutdown_timeout %s: %s", name, timeout, line)
 			}
-			if i := strings.Index(line, "diagnostic_"); i >= 0 {
-				t.Logf("%s: the provider's warning: %s", name, line[i:])
+			if line != "" {
+				t.Logf("%s: the provider's warning: %s", name, line)
 			}
 			// The step began before Terraform planned, so this is an upper
 			// bound of the time from the request to the power-off.
@@ -274,7 +309,7 @@ func TestAccVM_gracefulShutdown(t *testing.T) {
 		return resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)}}
 	}
 	resource.Test(t, resource.TestCase{
-		ProtoV6ProviderFactories: protoV6Providers,
+		ProtoV6ProviderFactories: recorded.factories(),
 		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
 		Steps: []resource.TestStep{
 			{
