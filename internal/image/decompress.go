@@ -66,7 +66,7 @@ func isTar(b []byte) bool {
 func openDecompressor(kind string, r io.Reader) (io.ReadCloser, error) {
 	switch kind {
 	case compXZ:
-		d, err := xz.NewReader(r)
+		d, err := xz.NewReader(newXZGuard(r, MaxXZDictionary))
 		if err != nil {
 			return nil, err
 		}
