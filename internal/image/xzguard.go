@@ -28,10 +28,10 @@ type xzGuard struct {
 	max int64
 	err error
 
-	skip int64                 // bytes to pass before collecting
-	want int                   // bytes to collect before calling step
-	buf  []byte                // collected bytes
-	step func(b []byte) error  // what the collected bytes are
+	skip  int64                // bytes to pass before collecting
+	want  int                  // bytes to collect before calling step
+	buf   []byte               // collected bytes
+	step  func(b []byte) error // what the collected bytes are
 	check int64                // size of the check of each block of this stream
 	block int64                // bytes of the current block so far
 	index int64                // bytes of the current index so far
