@@ -221,7 +221,7 @@ func (f *fetcher) tryEntry(ctx context.Context, key string, expected *Digest) (r
 		return nil, true, nil // evicted while the lock changed hands
 	}
 	if f.downloaded {
-		f.evict(key)
+		f.evict(key, 0)
 	}
 	return f.result(key, m, expected, lk), false, nil
 }
@@ -366,8 +366,10 @@ func (f *fetcher) result(key string, m *entryMeta, expected *Digest, lk *fileLoc
 
 // evict removes leftovers of crashed Fetches and, when the cache has a size
 // bound, the least recently used entries nobody holds until the total size is
-// within it. The entry keep is never evicted.
-func (f *fetcher) evict(keep string) {
+// within it, counting writing bytes of keep's image being written (so that
+// the bound holds while an entry is written, too). The entry keep is never
+// evicted.
+func (f *fetcher) evict(keep string, writing int64) {
 	des, err := os.ReadDir(f.dir)
 	if err != nil {
 		return
@@ -422,7 +424,7 @@ func (f *fetcher) evict(keep string) {
 	if f.cache.MaxBytes <= 0 {
 		return
 	}
-	var total int64
+	total := writing
 	list := make([]*entry, 0, len(byKey))
 	for _, e := range byKey {
 		total += e.size

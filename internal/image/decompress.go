@@ -113,22 +113,25 @@ func (e *decompressError) Unwrap() error { return e.err }
 // unpack reads src (the source bytes), decompresses it when it starts with
 // the magic bytes of a known compression, takes the disk image out of a tar
 // archive when the (decompressed) data is one, and writes the image to a new
-// temporary file in dir named after pattern (see os.CreateTemp). It reads the
+// temporary file in dir named after pattern (see os.CreateTemp), within
+// lim: past a limit it stops writing, removes what it wrote and returns an
+// error wrapping ErrLimit. It reads the
 // decompressed stream to its end (so its integrity checks run) but may leave
 // bytes of src unread. On error no temporary file is left.
-func unpack(src *bufio.Reader, dir, pattern string) (u unpacked, err error) {
+func unpack(src *bufio.Reader, dir, pattern string, lim Limits) (u unpacked, err error) {
 	head, _ := src.Peek(6)
 	kind := detectCompression(head)
-	var r io.Reader = src
+	in := &counter{r: src}
+	var r io.Reader = in
 	if kind != "" {
-		d, err := openDecompressor(kind, src)
+		d, err := openDecompressor(kind, in)
 		if err != nil {
 			return unpacked{}, &decompressError{kind, err}
 		}
 		defer d.Close()
 		r = d
 	}
-	br := bufio.NewReaderSize(readTagger{r}, streamBufSize)
+	br := bufio.NewReaderSize(newLimiter(readTagger{r}, in, lim), streamBufSize)
 	head, _ = br.Peek(512)
 	u.compression = kind
 	if isTar(head) {
@@ -175,7 +178,7 @@ func (t readTagger) Read(p []byte) (int, error) {
 func classifyUnpackError(kind string, err error) error {
 	var re *readError
 	switch {
-	case errors.Is(err, ErrUnsupportedImage):
+	case errors.Is(err, ErrUnsupportedImage), errors.Is(err, ErrLimit):
 		return err
 	case errors.As(err, &re):
 		return &decompressError{kind, err}

@@ -44,6 +44,8 @@ type Request struct {
 	// StallTimeout fails a transfer that delivers no bytes for this long
 	// (response headers included); zero means DefaultStallTimeout.
 	StallTimeout time.Duration
+	// Limits bound the decompressed size and the compression ratio.
+	Limits Limits
 	// Progress, if not nil, is called about once a second while the source
 	// is read (and once at its end), from the goroutine calling Fetch.
 	Progress func(Progress)
@@ -455,7 +457,9 @@ func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected 
 	m := newMeter(ctx, o.body, o.total, f.req.Progress, onData)
 	src := bufio.NewReaderSize(io.TeeReader(m, h), streamBufSize)
 
-	u, err := unpack(src, f.dir, key+".*.part")
+	lim := f.req.Limits
+	lim.grow = func(written int64) { f.evict(key, written) }
+	u, err := unpack(src, f.dir, key+".*.part", lim)
 	if err == nil || expected != nil && m.err == nil {
 		// Hash what the decompressor left unread; after a decompression
 		// error with a digest to compare, a mismatch is the better report.
@@ -486,6 +490,9 @@ func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected 
 	if err != nil {
 		if errors.Is(err, ErrUnsupportedImage) {
 			return fail(fmt.Errorf("image %s %w", f.src, err))
+		}
+		if errors.Is(err, ErrLimit) {
+			return fail(fmt.Errorf("%s: %w; refusing it (raise the limit if the image is genuine)", f.src, err))
 		}
 		return fail(fmt.Errorf("%s: %w", f.src, err))
 	}

@@ -58,7 +58,7 @@ func TestXZDictionaryBombRefused(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	_, err := unpack(bufio.NewReader(bytes.NewReader(bomb)), t.TempDir(), "x.*.part")
+	_, err := unpack(bufio.NewReader(bytes.NewReader(bomb)), t.TempDir(), "x.*.part", Limits{})
 	runtime.ReadMemStats(&after)
 	errContains(t, err, "decompressing xz data", "4.0 GiB LZMA2 dictionary", "more than the 256 MiB allowed")
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
@@ -67,7 +67,7 @@ func TestXZDictionaryBombRefused(t *testing.T) {
 
 	// Just over the bound is refused too; within it the file decodes.
 	over := setXZDict(t, xzBytes(t, data), 33) // 384 MiB
-	_, err = unpack(bufio.NewReader(bytes.NewReader(over)), t.TempDir(), "x.*.part")
+	_, err = unpack(bufio.NewReader(bytes.NewReader(over)), t.TempDir(), "x.*.part", Limits{})
 	errContains(t, err, "384 MiB LZMA2 dictionary")
 	g := newXZGuard(bytes.NewReader(setXZDict(t, xzBytes(t, data), 22)), MaxXZDictionary) // 4 MiB
 	r, err := xz.NewReader(g)

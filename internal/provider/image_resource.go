@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -52,6 +53,8 @@ type imageResourceModel struct {
 	Source      types.String   `tfsdk:"source"`
 	Checksum    types.String   `tfsdk:"checksum"`
 	ChecksumURL types.String   `tfsdk:"checksum_url"`
+	MaxGiB      types.Int64    `tfsdk:"max_decompressed_gib"`
+	MaxRatio    types.Int64    `tfsdk:"max_compression_ratio"`
 	Digest      types.String   `tfsdk:"digest"`
 	Verified    types.Bool     `tfsdk:"verified"`
 	Format      types.String   `tfsdk:"format"`
@@ -152,6 +155,23 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
 					"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS`")},
 			},
+			"max_decompressed_gib": schema.Int64Attribute{
+				Optional: true,
+				Description: fmt.Sprintf("Bound on the decompressed image (or the tar archive holding it) in GiB. "+
+					"A source that decompresses past it is refused while it streams, before more is written, "+
+					"and nothing is left in the cache: a small hostile file cannot fill the disk of the "+
+					"machine running Terraform or the host's pool. Default `%d`; raise it for a genuine "+
+					"image that is larger. A change applies to the next create and replaces nothing.", image.DefaultMaxSize>>30),
+				Validators: []validator.Int64{int64validator.AtLeast(1)},
+			},
+			"max_compression_ratio": schema.Int64Attribute{
+				Optional: true,
+				Description: fmt.Sprintf("Bound on decompressed bytes per downloaded byte, checked once %d MiB "+
+					"came out; a source past it is refused as a decompression bomb. Default `%d` (cloud images "+
+					"compress by well under 100). A change applies to the next create and replaces nothing.",
+					image.RatioGrace>>20, image.DefaultMaxRatio),
+				Validators: []validator.Int64{int64validator.AtLeast(1)},
+			},
 			"digest": schema.StringAttribute{
 				Computed:      true,
 				Description:   "Digest of the source as downloaded, `sha256:<hex>` (or `sha512:<hex>` when the expected checksum is SHA-512). Unknown after import.",
@@ -217,6 +237,12 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 	}
 	pool, name, source := plan.Pool.ValueString(), plan.Name.ValueString(), plan.Source.ValueString()
 	freq := image.Request{Source: source, ChecksumURL: plan.ChecksumURL.ValueString()}
+	if !plan.MaxGiB.IsNull() {
+		freq.Limits.MaxSize = plan.MaxGiB.ValueInt64() << 30
+	}
+	if !plan.MaxRatio.IsNull() {
+		freq.Limits.MaxRatio = plan.MaxRatio.ValueInt64()
+	}
 	if s := plan.Checksum.ValueString(); s != "" {
 		dg, err := image.ParseDigest(s)
 		if err != nil {
@@ -234,6 +260,9 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 			resp.Diagnostics.AddAttributeError(path.Root("checksum_url"), "Image checksum mismatch", sentence(err)+" Nothing was uploaded.")
 		case mismatch:
 			resp.Diagnostics.AddAttributeError(path.Root("checksum"), "Image checksum mismatch", sentence(err)+" Nothing was uploaded.")
+		case errors.Is(err, image.ErrLimit):
+			resp.Diagnostics.AddAttributeError(path.Root("source"), "Image refused: "+source, sentence(err)+
+				" Nothing was uploaded. If the image is genuine, raise `max_decompressed_gib` or `max_compression_ratio`.")
 		default:
 			resp.Diagnostics.AddAttributeError(path.Root("source"), "Cannot get image "+source, sentence(err)+" Nothing was uploaded.")
 		}
