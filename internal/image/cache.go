@@ -352,15 +352,16 @@ func (f *fetcher) result(key string, m *entryMeta, expected *Digest, lk *fileLoc
 	os.Chtimes(img, now, now)
 	d, _ := ParseDigest(m.Digest)
 	return &Result{
-		Path:        img,
-		Format:      m.Format,
-		VirtualSize: m.VirtualSize,
-		Size:        m.Size,
-		Digest:      d,
-		Verified:    expected != nil,
-		Compression: m.Compression,
-		Downloaded:  f.downloaded,
-		release:     lk.release,
+		Path:             img,
+		Format:           m.Format,
+		VirtualSize:      m.VirtualSize,
+		Size:             m.Size,
+		Digest:           d,
+		Verified:         f.verified(expected),
+		ChecksumOverHTTP: f.sumsOverHTTP,
+		Compression:      m.Compression,
+		Downloaded:       f.downloaded,
+		release:          lk.release,
 	}
 }
 

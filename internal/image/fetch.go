@@ -37,6 +37,10 @@ type Request struct {
 	// file; its line for the base name of Source is the expected digest.
 	// Optional; mutually exclusive with Checksum.
 	ChecksumURL string
+	// AllowHTTPChecksumURL lets ChecksumURL be a plain http URL. Anyone on
+	// the path can replace such a file (and the image with it), so the
+	// Result of such a Fetch is not Verified; see Result.ChecksumOverHTTP.
+	AllowHTTPChecksumURL bool
 	// Client makes the HTTP requests; nil means DefaultClient. A client
 	// without CheckRedirect gets one that follows up to 10 redirects and
 	// refuses loops.
@@ -80,8 +84,12 @@ type Result struct {
 	// decompression): sha512 when the expected digest is sha512, else sha256.
 	Digest Digest
 	// Verified is true when an expected digest (Checksum or ChecksumURL)
-	// was given and matched.
+	// was given and matched, and did not itself come over plain http.
 	Verified bool
+	// ChecksumOverHTTP is true when the expected digest came from a plain
+	// http ChecksumURL (AllowHTTPChecksumURL): it matched, which catches
+	// corruption, but proves nothing against someone on the path.
+	ChecksumOverHTTP bool
 	// Compression is "", "xz", "gzip", "zstd" or "bzip2", with "+tar"
 	// appended when a tar archive held the image ("xz+tar"), or "tar" for
 	// an uncompressed tar archive.
@@ -182,7 +190,12 @@ type fetcher struct {
 	start  time.Time
 	// downloaded is set once this Fetch stored a new image.
 	downloaded bool
+	// sumsOverHTTP is set when the expected digest came over plain http.
+	sumsOverHTTP bool
 }
+
+// verified reports whether a Result with this expected digest is Verified.
+func (f *fetcher) verified(expected *Digest) bool { return expected != nil && !f.sumsOverHTTP }
 
 // Fetch returns the disk image described by req as a local file, fetching,
 // verifying and decompressing it into the cache unless a usable entry is
@@ -257,6 +270,14 @@ func (f *fetcher) fetchSums(ctx context.Context, loc string) (Digest, error) {
 		return Digest{}, fmt.Errorf("checksum URL: %w", err)
 	}
 	var data []byte
+	if s.remote() && strings.HasPrefix(strings.ToLower(s.url), "http:") {
+		if !f.req.AllowHTTPChecksumURL {
+			return Digest{}, fmt.Errorf("checksum URL %s is plain http: anyone on the path could replace it and "+
+				"the image with it, so it verifies nothing; use an https URL or the checksum itself, or allow "+
+				"plain http explicitly (then the image is not reported as verified)", s)
+		}
+		f.sumsOverHTTP = true
+	}
 	if s.remote() {
 		t, err := startGET(ctx, f.client, s.url, nil, f.stall)
 		if err != nil {
@@ -325,12 +346,13 @@ func (f *fetcher) inPlace(ctx context.Context, expected *Digest) (*Result, bool,
 		return nil, false, err
 	}
 	return &Result{
-		Path:        f.src.path,
-		Format:      info.Format,
-		VirtualSize: info.VirtualSize,
-		Size:        info.Size,
-		Digest:      d,
-		Verified:    expected != nil,
+		Path:             f.src.path,
+		Format:           info.Format,
+		VirtualSize:      info.VirtualSize,
+		Size:             info.Size,
+		Digest:           d,
+		Verified:         f.verified(expected),
+		ChecksumOverHTTP: f.sumsOverHTTP,
 	}, true, nil
 }
 

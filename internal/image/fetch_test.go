@@ -233,7 +233,8 @@ func TestFetchChecksumMismatch(t *testing.T) {
 }
 
 func TestFetchChecksumURL(t *testing.T) {
-	srv := newImageServer(t)
+	srv := newTLSImageServer(t)
+	cl := srv.Client()
 	img := makeRaw(1<<20, true)
 	body := xzBytes(t, img)
 	d := sha256Digest(body)
@@ -242,7 +243,7 @@ func TestFetchChecksumURL(t *testing.T) {
 	sumsURL := srv.put("/releases/12/SHA256SUMS", []byte(sums))
 	dir := t.TempDir()
 	c := &Cache{Dir: dir}
-	r := mustFetch(t, c, Request{Source: url, ChecksumURL: sumsURL})
+	r := mustFetch(t, c, Request{Client: cl, Source: url, ChecksumURL: sumsURL})
 	if !r.Verified || r.Digest != d || !r.Downloaded {
 		t.Fatalf("verified %v digest %v downloaded %v", r.Verified, r.Digest, r.Downloaded)
 	}
@@ -253,7 +254,7 @@ func TestFetchChecksumURL(t *testing.T) {
 
 	// A mirror serving the same bytes under another URL shares the entry.
 	mirror := srv.put("/mirror/debian-12-nocloud-amd64.raw.xz", body)
-	r2 := mustFetch(t, c, Request{Source: mirror, Checksum: &d})
+	r2 := mustFetch(t, c, Request{Client: cl, Source: mirror, Checksum: &d})
 	if r2.Downloaded || r2.Path != r.Path || !r2.Verified {
 		t.Fatalf("mirror: downloaded %v path %s verified %v", r2.Downloaded, r2.Path, r2.Verified)
 	}
@@ -263,26 +264,26 @@ func TestFetchChecksumURL(t *testing.T) {
 
 	// A checksum file without the name.
 	other := srv.put("/releases/13/SHA256SUMS", []byte(sumA+"  a.qcow2\n"))
-	_, err := fetch(t, c, Request{Source: url, ChecksumURL: other})
+	_, err := fetch(t, c, Request{Client: cl, Source: url, ChecksumURL: other})
 	errContains(t, err, other, `no entry for "debian-12-nocloud-amd64.raw.xz"`, `"a.qcow2"`)
 
 	// A local checksum file, a wrong digest in it.
 	local := filepath.Join(t.TempDir(), "SHA256SUMS")
 	os.WriteFile(local, []byte(sumB+" *debian-12-nocloud-amd64.raw.xz\n"), 0o644)
-	_, err = fetch(t, &Cache{Dir: t.TempDir()}, Request{Source: url, ChecksumURL: local})
+	_, err = fetch(t, &Cache{Dir: t.TempDir()}, Request{Client: cl, Source: url, ChecksumURL: local})
 	if !errors.Is(err, ErrChecksumMismatch) {
 		t.Fatalf("error %v is not a checksum mismatch", err)
 	}
 
 	// Too large a checksum file.
 	huge := srv.put("/huge/SHA256SUMS", bytes.Repeat([]byte("# padding\n"), MaxSumsSize/10+1))
-	_, err = fetch(t, c, Request{Source: url, ChecksumURL: huge})
+	_, err = fetch(t, c, Request{Client: cl, Source: url, ChecksumURL: huge})
 	errContains(t, err, "larger than")
 
-	_, err = fetch(t, c, Request{Source: url, ChecksumURL: sumsURL, Checksum: &d})
+	_, err = fetch(t, c, Request{Client: cl, Source: url, ChecksumURL: sumsURL, Checksum: &d})
 	errContains(t, err, "mutually exclusive")
 
-	_, err = fetch(t, c, Request{Source: url, ChecksumURL: srv.URL + "/nope/SHA256SUMS"})
+	_, err = fetch(t, c, Request{Client: cl, Source: url, ChecksumURL: srv.URL + "/nope/SHA256SUMS"})
 	errContains(t, err, "GET "+srv.URL+"/nope/SHA256SUMS: 404 Not Found")
 }
 

@@ -64,8 +64,31 @@ func (e *redirectError) Error() string {
 	return fmt.Sprintf("too many redirects (more than %d), last to %s", maxRedirects, e.url)
 }
 
-// checkRedirect follows up to maxRedirects redirects and refuses loops.
+// ErrDowngrade is wrapped by the error of a request that an https URL
+// redirected to plain http.
+var ErrDowngrade = errors.New("redirect from https to http refused")
+
+// downgrade returns an error wrapping ErrDowngrade when a redirect leads
+// from https to http: someone on the path could then replace what is
+// served.
+func downgrade(req *http.Request, via []*http.Request) error {
+	if strings.EqualFold(req.URL.Scheme, "http") {
+		for _, v := range via {
+			if strings.EqualFold(v.URL.Scheme, "https") {
+				return fmt.Errorf("%w: %s redirects to %s; ask the server's owner for an https location, "+
+					"or give that location yourself if you accept plain http", ErrDowngrade, v.URL.Redacted(), req.URL.Redacted())
+			}
+		}
+	}
+	return nil
+}
+
+// checkRedirect follows up to maxRedirects redirects, refuses loops and
+// refuses a downgrade from https to http.
 func checkRedirect(req *http.Request, via []*http.Request) error {
+	if err := downgrade(req, via); err != nil {
+		return err
+	}
 	next := req.URL.String()
 	var chain []string
 	loop := false
@@ -83,17 +106,25 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 }
 
 // client returns the client for a request: the given one (with redirect
-// checking added when it has none) or DefaultClient.
+// checking added when it has none, and the downgrade check always) or
+// DefaultClient.
 func requestClient(c *http.Client) *http.Client {
 	if c == nil {
 		return DefaultClient()
 	}
+	cc := *c
 	if c.CheckRedirect == nil {
-		cc := *c
 		cc.CheckRedirect = checkRedirect
-		return &cc
+	} else {
+		own := c.CheckRedirect
+		cc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+			if err := downgrade(req, via); err != nil {
+				return err
+			}
+			return own(req, via)
+		}
 	}
-	return c
+	return &cc
 }
 
 // stallError is the cause of a transfer cancelled for delivering no bytes.

@@ -53,6 +53,7 @@ type imageResourceModel struct {
 	Source      types.String   `tfsdk:"source"`
 	Checksum    types.String   `tfsdk:"checksum"`
 	ChecksumURL types.String   `tfsdk:"checksum_url"`
+	AllowHTTP   types.Bool     `tfsdk:"allow_http_checksum_url"`
 	MaxGiB      types.Int64    `tfsdk:"max_decompressed_gib"`
 	MaxRatio    types.Int64    `tfsdk:"max_compression_ratio"`
 	Digest      types.String   `tfsdk:"digest"`
@@ -123,7 +124,8 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			},
 			"source": schema.StringAttribute{
 				Required: true,
-				Description: "Where the image comes from: an `https://` or `http://` URL (redirects followed), " +
+				Description: "Where the image comes from: an `https://` or `http://` URL (redirects followed, " +
+					"except from https to http), " +
 					"a `file://` URL, or a path on the machine running Terraform (relative to the working " +
 					"directory), e.g. " +
 					"`https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2`. " +
@@ -155,6 +157,14 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
 					"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS`")},
 			},
+			"allow_http_checksum_url": schema.BoolAttribute{
+				Optional: true,
+				Description: "Whether `checksum_url` may be a plain `http://` URL. Default `false`: such a " +
+					"URL is refused, since anyone on the path could replace the checksum file and the image " +
+					"together. When allowed, the digest is still compared (catching corruption) but `verified` " +
+					"is `false` and the create warns. Redirects from https to http are refused either way. " +
+					"A change applies to the next create and replaces nothing.",
+			},
 			"max_decompressed_gib": schema.Int64Attribute{
 				Optional: true,
 				Description: fmt.Sprintf("Bound on the decompressed image (or the tar archive holding it) in GiB. "+
@@ -180,7 +190,7 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			"verified": schema.BoolAttribute{
 				Computed:      true,
 				PlanModifiers: []planmodifier.Bool{boolplanmodifier.UseStateForUnknown()},
-				Description:   "Whether the digest was checked against `checksum` or `checksum_url`.",
+				Description:   "Whether the digest was checked against `checksum` or an https `checksum_url` (one fetched over plain http, see `allow_http_checksum_url`, does not count).",
 			},
 			"format": schema.StringAttribute{
 				Computed:      true,
@@ -236,7 +246,7 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		return
 	}
 	pool, name, source := plan.Pool.ValueString(), plan.Name.ValueString(), plan.Source.ValueString()
-	freq := image.Request{Source: source, ChecksumURL: plan.ChecksumURL.ValueString()}
+	freq := image.Request{Source: source, ChecksumURL: plan.ChecksumURL.ValueString(), AllowHTTPChecksumURL: plan.AllowHTTP.ValueBool()}
 	if !plan.MaxGiB.IsNull() {
 		freq.Limits.MaxSize = plan.MaxGiB.ValueInt64() << 30
 	}
@@ -285,7 +295,14 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		addError(&resp.Diagnostics, fmt.Sprintf("Uploading image %s to %s/%s", source, pool, name), err)
 		return
 	}
-	if !res.Verified {
+	switch {
+	case res.ChecksumOverHTTP:
+		resp.Diagnostics.AddAttributeWarning(path.Root("checksum_url"), "Image checked over plain http only",
+			fmt.Sprintf("%s matched the digest in %s, which came over plain http: that catches a corrupted "+
+				"download, but someone on the path could have replaced both, so `verified` is false. Its digest "+
+				"is %s; use an https checksum_url, or set checksum = %q from a source you trust.",
+				source, plan.ChecksumURL.ValueString(), res.Digest, res.Digest.String()))
+	case !res.Verified:
 		resp.Diagnostics.AddAttributeWarning(path.Root("checksum"), "Image not verified",
 			fmt.Sprintf("%s was uploaded without a checksum to compare with; its digest is %s. Set checksum = "+
 				"%q (or checksum_url to the vendor's SHA256SUMS/SHA512SUMS) so that a corrupted or substituted "+
