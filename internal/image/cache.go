@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -45,13 +46,15 @@ type Cache struct {
 const DefaultFresh = 10 * time.Minute
 
 // DefaultCacheDir returns the default cache directory: "kohaku/images" in
-// the user's cache directory (os.UserCacheDir), or "kohaku-images" in the
-// temporary directory when there is none.
+// the user's cache directory (os.UserCacheDir), or, for a user with none
+// (no HOME, no XDG_CACHE_HOME), "kohaku-images-<uid>" in the temporary
+// directory. Either way Fetch creates it private (0700) and refuses it when
+// another user owns it or could write to it.
 func DefaultCacheDir() string {
-	if d, err := os.UserCacheDir(); err == nil && d != "" {
+	if d, err := os.UserCacheDir(); err == nil && d != "" && filepath.IsAbs(d) {
 		return filepath.Join(d, "kohaku", "images")
 	}
-	return filepath.Join(os.TempDir(), "kohaku-images")
+	return filepath.Join(os.TempDir(), privateTempDir())
 }
 
 // metaVersion is the version of the sidecar format.
@@ -108,7 +111,12 @@ func (f *fetcher) file(key, suffix string) string { return filepath.Join(f.dir, 
 // loadEntry returns the sidecar of a complete entry, or nil when there is
 // none (or it is damaged).
 func (f *fetcher) loadEntry(key string) *entryMeta {
-	data, err := os.ReadFile(f.file(key, ".json"))
+	fh, err := openNoFollow(f.file(key, ".json"))
+	if err != nil {
+		return nil
+	}
+	data, err := io.ReadAll(io.LimitReader(fh, 1<<20))
+	fh.Close()
 	if err != nil {
 		return nil
 	}
@@ -123,7 +131,7 @@ func (f *fetcher) loadEntry(key string) *entryMeta {
 	if m.Format != FormatQCOW2 && m.Format != FormatRaw {
 		return nil
 	}
-	fi, err := os.Stat(f.file(key, ".img"))
+	fi, err := os.Lstat(f.file(key, ".img"))
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() != m.Size {
 		return nil
 	}

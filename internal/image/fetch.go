@@ -256,8 +256,11 @@ func (c *Cache) Fetch(ctx context.Context, req Request) (*Result, error) {
 	if f.dir, err = filepath.Abs(f.dir); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(f.dir, 0o755); err != nil {
+	if err := os.MkdirAll(f.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating image cache directory: %w", err)
+	}
+	if err := checkPrivateDir(f.dir); err != nil {
+		return nil, err
 	}
 	return f.fetchCached(ctx, expected)
 }
