@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -99,6 +100,20 @@ type Result struct {
 	Downloaded bool
 
 	release func() // idempotent
+	// file is the handle a local image used in place was verified
+	// through; Open reads the image through it.
+	file *os.File
+}
+
+// Open returns a reader of the image, to be closed by the caller before
+// Release. A local image used in place is read through the very handle it
+// was verified through (not reopened by path); a cache entry is opened
+// without following a symbolic link.
+func (r *Result) Open() (io.ReadCloser, error) {
+	if r.file != nil {
+		return io.NopCloser(io.NewSectionReader(r.file, 0, r.Size)), nil
+	}
+	return openNoFollow(r.Path)
 }
 
 // Release releases the Result's shared hold on its cache entry, after which
@@ -323,7 +338,12 @@ func (f *fetcher) inPlace(ctx context.Context, expected *Digest) (*Result, bool,
 	if err != nil {
 		return nil, false, fmt.Errorf("source: %w", err)
 	}
-	defer fh.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			fh.Close()
+		}
+	}()
 	fi, err := fh.Stat()
 	if err != nil {
 		return nil, false, fmt.Errorf("source: %w", err)
@@ -348,7 +368,11 @@ func (f *fetcher) inPlace(ctx context.Context, expected *Digest) (*Result, bool,
 	if err != nil {
 		return nil, false, err
 	}
+	keep = true
+	var once sync.Once
 	return &Result{
+		file:             fh,
+		release:          func() { once.Do(func() { fh.Close() }) },
 		Path:             f.src.path,
 		Format:           info.Format,
 		VirtualSize:      info.VirtualSize,

@@ -3,6 +3,8 @@
 package image
 
 import (
+	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -110,5 +112,32 @@ func TestDefaultCacheDirWithoutHome(t *testing.T) {
 	mustFetch(t, &Cache{}, Request{Source: srv.put("/disk.raw", img)}).Release()
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("%s: %v, %v", dir, fi, err)
+	}
+}
+
+// TestInPlaceReadsTheVerifiedHandle replaces a local image at its path
+// after Fetch verified it: Open still reads the verified file.
+func TestInPlaceReadsTheVerifiedHandle(t *testing.T) {
+	img := makeRaw(1<<20, true)
+	d := sha256Digest(img)
+	p := filepath.Join(t.TempDir(), "disk.raw")
+	os.WriteFile(p, img, 0o644)
+	r := mustFetch(t, &Cache{Dir: t.TempDir()}, Request{Source: p, Checksum: &d})
+	defer r.Release()
+	if r.Path != p || !r.Verified {
+		t.Fatalf("path %s verified %v", r.Path, r.Verified)
+	}
+	evil := makeRaw(1<<20, true)
+	copy(evil[4096:], "swapped")
+	os.Remove(p)
+	os.WriteFile(p, evil, 0o644)
+	rc, err := r.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil || !bytes.Equal(got, img) {
+		t.Fatalf("read %d bytes (%v); equal to the verified image: %v", len(got), err, bytes.Equal(got, img))
 	}
 }

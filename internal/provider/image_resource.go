@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -279,7 +278,7 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		return
 	}
 	defer res.Release()
-	f, err := os.Open(res.Path)
+	f, err := res.Open()
 	if err != nil {
 		resp.Diagnostics.AddError("Reading the cached image", err.Error())
 		return
