@@ -210,7 +210,12 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 					"`on_config_mismatch` says." + contentChange,
 				Attributes: map[string]schema.Attribute{
 					"version":      schema.StringAttribute{Required: true, Description: "Driver version, e.g. `550.54.14`."},
-					"url_template": schema.StringAttribute{Optional: true, Description: "Download URL with `{version}` placeholders, for mirrors. Default NVIDIA's download site."},
+					"url_template": schema.StringAttribute{Optional: true, Description: "Download URL with `{version}` placeholders, for mirrors. " +
+						"Default NVIDIA's download site. Must be `https://`: the guest fetches the installer over https only, " +
+						"redirects included, into a private temporary file."},
+					"sha256": schema.StringAttribute{Optional: true, Description: "Expected SHA-256 of the installer, 64 hex digits. " +
+						"When set, the guest checks the download against it before running it; without it the " +
+						"installer is trusted as https delivers it."},
 				},
 			},
 			"guest_agent": schema.BoolAttribute{
