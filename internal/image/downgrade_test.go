@@ -4,7 +4,9 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestRedirectDowngradeRefused has an https server redirect the image and
@@ -85,5 +87,32 @@ func TestHTTPChecksumURLNeedsOptIn(t *testing.T) {
 	_, err = fetch(t, &Cache{Dir: t.TempDir()}, Request{Source: src, ChecksumURL: bad, AllowHTTPChecksumURL: true})
 	if !errors.Is(err, ErrChecksumMismatch) {
 		t.Errorf("error %v is not a checksum mismatch", err)
+	}
+}
+
+// TestURLSecretsRedacted: a URI password and a presigned query string
+// reach neither error messages nor Redact's output.
+func TestURLSecretsRedacted(t *testing.T) {
+	u := "https://user:hunter2@127.0.0.1:1/disk.raw?X-Amz-Signature=s3cr3t&X-Amz-Credential=AKIAKEY"
+	got := Redact(u)
+	for _, secret := range []string{"hunter2", "s3cr3t", "AKIAKEY"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("Redact(%q) = %q keeps %q", u, got, secret)
+		}
+	}
+	if !strings.Contains(got, "X-Amz-Signature=xxxxx") || !strings.Contains(got, "127.0.0.1:1/disk.raw") {
+		t.Errorf("Redact = %q: the URL is no longer recognisable", got)
+	}
+	_, err := fetch(t, &Cache{Dir: t.TempDir()}, Request{Source: u, StallTimeout: time.Second})
+	if err == nil {
+		t.Fatal("fetch from a closed port succeeded")
+	}
+	for _, secret := range []string{"hunter2", "s3cr3t", "AKIAKEY"} {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("error %q keeps %q", err, secret)
+		}
+	}
+	if Redact("/a/local/path") != "/a/local/path" {
+		t.Error("a local path was changed")
 	}
 }

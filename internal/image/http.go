@@ -76,7 +76,7 @@ func downgrade(req *http.Request, via []*http.Request) error {
 		for _, v := range via {
 			if strings.EqualFold(v.URL.Scheme, "https") {
 				return fmt.Errorf("%w: %s redirects to %s; ask the server's owner for an https location, "+
-					"or give that location yourself if you accept plain http", ErrDowngrade, v.URL.Redacted(), req.URL.Redacted())
+					"or give that location yourself if you accept plain http", ErrDowngrade, redactURL(v.URL), redactURL(req.URL))
 			}
 		}
 	}
@@ -93,14 +93,14 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 	var chain []string
 	loop := false
 	for _, v := range via {
-		chain = append(chain, v.URL.Redacted())
+		chain = append(chain, redactURL(v.URL))
 		loop = loop || v.URL.String() == next
 	}
 	if loop {
-		return &redirectError{loop: true, url: req.URL.Redacted(), via: chain}
+		return &redirectError{loop: true, url: redactURL(req.URL), via: chain}
 	}
 	if len(via) > maxRedirects {
-		return &redirectError{url: req.URL.Redacted(), via: chain}
+		return &redirectError{url: redactURL(req.URL), via: chain}
 	}
 	return nil
 }
@@ -177,19 +177,42 @@ func startGET(ctx context.Context, client *http.Client, u string, hdr http.Heade
 	}
 	where := t.url
 	if final := resp.Request.URL; final.String() != u {
-		where = fmt.Sprintf("%s (redirected to %s)", t.url, final.Redacted())
+		where = fmt.Sprintf("%s (redirected to %s)", t.url, redactURL(final))
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	t.close()
 	return nil, fmt.Errorf("GET %s: %s", where, resp.Status)
 }
 
-// redact returns the URL u with any password replaced by "xxxxx".
+// redact returns the URL u with any password and the values of its query
+// (presigned URLs carry their signature there) replaced by "xxxxx".
 func redact(u string) string {
 	if p, err := url.Parse(u); err == nil {
-		return p.Redacted()
+		return redactURL(p)
 	}
 	return u
+}
+
+// Redact is redact for messages and logs outside this package: a source
+// or checksum URL without its password or query values. Anything that is
+// not a URL is returned unchanged.
+func Redact(s string) string { return redact(s) }
+
+// redactURL is redact of a parsed URL.
+func redactURL(p *url.URL) string {
+	if p.RawQuery == "" {
+		return p.Redacted()
+	}
+	c := *p
+	q := c.Query()
+	for k, vs := range q {
+		for i := range vs {
+			vs[i] = "xxxxx"
+		}
+		q[k] = vs
+	}
+	c.RawQuery = q.Encode()
+	return c.Redacted()
 }
 
 // touch restarts the stall watchdog: bytes arrived.

@@ -245,6 +245,7 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		return
 	}
 	pool, name, source := plan.Pool.ValueString(), plan.Name.ValueString(), plan.Source.ValueString()
+	shown := image.Redact(source) // for messages and logs: no password, no presigned query
 	freq := image.Request{Source: source, ChecksumURL: plan.ChecksumURL.ValueString(), AllowHTTPChecksumURL: plan.AllowHTTP.ValueBool()}
 	if !plan.MaxGiB.IsNull() {
 		freq.Limits.MaxSize = plan.MaxGiB.ValueInt64() << 30
@@ -260,7 +261,7 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		}
 		freq.Checksum = &dg
 	}
-	freq.Progress = progressLogger(ctx, "downloading image", map[string]any{"source": source})
+	freq.Progress = progressLogger(ctx, "downloading image", map[string]any{"source": shown})
 	res, err := r.data.images.Fetch(ctx, freq)
 	if err != nil {
 		mismatch := errors.Is(err, image.ErrChecksumMismatch)
@@ -270,10 +271,10 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		case mismatch:
 			resp.Diagnostics.AddAttributeError(path.Root("checksum"), "Image checksum mismatch", sentence(err)+" Nothing was uploaded.")
 		case errors.Is(err, image.ErrLimit):
-			resp.Diagnostics.AddAttributeError(path.Root("source"), "Image refused: "+source, sentence(err)+
+			resp.Diagnostics.AddAttributeError(path.Root("source"), "Image refused: "+shown, sentence(err)+
 				" Nothing was uploaded. If the image is genuine, raise `max_decompressed_gib` or `max_compression_ratio`.")
 		default:
-			resp.Diagnostics.AddAttributeError(path.Root("source"), "Cannot get image "+source, sentence(err)+" Nothing was uploaded.")
+			resp.Diagnostics.AddAttributeError(path.Root("source"), "Cannot get image "+shown, sentence(err)+" Nothing was uploaded.")
 		}
 		return
 	}
@@ -284,14 +285,14 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		return
 	}
 	defer f.Close()
-	tflog.Info(ctx, "uploading image", map[string]any{"source": source, "pool": pool, "name": name, "format": res.Format, "bytes": res.Size, "virtual_size": res.VirtualSize, "from_cache": !res.Downloaded})
+	tflog.Info(ctx, "uploading image", map[string]any{"source": shown, "pool": pool, "name": name, "format": res.Format, "bytes": res.Size, "virtual_size": res.VirtualSize, "from_cache": !res.Downloaded})
 	up := progressLogger(ctx, "uploading image", map[string]any{"pool": pool, "name": name})
 	vol, err := c.UploadImage(ctx, virt.ImageUpload{
 		Pool: pool, Name: name, Format: res.Format, Capacity: res.VirtualSize, Length: res.Size, Source: f,
 		Progress: func(sent int64) { up(image.Progress{Done: sent, Total: res.Size}) },
 	})
 	if err != nil {
-		addError(&resp.Diagnostics, fmt.Sprintf("Uploading image %s to %s/%s", source, pool, name), err)
+		addError(&resp.Diagnostics, fmt.Sprintf("Uploading image %s to %s/%s", shown, pool, name), err)
 		return
 	}
 	switch {
@@ -300,12 +301,12 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 			fmt.Sprintf("%s matched the digest in %s, which came over plain http: that catches a corrupted "+
 				"download, but someone on the path could have replaced both, so `verified` is false. Its digest "+
 				"is %s; use an https checksum_url, or set checksum = %q from a source you trust.",
-				source, plan.ChecksumURL.ValueString(), res.Digest, res.Digest.String()))
+				shown, image.Redact(plan.ChecksumURL.ValueString()), res.Digest, res.Digest.String()))
 	case !res.Verified:
 		resp.Diagnostics.AddAttributeWarning(path.Root("checksum"), "Image not verified",
 			fmt.Sprintf("%s was uploaded without a checksum to compare with; its digest is %s. Set checksum = "+
 				"%q (or checksum_url to the vendor's SHA256SUMS/SHA512SUMS) so that a corrupted or substituted "+
-				"download fails instead.", source, res.Digest, res.Digest.String()))
+				"download fails instead.", shown, res.Digest, res.Digest.String()))
 	}
 	plan.ID = types.StringValue(imageID(plan.Host.ValueString(), pool, name))
 	plan.Digest = types.StringValue(res.Digest.String())
