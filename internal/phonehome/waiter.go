@@ -16,15 +16,15 @@ type Waiter struct {
 
 // entry is one registered token.
 type entry struct {
-	key    [sha256.Size]byte
-	id     string
+	key [sha256.Size]byte
+	id  string
 	// signedKey is the key of ReportID(token), under which only signed
 	// reports are taken; token is the signing key.
 	signedKey [sha256.Size]byte
 	token     string
-	done   chan struct{} // closed when report is set
-	closed chan struct{} // closed by Waiter.Close
-	report *Report       // written once under Server.mu, before done is closed
+	done      chan struct{} // closed when report is set
+	closed    chan struct{} // closed by Waiter.Close
+	report    *Report       // written once under Server.mu, before done is closed
 
 	closeOnce sync.Once
 }

@@ -209,7 +209,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 					"without it is a configuration mismatch, a warning or a failed create as the VM's " +
 					"`on_config_mismatch` says." + contentChange,
 				Attributes: map[string]schema.Attribute{
-					"version":      schema.StringAttribute{Required: true, Description: "Driver version, e.g. `550.54.14`."},
+					"version": schema.StringAttribute{Required: true, Description: "Driver version, e.g. `550.54.14`."},
 					"url_template": schema.StringAttribute{Optional: true, Description: "Download URL with `{version}` placeholders, for mirrors. " +
 						"Default NVIDIA's download site. Must be `https://`: the guest fetches the installer over https only, " +
 						"redirects included, into a private temporary file."},
