@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -45,13 +46,15 @@ type Cache struct {
 const DefaultFresh = 10 * time.Minute
 
 // DefaultCacheDir returns the default cache directory: "kohaku/images" in
-// the user's cache directory (os.UserCacheDir), or "kohaku-images" in the
-// temporary directory when there is none.
+// the user's cache directory (os.UserCacheDir), or, for a user with none
+// (no HOME, no XDG_CACHE_HOME), "kohaku-images-<uid>" in the temporary
+// directory. Either way Fetch creates it private (0700) and refuses it when
+// another user owns it or could write to it.
 func DefaultCacheDir() string {
-	if d, err := os.UserCacheDir(); err == nil && d != "" {
+	if d, err := os.UserCacheDir(); err == nil && d != "" && filepath.IsAbs(d) {
 		return filepath.Join(d, "kohaku", "images")
 	}
-	return filepath.Join(os.TempDir(), "kohaku-images")
+	return filepath.Join(os.TempDir(), privateTempDir())
 }
 
 // metaVersion is the version of the sidecar format.
@@ -108,7 +111,12 @@ func (f *fetcher) file(key, suffix string) string { return filepath.Join(f.dir, 
 // loadEntry returns the sidecar of a complete entry, or nil when there is
 // none (or it is damaged).
 func (f *fetcher) loadEntry(key string) *entryMeta {
-	data, err := os.ReadFile(f.file(key, ".json"))
+	fh, err := openNoFollow(f.file(key, ".json"))
+	if err != nil {
+		return nil
+	}
+	data, err := io.ReadAll(io.LimitReader(fh, 1<<20))
+	fh.Close()
 	if err != nil {
 		return nil
 	}
@@ -123,7 +131,7 @@ func (f *fetcher) loadEntry(key string) *entryMeta {
 	if m.Format != FormatQCOW2 && m.Format != FormatRaw {
 		return nil
 	}
-	fi, err := os.Stat(f.file(key, ".img"))
+	fi, err := os.Lstat(f.file(key, ".img"))
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() != m.Size {
 		return nil
 	}
@@ -221,7 +229,7 @@ func (f *fetcher) tryEntry(ctx context.Context, key string, expected *Digest) (r
 		return nil, true, nil // evicted while the lock changed hands
 	}
 	if f.downloaded {
-		f.evict(key)
+		f.evict(key, 0)
 	}
 	return f.result(key, m, expected, lk), false, nil
 }
@@ -352,22 +360,25 @@ func (f *fetcher) result(key string, m *entryMeta, expected *Digest, lk *fileLoc
 	_ = os.Chtimes(img, now, now) // best effort: a stale time only makes the entry evicted sooner
 	d, _ := ParseDigest(m.Digest)
 	return &Result{
-		Path:        img,
-		Format:      m.Format,
-		VirtualSize: m.VirtualSize,
-		Size:        m.Size,
-		Digest:      d,
-		Verified:    expected != nil,
-		Compression: m.Compression,
-		Downloaded:  f.downloaded,
-		release:     lk.release,
+		Path:             img,
+		Format:           m.Format,
+		VirtualSize:      m.VirtualSize,
+		Size:             m.Size,
+		Digest:           d,
+		Verified:         f.verified(expected),
+		ChecksumOverHTTP: f.sumsOverHTTP,
+		Compression:      m.Compression,
+		Downloaded:       f.downloaded,
+		release:          lk.release,
 	}
 }
 
 // evict removes leftovers of crashed Fetches and, when the cache has a size
 // bound, the least recently used entries nobody holds until the total size is
-// within it. The entry keep is never evicted.
-func (f *fetcher) evict(keep string) {
+// within it, counting writing bytes of keep's image being written (so that
+// the bound holds while an entry is written, too). The entry keep is never
+// evicted.
+func (f *fetcher) evict(keep string, writing int64) {
 	des, err := os.ReadDir(f.dir)
 	if err != nil {
 		return
@@ -422,7 +433,7 @@ func (f *fetcher) evict(keep string) {
 	if f.cache.MaxBytes <= 0 {
 		return
 	}
-	var total int64
+	total := writing
 	list := make([]*entry, 0, len(byKey))
 	for _, e := range byKey {
 		total += e.size

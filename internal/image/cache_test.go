@@ -380,7 +380,7 @@ func TestDefaultCacheDir(t *testing.T) {
 	}
 	t.Setenv("XDG_CACHE_HOME", "")
 	t.Setenv("HOME", "")
-	if got := DefaultCacheDir(); got != filepath.Join(os.TempDir(), "kohaku-images") {
+	if got := DefaultCacheDir(); got != filepath.Join(os.TempDir(), fmt.Sprintf("kohaku-images-%d", os.Getuid())) {
 		t.Errorf("DefaultCacheDir() without a user cache directory = %s", got)
 	}
 }

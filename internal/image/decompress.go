@@ -66,7 +66,7 @@ func isTar(b []byte) bool {
 func openDecompressor(kind string, r io.Reader) (io.ReadCloser, error) {
 	switch kind {
 	case compXZ:
-		d, err := xz.NewReader(r)
+		d, err := xz.NewReader(newXZGuard(r, MaxXZDictionary))
 		if err != nil {
 			return nil, err
 		}
@@ -113,27 +113,30 @@ func (e *decompressError) Unwrap() error { return e.err }
 // unpack reads src (the source bytes), decompresses it when it starts with
 // the magic bytes of a known compression, takes the disk image out of a tar
 // archive when the (decompressed) data is one, and writes the image to a new
-// temporary file in dir named after pattern (see os.CreateTemp). It reads the
+// temporary file in dir named after pattern (see os.CreateTemp), within
+// lim: past a limit it stops writing, removes what it wrote and returns an
+// error wrapping ErrLimit. It reads the
 // decompressed stream to its end (so its integrity checks run) but may leave
 // bytes of src unread. On error no temporary file is left.
-func unpack(src *bufio.Reader, dir, pattern string) (u unpacked, err error) {
+func unpack(src *bufio.Reader, dir, pattern string, lim Limits) (u unpacked, err error) {
 	head, _ := src.Peek(6)
 	kind := detectCompression(head)
-	var r io.Reader = src
+	in := &counter{r: src}
+	var r io.Reader = in
 	if kind != "" {
-		d, err := openDecompressor(kind, src)
+		d, err := openDecompressor(kind, in)
 		if err != nil {
 			return unpacked{}, &decompressError{kind, err}
 		}
 		defer d.Close()
 		r = d
 	}
-	br := bufio.NewReaderSize(readTagger{r}, streamBufSize)
+	br := bufio.NewReaderSize(newLimiter(readTagger{r}, in, lim), streamBufSize)
 	head, _ = br.Peek(512)
 	u.compression = kind
 	if isTar(head) {
 		u.compression = strings.TrimPrefix(kind+"+"+compTar, "+")
-		u.path, u.member, err = extractTar(br, dir, pattern)
+		u.path, u.member, err = extractTar(br, dir, pattern, lim.withDefaults().MaxSize)
 	} else {
 		u.path, err = writeTemp(br, dir, pattern)
 	}
@@ -175,7 +178,7 @@ func (t readTagger) Read(p []byte) (int, error) {
 func classifyUnpackError(kind string, err error) error {
 	var re *readError
 	switch {
-	case errors.Is(err, ErrUnsupportedImage):
+	case errors.Is(err, ErrUnsupportedImage), errors.Is(err, ErrLimit):
 		return err
 	case errors.As(err, &re):
 		return &decompressError{kind, err}
@@ -185,13 +188,18 @@ func classifyUnpackError(kind string, err error) error {
 
 // extractTar writes the disk image held by the tar archive read from r to a
 // temporary file: the archive's only regular file or, when it has several,
-// the only one whose name ends in a disk image extension.
-func extractTar(r io.Reader, dir, pattern string) (path, member string, err error) {
+// the only one whose name ends in a disk image extension. It stops at the
+// second such file, before writing it: the disk image is ambiguous. Sparse
+// members (whose holes would be written out, and uploaded, in full) and
+// members declaring more than maxSize bytes are refused before a byte of
+// them is written.
+func extractTar(r io.Reader, dir, pattern string, maxSize int64) (path, member string, err error) {
 	type kept struct{ name, path string }
 	var (
 		tr      = tar.NewReader(r)
 		regular []string
 		files   []kept
+		disks   []kept
 	)
 	defer func() {
 		for _, f := range files {
@@ -208,18 +216,35 @@ func extractTar(r io.Reader, dir, pattern string) (path, member string, err erro
 		if err != nil {
 			return "", "", &readError{fmt.Errorf("reading tar archive: %w", err)}
 		}
-		if hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeGNUSparse {
+		if isSparse(hdr) {
+			return "", "", unsupported("is a tar archive whose member %q is a sparse file; sparse members are "+
+				"refused (their holes would be written and uploaded in full)", hdr.Name)
+		}
+		if hdr.Typeflag != tar.TypeReg {
 			continue
 		}
+		if hdr.Size > maxSize {
+			return "", "", fmt.Errorf("%w: tar member %q declares %s, more than %s",
+				ErrLimit, hdr.Name, byteSize(hdr.Size), byteSize(maxSize))
+		}
 		regular = append(regular, hdr.Name)
+		disk := hasDiskExtension(hdr.Name)
+		if disk && len(disks) == 1 {
+			return "", "", unsupported("is a tar archive of at least %d files of which at least 2 end in %s, "+
+				"so the disk image is ambiguous; it holds %s", len(regular), strings.Join(diskExtensions, ", "),
+				listNames(regular, 10))
+		}
 		// The first file may be the only one; later ones can only be
 		// chosen by their extension. Others are skipped unread.
-		if len(regular) == 1 || hasDiskExtension(hdr.Name) {
+		if len(regular) == 1 || disk {
 			p, err := writeTemp(readTagger{tr}, dir, pattern)
 			if err != nil {
 				return "", "", fmt.Errorf("extracting %q from tar archive: %w", hdr.Name, err)
 			}
 			files = append(files, kept{hdr.Name, p})
+			if disk {
+				disks = append(disks, kept{hdr.Name, p})
+			}
 		}
 	}
 	switch {
@@ -227,22 +252,25 @@ func extractTar(r io.Reader, dir, pattern string) (path, member string, err erro
 		return "", "", unsupported("is a tar archive holding no regular file")
 	case len(regular) == 1:
 		return files[0].path, files[0].name, nil
-	}
-	var disks []kept
-	for _, f := range files {
-		if hasDiskExtension(f.name) {
-			disks = append(disks, f)
-		}
-	}
-	if len(disks) == 1 {
+	case len(disks) == 1:
 		return disks[0].path, disks[0].name, nil
 	}
-	what := "none"
-	if len(disks) > 1 {
-		what = fmt.Sprintf("%d", len(disks))
+	return "", "", unsupported("is a tar archive of %d files of which none end in %s, so the disk image is ambiguous; it holds %s",
+		len(regular), strings.Join(diskExtensions, ", "), listNames(regular, 10))
+}
+
+// isSparse reports whether a tar member is a sparse file: GNU type 'S', or
+// the PAX sparse formats (GNU.sparse.* records), which archive/tar expands.
+func isSparse(hdr *tar.Header) bool {
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		return true
 	}
-	return "", "", unsupported("is a tar archive of %d files of which %s end in %s, so the disk image is ambiguous; it holds %s",
-		len(regular), what, strings.Join(diskExtensions, ", "), listNames(regular, 10))
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // hasDiskExtension reports whether name ends in a disk image extension.

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -37,6 +38,10 @@ type Request struct {
 	// file; its line for the base name of Source is the expected digest.
 	// Optional; mutually exclusive with Checksum.
 	ChecksumURL string
+	// AllowHTTPChecksumURL lets ChecksumURL be a plain http URL. Anyone on
+	// the path can replace such a file (and the image with it), so the
+	// Result of such a Fetch is not Verified; see Result.ChecksumOverHTTP.
+	AllowHTTPChecksumURL bool
 	// Client makes the HTTP requests; nil means DefaultClient. A client
 	// without CheckRedirect gets one that follows up to 10 redirects and
 	// refuses loops.
@@ -44,6 +49,8 @@ type Request struct {
 	// StallTimeout fails a transfer that delivers no bytes for this long
 	// (response headers included); zero means DefaultStallTimeout.
 	StallTimeout time.Duration
+	// Limits bound the decompressed size and the compression ratio.
+	Limits Limits
 	// Progress, if not nil, is called about once a second while the source
 	// is read (and once at its end), from the goroutine calling Fetch.
 	Progress func(Progress)
@@ -78,8 +85,12 @@ type Result struct {
 	// decompression): sha512 when the expected digest is sha512, else sha256.
 	Digest Digest
 	// Verified is true when an expected digest (Checksum or ChecksumURL)
-	// was given and matched.
+	// was given and matched, and did not itself come over plain http.
 	Verified bool
+	// ChecksumOverHTTP is true when the expected digest came from a plain
+	// http ChecksumURL (AllowHTTPChecksumURL): it matched, which catches
+	// corruption, but proves nothing against someone on the path.
+	ChecksumOverHTTP bool
 	// Compression is "", "xz", "gzip", "zstd" or "bzip2", with "+tar"
 	// appended when a tar archive held the image ("xz+tar"), or "tar" for
 	// an uncompressed tar archive.
@@ -89,6 +100,20 @@ type Result struct {
 	Downloaded bool
 
 	release func() // idempotent
+	// file is the handle a local image used in place was verified
+	// through; Open reads the image through it.
+	file *os.File
+}
+
+// Open returns a reader of the image, to be closed by the caller before
+// Release. A local image used in place is read through the very handle it
+// was verified through (not reopened by path); a cache entry is opened
+// without following a symbolic link.
+func (r *Result) Open() (io.ReadCloser, error) {
+	if r.file != nil {
+		return io.NopCloser(io.NewSectionReader(r.file, 0, r.Size)), nil
+	}
+	return openNoFollow(r.Path)
 }
 
 // Release releases the Result's shared hold on its cache entry, after which
@@ -180,7 +205,12 @@ type fetcher struct {
 	start  time.Time
 	// downloaded is set once this Fetch stored a new image.
 	downloaded bool
+	// sumsOverHTTP is set when the expected digest came over plain http.
+	sumsOverHTTP bool
 }
+
+// verified reports whether a Result with this expected digest is Verified.
+func (f *fetcher) verified(expected *Digest) bool { return expected != nil && !f.sumsOverHTTP }
 
 // Fetch returns the disk image described by req as a local file, fetching,
 // verifying and decompressing it into the cache unless a usable entry is
@@ -241,8 +271,11 @@ func (c *Cache) Fetch(ctx context.Context, req Request) (*Result, error) {
 	if f.dir, err = filepath.Abs(f.dir); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(f.dir, 0o755); err != nil {
+	if err := os.MkdirAll(f.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating image cache directory: %w", err)
+	}
+	if err := checkPrivateDir(f.dir); err != nil {
+		return nil, err
 	}
 	return f.fetchCached(ctx, expected)
 }
@@ -255,6 +288,14 @@ func (f *fetcher) fetchSums(ctx context.Context, loc string) (Digest, error) {
 		return Digest{}, fmt.Errorf("checksum URL: %w", err)
 	}
 	var data []byte
+	if s.remote() && strings.HasPrefix(strings.ToLower(s.url), "http:") {
+		if !f.req.AllowHTTPChecksumURL {
+			return Digest{}, fmt.Errorf("checksum URL %s is plain http: anyone on the path could replace it and "+
+				"the image with it, so it verifies nothing; use an https URL or the checksum itself, or allow "+
+				"plain http explicitly (then the image is not reported as verified)", s)
+		}
+		f.sumsOverHTTP = true
+	}
 	if s.remote() {
 		t, err := startGET(ctx, f.client, s.url, nil, f.stall)
 		if err != nil {
@@ -297,7 +338,12 @@ func (f *fetcher) inPlace(ctx context.Context, expected *Digest) (*Result, bool,
 	if err != nil {
 		return nil, false, fmt.Errorf("source: %w", err)
 	}
-	defer fh.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			fh.Close()
+		}
+	}()
 	fi, err := fh.Stat()
 	if err != nil {
 		return nil, false, fmt.Errorf("source: %w", err)
@@ -322,13 +368,18 @@ func (f *fetcher) inPlace(ctx context.Context, expected *Digest) (*Result, bool,
 	if err != nil {
 		return nil, false, err
 	}
+	keep = true
+	var once sync.Once
 	return &Result{
-		Path:        f.src.path,
-		Format:      info.Format,
-		VirtualSize: info.VirtualSize,
-		Size:        info.Size,
-		Digest:      d,
-		Verified:    expected != nil,
+		file:             fh,
+		release:          func() { once.Do(func() { fh.Close() }) },
+		Path:             f.src.path,
+		Format:           info.Format,
+		VirtualSize:      info.VirtualSize,
+		Size:             info.Size,
+		Digest:           d,
+		Verified:         f.verified(expected),
+		ChecksumOverHTTP: f.sumsOverHTTP,
 	}, true, nil
 }
 
@@ -455,7 +506,9 @@ func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected 
 	m := newMeter(ctx, o.body, o.total, f.req.Progress, onData)
 	src := bufio.NewReaderSize(io.TeeReader(m, h), streamBufSize)
 
-	u, err := unpack(src, f.dir, key+".*.part")
+	lim := f.req.Limits
+	lim.grow = func(written int64) { f.evict(key, written) }
+	u, err := unpack(src, f.dir, key+".*.part", lim)
 	if err == nil || expected != nil && m.err == nil {
 		// Hash what the decompressor left unread; after a decompression
 		// error with a digest to compare, a mismatch is the better report.
@@ -486,6 +539,9 @@ func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected 
 	if err != nil {
 		if errors.Is(err, ErrUnsupportedImage) {
 			return fail(fmt.Errorf("image %s %w", f.src, err))
+		}
+		if errors.Is(err, ErrLimit) {
+			return fail(fmt.Errorf("%s: %w; refusing it (raise the limit if the image is genuine)", f.src, err))
 		}
 		return fail(fmt.Errorf("%s: %w", f.src, err))
 	}

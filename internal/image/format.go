@@ -108,6 +108,14 @@ func inspectImage(r io.ReaderAt, size int64) (imageInfo, error) {
 		return imageInfo{}, unsupported("is a VHDX image; %s", convertHint)
 	case at(0, "conectix"):
 		return imageInfo{}, unsupported("is a VHD image; %s", convertHint)
+	case at(0, "Bochs Virtual HD Image"):
+		return imageInfo{}, unsupported("is a Bochs image; %s", convertHint)
+	case at(0, "OOOM"):
+		return imageInfo{}, unsupported("is a COW (User Mode Linux) image; %s", convertHint)
+	case at(0, "WithoutFreeSpace"), at(0, "WithouFreSpacExt"):
+		return imageInfo{}, unsupported("is a Parallels image; %s", convertHint)
+	case at(0, "#!/bin/sh\n#V2.0 Format\n"):
+		return imageInfo{}, unsupported("is a cloop image; %s", convertHint)
 	case at(0, "LUKS\xba\xbe"):
 		return imageInfo{}, unsupported("is a LUKS-encrypted volume; only unencrypted qcow2 and raw disk images are accepted")
 	}

@@ -173,3 +173,24 @@ func TestSyntheticQCOW2MatchesQemu(t *testing.T) {
 		}
 	}
 }
+
+// TestRawWithOtherMagicRefused: a file that carries an MBR boot signature
+// but starts with another format's magic is that format, which libvirt or
+// QEMU might probe, not a raw disk.
+func TestRawWithOtherMagicRefused(t *testing.T) {
+	for magic, name := range map[string]string{
+		"Bochs Virtual HD Image\x00": "Bochs",
+		"OOOM\x00\x00\x00\x02":       "COW",
+		"WithoutFreeSpace":           "Parallels",
+		"WithouFreSpacExt":           "Parallels",
+		"#!/bin/sh\n#V2.0 Format\n":  "cloop",
+	} {
+		img := makeRaw(1<<20, true)
+		copy(img, magic)
+		_, err := inspectImage(bytes.NewReader(img), int64(len(img)))
+		if !errors.Is(err, ErrUnsupportedImage) {
+			t.Fatalf("%s: error %v is not ErrUnsupportedImage", name, err)
+		}
+		errContains(t, err, "is a "+name)
+	}
+}

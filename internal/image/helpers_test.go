@@ -210,6 +210,14 @@ func newImageServer(t testing.TB) *imageServer {
 	return s
 }
 
+// newTLSImageServer is newImageServer over https; its Client trusts it.
+func newTLSImageServer(t testing.TB) *imageServer {
+	s := &imageServer{files: map[string][]byte{}, gets: map[string]int{}, bodies: map[string]int{}}
+	s.Server = httptest.NewTLSServer(http.HandlerFunc(s.serve))
+	t.Cleanup(s.Close)
+	return s
+}
+
 func (s *imageServer) put(path string, b []byte) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

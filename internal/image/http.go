@@ -64,36 +64,67 @@ func (e *redirectError) Error() string {
 	return fmt.Sprintf("too many redirects (more than %d), last to %s", maxRedirects, e.url)
 }
 
-// checkRedirect follows up to maxRedirects redirects and refuses loops.
+// ErrDowngrade is wrapped by the error of a request that an https URL
+// redirected to plain http.
+var ErrDowngrade = errors.New("redirect from https to http refused")
+
+// downgrade returns an error wrapping ErrDowngrade when a redirect leads
+// from https to http: someone on the path could then replace what is
+// served.
+func downgrade(req *http.Request, via []*http.Request) error {
+	if strings.EqualFold(req.URL.Scheme, "http") {
+		for _, v := range via {
+			if strings.EqualFold(v.URL.Scheme, "https") {
+				return fmt.Errorf("%w: %s redirects to %s; ask the server's owner for an https location, "+
+					"or give that location yourself if you accept plain http", ErrDowngrade, redactURL(v.URL), redactURL(req.URL))
+			}
+		}
+	}
+	return nil
+}
+
+// checkRedirect follows up to maxRedirects redirects, refuses loops and
+// refuses a downgrade from https to http.
 func checkRedirect(req *http.Request, via []*http.Request) error {
+	if err := downgrade(req, via); err != nil {
+		return err
+	}
 	next := req.URL.String()
 	var chain []string
 	loop := false
 	for _, v := range via {
-		chain = append(chain, v.URL.Redacted())
+		chain = append(chain, redactURL(v.URL))
 		loop = loop || v.URL.String() == next
 	}
 	if loop {
-		return &redirectError{loop: true, url: req.URL.Redacted(), via: chain}
+		return &redirectError{loop: true, url: redactURL(req.URL), via: chain}
 	}
 	if len(via) > maxRedirects {
-		return &redirectError{url: req.URL.Redacted(), via: chain}
+		return &redirectError{url: redactURL(req.URL), via: chain}
 	}
 	return nil
 }
 
 // client returns the client for a request: the given one (with redirect
-// checking added when it has none) or DefaultClient.
+// checking added when it has none, and the downgrade check always) or
+// DefaultClient.
 func requestClient(c *http.Client) *http.Client {
 	if c == nil {
 		return DefaultClient()
 	}
+	cc := *c
 	if c.CheckRedirect == nil {
-		cc := *c
 		cc.CheckRedirect = checkRedirect
-		return &cc
+	} else {
+		own := c.CheckRedirect
+		cc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+			if err := downgrade(req, via); err != nil {
+				return err
+			}
+			return own(req, via)
+		}
 	}
-	return c
+	return &cc
 }
 
 // stallError is the cause of a transfer cancelled for delivering no bytes.
@@ -146,19 +177,42 @@ func startGET(ctx context.Context, client *http.Client, u string, hdr http.Heade
 	}
 	where := t.url
 	if final := resp.Request.URL; final.String() != u {
-		where = fmt.Sprintf("%s (redirected to %s)", t.url, final.Redacted())
+		where = fmt.Sprintf("%s (redirected to %s)", t.url, redactURL(final))
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // best effort: lets the connection be reused
 	t.close()
 	return nil, fmt.Errorf("GET %s: %s", where, resp.Status)
 }
 
-// redact returns the URL u with any password replaced by "xxxxx".
+// redact returns the URL u with any password and the values of its query
+// (presigned URLs carry their signature there) replaced by "xxxxx".
 func redact(u string) string {
 	if p, err := url.Parse(u); err == nil {
-		return p.Redacted()
+		return redactURL(p)
 	}
 	return u
+}
+
+// Redact is redact for messages and logs outside this package: a source
+// or checksum URL without its password or query values. Anything that is
+// not a URL is returned unchanged.
+func Redact(s string) string { return redact(s) }
+
+// redactURL is redact of a parsed URL.
+func redactURL(p *url.URL) string {
+	if p.RawQuery == "" {
+		return p.Redacted()
+	}
+	c := *p
+	q := c.Query()
+	for k, vs := range q {
+		for i := range vs {
+			vs[i] = "xxxxx"
+		}
+		q[k] = vs
+	}
+	c.RawQuery = q.Encode()
+	return c.Redacted()
 }
 
 // touch restarts the stall watchdog: bytes arrived.

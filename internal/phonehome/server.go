@@ -208,11 +208,16 @@ func (s *Server) Register(token string) (*Waiter, error) {
 	if s.state == stateClosed {
 		return nil, ErrServerClosed
 	}
-	if _, dup := s.waiters[key]; dup {
+	signed := tokenKey(ReportID(token))
+	_, dup := s.waiters[key]
+	_, dup2 := s.waiters[signed]
+	if dup || dup2 {
 		return nil, fmt.Errorf("%w: token %s", ErrTokenInUse, TokenID(token))
 	}
-	e := &entry{key: key, id: TokenID(token), done: make(chan struct{}), closed: make(chan struct{})}
+	e := &entry{key: key, id: TokenID(token), signedKey: signed, token: token,
+		done: make(chan struct{}), closed: make(chan struct{})}
 	s.waiters[key] = e
+	s.waiters[signed] = e
 	s.logf("waiting for token %s", e.id)
 	return &Waiter{s: s, e: e}, nil
 }
@@ -229,7 +234,7 @@ func (s *Server) Deliver(token string, r *Report) error {
 	}
 	key := tokenKey(token)
 	e := s.lookup(key)
-	if e == nil {
+	if e == nil || e.key != key {
 		return fmt.Errorf("%w: token %s", ErrUnknownToken, TokenID(token))
 	}
 	r = r.Clone()
@@ -281,7 +286,8 @@ func (s *Server) lookup(key [sha256.Size]byte) *entry {
 	s.mu.Lock()
 	e := s.waiters[key]
 	s.mu.Unlock()
-	if e == nil || subtle.ConstantTimeCompare(e.key[:], key[:]) != 1 {
+	if e == nil || subtle.ConstantTimeCompare(e.key[:], key[:]) != 1 &&
+		subtle.ConstantTimeCompare(e.signedKey[:], key[:]) != 1 {
 		return nil
 	}
 	return e
@@ -338,6 +344,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.respond(w, r, http.StatusNotFound, "not found", id, "unknown token")
 		return
 	}
+	id = e.id
 	if r.ContentLength > MaxBodyBytes {
 		s.respond(w, r, http.StatusRequestEntityTooLarge, "request body too large", id, fmt.Sprintf("declared %d bytes", r.ContentLength))
 		return
@@ -366,6 +373,17 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		// log gets only the size.
 		s.respond(w, r, code, err.Error(), id, reason)
 		return
+	}
+	// A report posted under ReportID must be signed; a signature is
+	// checked wherever one is given. A body that is not the guest's (a
+	// replay of its URL with another body) fails here.
+	sig, signedPath := r.Header.Get(SignatureHeader), key == e.signedKey
+	if (signedPath || sig != "") && !validSignature(e.token, body, sig) {
+		s.respond(w, r, http.StatusUnauthorized, "missing or invalid signature", id, "bad signature")
+		return
+	}
+	if signedPath {
+		rep.Token = ""
 	}
 	if rep.Token != "" {
 		if subtle.ConstantTimeCompare([]byte(rep.Token), []byte(token)) != 1 {

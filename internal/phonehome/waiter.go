@@ -16,11 +16,15 @@ type Waiter struct {
 
 // entry is one registered token.
 type entry struct {
-	key    [sha256.Size]byte
-	id     string
-	done   chan struct{} // closed when report is set
-	closed chan struct{} // closed by Waiter.Close
-	report *Report       // written once under Server.mu, before done is closed
+	key [sha256.Size]byte
+	id  string
+	// signedKey is the key of ReportID(token), under which only signed
+	// reports are taken; token is the signing key.
+	signedKey [sha256.Size]byte
+	token     string
+	done      chan struct{} // closed when report is set
+	closed    chan struct{} // closed by Waiter.Close
+	report    *Report       // written once under Server.mu, before done is closed
 
 	closeOnce sync.Once
 }
@@ -71,6 +75,9 @@ func (w *Waiter) Close() {
 		s.mu.Lock()
 		if s.waiters[e.key] == e {
 			delete(s.waiters, e.key)
+		}
+		if s.waiters[e.signedKey] == e {
+			delete(s.waiters, e.signedKey)
 		}
 		s.mu.Unlock()
 		close(e.closed)

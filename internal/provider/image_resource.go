@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -52,6 +52,9 @@ type imageResourceModel struct {
 	Source      types.String   `tfsdk:"source"`
 	Checksum    types.String   `tfsdk:"checksum"`
 	ChecksumURL types.String   `tfsdk:"checksum_url"`
+	AllowHTTP   types.Bool     `tfsdk:"allow_http_checksum_url"`
+	MaxGiB      types.Int64    `tfsdk:"max_decompressed_gib"`
+	MaxRatio    types.Int64    `tfsdk:"max_compression_ratio"`
 	Digest      types.String   `tfsdk:"digest"`
 	Verified    types.Bool     `tfsdk:"verified"`
 	Format      types.String   `tfsdk:"format"`
@@ -120,7 +123,8 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			},
 			"source": schema.StringAttribute{
 				Required: true,
-				Description: "Where the image comes from: an `https://` or `http://` URL (redirects followed), " +
+				Description: "Where the image comes from: an `https://` or `http://` URL (redirects followed, " +
+					"except from https to http), " +
 					"a `file://` URL, or a path on the machine running Terraform (relative to the working " +
 					"directory), e.g. " +
 					"`https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2`. " +
@@ -152,6 +156,31 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
 					"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS`")},
 			},
+			"allow_http_checksum_url": schema.BoolAttribute{
+				Optional: true,
+				Description: "Whether `checksum_url` may be a plain `http://` URL. Default `false`: such a " +
+					"URL is refused, since anyone on the path could replace the checksum file and the image " +
+					"together. When allowed, the digest is still compared (catching corruption) but `verified` " +
+					"is `false` and the create warns. Redirects from https to http are refused either way. " +
+					"A change applies to the next create and replaces nothing.",
+			},
+			"max_decompressed_gib": schema.Int64Attribute{
+				Optional: true,
+				Description: fmt.Sprintf("Bound on the decompressed image (or the tar archive holding it) in GiB. "+
+					"A source that decompresses past it is refused while it streams, before more is written, "+
+					"and nothing is left in the cache: a small hostile file cannot fill the disk of the "+
+					"machine running Terraform or the host's pool. Default `%d`; raise it for a genuine "+
+					"image that is larger. A change applies to the next create and replaces nothing.", image.DefaultMaxSize>>30),
+				Validators: []validator.Int64{int64validator.AtLeast(1)},
+			},
+			"max_compression_ratio": schema.Int64Attribute{
+				Optional: true,
+				Description: fmt.Sprintf("Bound on decompressed bytes per downloaded byte, checked once %d MiB "+
+					"came out; a source past it is refused as a decompression bomb. Default `%d` (cloud images "+
+					"compress by well under 100). A change applies to the next create and replaces nothing.",
+					image.RatioGrace>>20, image.DefaultMaxRatio),
+				Validators: []validator.Int64{int64validator.AtLeast(1)},
+			},
 			"digest": schema.StringAttribute{
 				Computed:      true,
 				Description:   "Digest of the source as downloaded, `sha256:<hex>` (or `sha512:<hex>` when the expected checksum is SHA-512). Unknown after import.",
@@ -160,7 +189,7 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			"verified": schema.BoolAttribute{
 				Computed:      true,
 				PlanModifiers: []planmodifier.Bool{boolplanmodifier.UseStateForUnknown()},
-				Description:   "Whether the digest was checked against `checksum` or `checksum_url`.",
+				Description:   "Whether the digest was checked against `checksum` or an https `checksum_url` (one fetched over plain http, see `allow_http_checksum_url`, does not count).",
 			},
 			"format": schema.StringAttribute{
 				Computed:      true,
@@ -216,7 +245,14 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		return
 	}
 	pool, name, source := plan.Pool.ValueString(), plan.Name.ValueString(), plan.Source.ValueString()
-	freq := image.Request{Source: source, ChecksumURL: plan.ChecksumURL.ValueString()}
+	shown := image.Redact(source) // for messages and logs: no password, no presigned query
+	freq := image.Request{Source: source, ChecksumURL: plan.ChecksumURL.ValueString(), AllowHTTPChecksumURL: plan.AllowHTTP.ValueBool()}
+	if !plan.MaxGiB.IsNull() {
+		freq.Limits.MaxSize = plan.MaxGiB.ValueInt64() << 30
+	}
+	if !plan.MaxRatio.IsNull() {
+		freq.Limits.MaxRatio = plan.MaxRatio.ValueInt64()
+	}
 	if s := plan.Checksum.ValueString(); s != "" {
 		dg, err := image.ParseDigest(s)
 		if err != nil {
@@ -225,7 +261,7 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		}
 		freq.Checksum = &dg
 	}
-	freq.Progress = progressLogger(ctx, "downloading image", map[string]any{"source": source})
+	freq.Progress = progressLogger(ctx, "downloading image", map[string]any{"source": shown})
 	res, err := r.data.images.Fetch(ctx, freq)
 	if err != nil {
 		mismatch := errors.Is(err, image.ErrChecksumMismatch)
@@ -234,33 +270,43 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 			resp.Diagnostics.AddAttributeError(path.Root("checksum_url"), "Image checksum mismatch", sentence(err)+" Nothing was uploaded.")
 		case mismatch:
 			resp.Diagnostics.AddAttributeError(path.Root("checksum"), "Image checksum mismatch", sentence(err)+" Nothing was uploaded.")
+		case errors.Is(err, image.ErrLimit):
+			resp.Diagnostics.AddAttributeError(path.Root("source"), "Image refused: "+shown, sentence(err)+
+				" Nothing was uploaded. If the image is genuine, raise `max_decompressed_gib` or `max_compression_ratio`.")
 		default:
-			resp.Diagnostics.AddAttributeError(path.Root("source"), "Cannot get image "+source, sentence(err)+" Nothing was uploaded.")
+			resp.Diagnostics.AddAttributeError(path.Root("source"), "Cannot get image "+shown, sentence(err)+" Nothing was uploaded.")
 		}
 		return
 	}
 	defer res.Release()
-	f, err := os.Open(res.Path)
+	f, err := res.Open()
 	if err != nil {
 		resp.Diagnostics.AddError("Reading the cached image", err.Error())
 		return
 	}
 	defer f.Close()
-	tflog.Info(ctx, "uploading image", map[string]any{"source": source, "pool": pool, "name": name, "format": res.Format, "bytes": res.Size, "virtual_size": res.VirtualSize, "from_cache": !res.Downloaded})
+	tflog.Info(ctx, "uploading image", map[string]any{"source": shown, "pool": pool, "name": name, "format": res.Format, "bytes": res.Size, "virtual_size": res.VirtualSize, "from_cache": !res.Downloaded})
 	up := progressLogger(ctx, "uploading image", map[string]any{"pool": pool, "name": name})
 	vol, err := c.UploadImage(ctx, virt.ImageUpload{
 		Pool: pool, Name: name, Format: res.Format, Capacity: res.VirtualSize, Length: res.Size, Source: f,
 		Progress: func(sent int64) { up(image.Progress{Done: sent, Total: res.Size}) },
 	})
 	if err != nil {
-		addError(&resp.Diagnostics, fmt.Sprintf("Uploading image %s to %s/%s", source, pool, name), err)
+		addError(&resp.Diagnostics, fmt.Sprintf("Uploading image %s to %s/%s", shown, pool, name), err)
 		return
 	}
-	if !res.Verified {
+	switch {
+	case res.ChecksumOverHTTP:
+		resp.Diagnostics.AddAttributeWarning(path.Root("checksum_url"), "Image checked over plain http only",
+			fmt.Sprintf("%s matched the digest in %s, which came over plain http: that catches a corrupted "+
+				"download, but someone on the path could have replaced both, so `verified` is false. Its digest "+
+				"is %s; use an https checksum_url, or set checksum = %q from a source you trust.",
+				shown, image.Redact(plan.ChecksumURL.ValueString()), res.Digest, res.Digest.String()))
+	case !res.Verified:
 		resp.Diagnostics.AddAttributeWarning(path.Root("checksum"), "Image not verified",
 			fmt.Sprintf("%s was uploaded without a checksum to compare with; its digest is %s. Set checksum = "+
 				"%q (or checksum_url to the vendor's SHA256SUMS/SHA512SUMS) so that a corrupted or substituted "+
-				"download fails instead.", source, res.Digest, res.Digest.String()))
+				"download fails instead.", shown, res.Digest, res.Digest.String()))
 	}
 	plan.ID = types.StringValue(imageID(plan.Host.ValueString(), pool, name))
 	plan.Digest = types.StringValue(res.Digest.String())

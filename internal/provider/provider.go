@@ -315,7 +315,7 @@ func (m *tlsModel) settings() virt.TLSSettings {
 		return virt.TLSSettings{}
 	}
 	return virt.TLSSettings{
-		PKIPath: m.PKIPath.ValueString(), NoVerify: m.NoVerify.ValueBool(),
+		PKIPath: m.PKIPath.ValueString(), NoVerify: m.NoVerify.ValueBool(), NoVerifySet: !m.NoVerify.IsNull(),
 		CACert: m.CACert.ValueString(), ClientCert: m.ClientCert.ValueString(), ClientKey: m.ClientKey.ValueString(),
 	}
 }

@@ -145,6 +145,7 @@ type seedMountModel struct {
 type seedNVIDIAModel struct {
 	Version     types.String `tfsdk:"version"`
 	URLTemplate types.String `tfsdk:"url_template"`
+	SHA256      types.String `tfsdk:"sha256"`
 }
 
 type seedNetworkModel struct {
@@ -264,7 +265,7 @@ func (m *seedResourceModel) spec(cfg *seedResourceModel, phURL string) (*seed.Sp
 		})
 	}
 	if n := m.NVIDIA; n != nil {
-		s.NVIDIA = &seed.NVIDIA{Version: n.Version.ValueString(), URLTemplate: n.URLTemplate.ValueString()}
+		s.NVIDIA = &seed.NVIDIA{Version: n.Version.ValueString(), URLTemplate: n.URLTemplate.ValueString(), SHA256: n.SHA256.ValueString()}
 	}
 	for _, n := range m.Network {
 		s.Network = append(s.Network, seed.NIC{

@@ -212,8 +212,14 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 					"without it is a configuration mismatch, a warning or a failed create as the VM's " +
 					"`on_config_mismatch` says." + contentChange,
 				Attributes: map[string]schema.Attribute{
-					"version":      schema.StringAttribute{Required: true, Description: "Driver version, e.g. `550.54.14`."},
-					"url_template": schema.StringAttribute{Optional: true, Description: "Download URL with `{version}` placeholders, for mirrors. Default NVIDIA's download site."},
+					"version": schema.StringAttribute{Required: true, Description: "Driver version, e.g. `550.54.14`."},
+					"url_template": schema.StringAttribute{Optional: true, Description: "Download URL with `{version}` placeholders, for mirrors. " +
+						"Default NVIDIA's download site. Must be `https://` (the guest fetches the installer over https " +
+						"only, redirects included, into a private temporary file), or plain `http://` together with " +
+						"`sha256`, which pins what the guest runs."},
+					"sha256": schema.StringAttribute{Optional: true, Description: "Expected SHA-256 of the installer, 64 hex digits. " +
+						"When set, the guest checks the download against it before running it; without it the " +
+						"installer is trusted as https delivers it."},
 				},
 			},
 			"guest_agent": schema.BoolAttribute{

@@ -128,19 +128,31 @@ func resolvConfCommands(nics []nicPlan) []string {
 }
 
 // nvidiaCommands installs the kernel headers, then downloads and runs the
-// NVIDIA installer with DKMS so the module survives kernel updates.
+// NVIDIA installer with DKMS so the module survives kernel updates. The
+// download is https only, redirects included (curl --proto and
+// --proto-redir), unless the URL is plain http, which validation allows
+// only with a SHA-256; it goes to a private file from mktemp (not a fixed
+// path another user of the guest could plant), and is checked against the
+// SHA-256 when one is given, before it runs.
 func nvidiaCommands(n *NVIDIA) []string {
 	tmpl := n.URLTemplate
 	if tmpl == "" {
 		tmpl = DefaultNVIDIAURL
 	}
 	u := strings.ReplaceAll(tmpl, "{version}", n.Version)
+	proto := "=https"
+	if strings.HasPrefix(u, "http://") {
+		proto = "=http,https" // allowed only with a SHA-256, checked below
+	}
+	check := ""
+	if n.SHA256 != "" {
+		check = ` echo "` + strings.ToLower(n.SHA256) + `  $f" | sha256sum -c -;`
+	}
 	return []string{
 		`DEBIAN_FRONTEND=noninteractive apt-get install -y "linux-headers-$(uname -r)" || DEBIAN_FRONTEND=noninteractive apt-get install -y linux-headers-amd64`,
-		"curl -fsSL --retry 3 -o /tmp/nvidia.run " + shQuote(u),
-		"chmod +x /tmp/nvidia.run",
-		"/tmp/nvidia.run --silent --dkms --no-cc-version-check",
-		"rm -f /tmp/nvidia.run",
+		`( set -e; f=$(mktemp); trap 'rm -f "$f"' EXIT;` +
+			` curl -fsSL --proto ` + proto + ` --proto-redir ` + proto + ` --retry 3 -o "$f" ` + shQuote(u) + `;` + check +
+			` chmod 700 "$f"; "$f" --silent --dkms --no-cc-version-check )`,
 	}
 }
 

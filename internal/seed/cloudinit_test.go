@@ -268,7 +268,7 @@ func TestCloudInitMerge(t *testing.T) {
 			}
 			nv := -1
 			for i, c := range run {
-				if strings.Contains(c, "nvidia.run --silent --dkms --no-cc-version-check") {
+				if strings.Contains(c, `"$f" --silent --dkms --no-cc-version-check`) {
 					nv = i
 				}
 			}
@@ -503,6 +503,39 @@ for p in sys.argv[1:]:
 		}
 		if got := nc.Ethernets["nic0"].Match["macaddress"]; got != "52:54:00:12:34:56" {
 			t.Errorf("%s: MAC read back as %#v", ci.name, got)
+		}
+	}
+}
+
+// TestNVIDIAInstallerFetch: the installer is fetched over https only
+// (redirects too), into a private temporary file, and checked against its
+// SHA-256 before it runs when one is given.
+func TestNVIDIAInstallerFetch(t *testing.T) {
+	sum := strings.Repeat("ab", 32)
+	for _, n := range []*NVIDIA{{Version: "550.54.14"}, {Version: "550.54.14", SHA256: strings.ToUpper(sum)}} {
+		cmds := strings.Join(nvidiaCommands(n), "\n")
+		for _, want := range []string{"--proto =https", "--proto-redir =https", `f=$(mktemp)`, `trap 'rm -f "$f"' EXIT`, "set -e"} {
+			if !strings.Contains(cmds, want) {
+				t.Errorf("commands lack %q:\n%s", want, cmds)
+			}
+		}
+		if strings.Contains(cmds, "/tmp/nvidia.run") || strings.Contains(cmds, "curl -fsSL -L") {
+			t.Errorf("fixed path or unchecked redirects:\n%s", cmds)
+		}
+		check := `echo "` + sum + `  $f" | sha256sum -c -;`
+		if got := strings.Contains(cmds, check); got != (n.SHA256 != "") {
+			t.Errorf("SHA256 %q: check present %v:\n%s", n.SHA256, got, cmds)
+		}
+		if n.SHA256 != "" && strings.Index(cmds, check) > strings.Index(cmds, `"$f" --silent`) {
+			t.Errorf("checked after running:\n%s", cmds)
+		}
+	}
+	// A plain http mirror (allowed only with a SHA-256): http is accepted,
+	// and the download is checked before it runs.
+	cmds := strings.Join(nvidiaCommands(&NVIDIA{Version: "550.54.14", URLTemplate: "http://mirror.example/{version}.run", SHA256: sum}), "\n")
+	for _, want := range []string{"--proto =http,https", "--proto-redir =http,https", `echo "` + sum + `  $f" | sha256sum -c -;`} {
+		if !strings.Contains(cmds, want) {
+			t.Errorf("http mirror: commands lack %q:\n%s", want, cmds)
 		}
 	}
 }

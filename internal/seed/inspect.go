@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
+
 	"github.com/kdomanski/iso9660"
 	"gopkg.in/yaml.v3"
 )
@@ -144,6 +146,10 @@ func Inspect(img []byte) (*Inspection, error) {
 	in.ReportToken = findInUserData(ud, findReportToken)
 	if in.ReportToken != "" {
 		in.HeartbeatSeconds, _ = strconv.Atoi(findInUserData(ud, findHeartbeat))
+		// The reporter posts to the signed URL; name the URL it stands for.
+		if id := phonehome.ReportID(in.ReportToken); strings.HasSuffix(in.PhoneHomeURL, "/"+id) {
+			in.PhoneHomeURL = strings.TrimSuffix(in.PhoneHomeURL, id) + in.ReportToken
+		}
 	}
 	return in, nil
 }

@@ -215,6 +215,8 @@ func expectation(pl *plan) Expectation {
 
 // reporterFiles are the script, its configuration (holding the token, so
 // readable by root only, and what the seed declared) and the systemd unit.
+// The reporter posts to the signed URL (phonehome.SignedURL), which does
+// not carry the token, and signs each body with it.
 func reporterFiles(r *reporter, expect Expectation) []File {
 	cfg, _ := json.Marshal(struct {
 		URL       string      `json:"url"`
@@ -222,7 +224,7 @@ func reporterFiles(r *reporter, expect Expectation) []File {
 		Channel   string      `json:"channel"`
 		Expect    Expectation `json:"expect"`
 		Heartbeat int         `json:"heartbeat,omitempty"`
-	}{r.URL, r.Token, phonehome.ReportChannel, expect, r.Heartbeat})
+	}{phonehome.SignedURL(r.URL, r.Token), r.Token, phonehome.ReportChannel, expect, r.Heartbeat})
 	return []File{
 		{Path: ReporterScriptPath, Content: reporterScript, Permissions: "0755"},
 		{Path: ReporterConfigPath, Content: append(cfg, '\n'), Permissions: "0600"},

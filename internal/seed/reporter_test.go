@@ -113,6 +113,7 @@ func TestReporterScriptPostsAParsableReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	bodies := make(chan []byte, 4)
+	sigs := make(chan string, 4)
 	var tries atomic.Int32
 	var refused, posted atomic.Int64 // unix nanoseconds
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -129,6 +130,7 @@ func TestReporterScriptPostsAParsableReport(t *testing.T) {
 		}
 		posted.Store(time.Now().UnixNano())
 		bodies <- b
+		sigs <- r.Header.Get(phonehome.SignatureHeader)
 	}))
 	defer srv.Close()
 	status := `{"status": "error", "errors": ["('scripts_user', RuntimeError('Runparts: 1 failures (part-001) in 1 attempted commands'))"], "detail": "x", "datasource": "nocloud", "boot_status_code": "enabled-by-generator", "last_update": "Thu, 01 Jan 1970 00:02:20 +0000", "_schema_version": "1", "schemas": {"1": {}}}`
@@ -150,8 +152,12 @@ func TestReporterScriptPostsAParsableReport(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the provider would reject the report: %v\n%s", err, body)
 	}
-	if rep.Token != "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd" || rep.InstanceID != "iid-reporter-test" || rep.Hostname == "" {
+	// The post does not carry the token; it is signed with it.
+	if rep.Token != "" || rep.InstanceID != "iid-reporter-test" || rep.Hostname == "" {
 		t.Errorf("report = %s", rep)
+	}
+	if sig := <-sigs; sig != phonehome.Sign("AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd", body) {
+		t.Errorf("signature %q does not match the body under the token", sig)
 	}
 	if rep.CloudInit == nil || !rep.CloudInit.Failed() || !strings.Contains(strings.Join(rep.CloudInit.Errors, " "), "scripts_user") {
 		t.Errorf("cloud-init verdict lost: %+v", rep.CloudInit)

@@ -227,7 +227,12 @@ type NVIDIA struct {
 	// Version such as "550.54.14" (required).
 	Version string
 	// URLTemplate with {version} placeholders; empty means DefaultNVIDIAURL.
+	// It must be https (the download refuses plain http, redirects too),
+	// or plain http with SHA256 set.
 	URLTemplate string
+	// SHA256 is the installer's expected SHA-256 in hex; when set, the
+	// guest checks the download against it before running it.
+	SHA256 string
 }
 
 // PhoneHome configures cloud-init's phone_home module.

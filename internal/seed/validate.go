@@ -221,15 +221,23 @@ func validateNVIDIA(s *Spec, p *problems) {
 	if n.URLTemplate != "" {
 		u, err := url.Parse(n.URLTemplate)
 		switch {
-		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-			p.add("nvidia.url_template", fmt.Sprintf("%q is not an http(s) URL", n.URLTemplate), `"https://mirror.example/nvidia/{version}/NVIDIA-Linux-x86_64-{version}.run"`)
+		case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "":
+			p.add("nvidia.url_template", fmt.Sprintf("%q is not an https URL", n.URLTemplate), `"https://mirror.example/nvidia/{version}/NVIDIA-Linux-x86_64-{version}.run"`)
+		case u.Scheme == "http" && n.SHA256 == "":
+			p.add("nvidia.url_template", fmt.Sprintf("%q is plain http, and no sha256 pins what the guest would run: anyone on the path could replace the installer; use https, or give nvidia.sha256 (the guest checks the download against it before running it)", n.URLTemplate), `"https://mirror.example/nvidia/{version}/NVIDIA-Linux-x86_64-{version}.run"`)
 		case !strings.Contains(n.URLTemplate, "{version}"):
 			p.add("nvidia.url_template", "has no {version} placeholder", `"https://mirror.example/nvidia/{version}/NVIDIA-Linux-x86_64-{version}.run"`)
 		case strings.ContainsAny(n.URLTemplate, "'\"` \\\n\r\t$;&|<>"):
 			p.add("nvidia.url_template", "contains shell metacharacters or spaces", `"https://mirror.example/nvidia/{version}/NVIDIA-Linux-x86_64-{version}.run"`)
 		}
 	}
+	if n.SHA256 != "" && !sha256HexRe.MatchString(n.SHA256) {
+		p.add("nvidia.sha256", "is not 64 hex digits", `"`+strings.Repeat("0", 64)+`"`)
+	}
 }
+
+// sha256HexRe matches a SHA-256 in hex.
+var sha256HexRe = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 
 func validatePhoneHome(s *Spec, p *problems) {
 	ph := s.PhoneHome

@@ -27,8 +27,12 @@ var yaml11Words = map[string]bool{
 func ystr(s string) *yaml.Node {
 	n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
 	switch {
-	case strings.Contains(s, "\n") && printableText(s):
+	case strings.Contains(s, "\n") && printableText(s) && !strings.HasPrefix(s, "\n"):
+		// A literal block cannot start with a newline: yaml.v3 writes it
+		// so that one is lost on reading; double quotes keep it.
 		n.Style = yaml.LiteralStyle
+	case strings.HasPrefix(s, "\n"):
+		n.Style = yaml.DoubleQuotedStyle
 	case !printableText(s):
 		n.Style = yaml.DoubleQuotedStyle
 	case plainStart.MatchString(s) && !yaml11Words[strings.ToLower(s)] && strings.TrimSpace(s) == s:

@@ -27,6 +27,9 @@ type TLSSettings struct {
 	PKIPath string
 	// NoVerify skips verification of the server certificate (insecure).
 	NoVerify bool
+	// NoVerifySet says NoVerify was given explicitly: then it wins over
+	// the URI's no_verify, false included.
+	NoVerifySet bool
 	// CACert, ClientCert and ClientKey are PEM text; each set one is used
 	// instead of its file (tls.go). ClientKey is never logged.
 	CACert, ClientCert, ClientKey string

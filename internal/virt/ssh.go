@@ -207,6 +207,8 @@ type sshDialer struct {
 	auth    []ssh.AuthMethod
 	offered []string
 	check   ssh.HostKeyCallback
+	// verify is the known_hosts_verify mode in force.
+	verify string
 	// algorithms lists the host key algorithms to ask the server for,
 	// from the keys the client knows for it (nil: the library's default).
 	algorithms func() []string
@@ -264,10 +266,13 @@ func newSSHDialer(ep Endpoint, s SSHSettings, timeout time.Duration) (*sshDialer
 	}
 	keyFile := firstNonEmpty(s.KeyFile, ep.Params.Get("keyfile"))
 	knownHosts := expandHome(firstNonEmpty(s.KnownHostsFile, ep.Params.Get("known_hosts"), "~/.ssh/known_hosts"))
+	// An explicit known_hosts_verify setting wins over everything in the
+	// URI; within the URI, no_verify=1 wins over known_hosts_verify.
 	verify := firstNonEmpty(s.KnownHostsVerify, ep.Params.Get("known_hosts_verify"), HostKeyNormal)
-	if ep.Params.Get("no_verify") == "1" {
+	if s.KnownHostsVerify == "" && ep.Params.Get("no_verify") == "1" {
 		verify = HostKeyIgnore
 	}
+	d.verify = verify
 	password := firstNonEmpty(s.Password, ep.password)
 
 	var signers []ssh.Signer

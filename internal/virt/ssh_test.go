@@ -507,3 +507,26 @@ func mustRSAWire(t *testing.T) []byte {
 	}
 	return p.Marshal()
 }
+
+// TestSSHExplicitVerifyWinsOverURINoVerify: the URI's no_verify=1 does not
+// override an explicit known_hosts_verify, as the documented rule (values
+// win over the URI) says.
+func TestSSHExplicitVerifyWinsOverURINoVerify(t *testing.T) {
+	t.Parallel()
+	ep, err := ParseURI("qemu+ssh://ops@gpu1/system?no_verify=1&known_hosts_verify=normal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw := SSHSettings{Password: "x", KnownHostsFile: filepath.Join(t.TempDir(), "known_hosts")}
+	for set, want := range map[string]string{"": HostKeyIgnore, HostKeyNormal: HostKeyNormal, HostKeyAuto: HostKeyAuto} {
+		s := pw
+		s.KnownHostsVerify = set
+		d, err := newSSHDialer(ep, s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.verify != want {
+			t.Errorf("known_hosts_verify %q with no_verify=1 in the URI: mode %q, want %q", set, d.verify, want)
+		}
+	}
+}

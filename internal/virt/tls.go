@@ -42,7 +42,7 @@ func newTLSDialer(ep Endpoint, s Settings) *tlsDialer {
 		addr:     net.JoinHostPort(ep.Host, ep.Port),
 		host:     ep.Host,
 		timeout:  s.DialTimeout,
-		noVerify: s.TLS.NoVerify || ep.Params.Get("no_verify") == "1",
+		noVerify: s.TLS.NoVerify || !s.TLS.NoVerifySet && ep.Params.Get("no_verify") == "1",
 		caPEM:    s.TLS.CACert,
 		certPEM:  s.TLS.ClientCert,
 		keyPEM:   s.TLS.ClientKey,

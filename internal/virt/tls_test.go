@@ -254,6 +254,10 @@ func TestTLSDialerDefaultPaths(t *testing.T) {
 	if !d.noVerify || d.caPaths[0] != "/srv/pki/cacert.pem" || len(d.certPaths) != 1 {
 		t.Errorf("URI parameters: noVerify=%v ca=%v cert=%v", d.noVerify, d.caPaths, d.certPaths)
 	}
+	// An explicit tls.no_verify = false wins over the URI's no_verify=1.
+	if d = newTLSDialer(ep, Settings{TLS: TLSSettings{NoVerify: false, NoVerifySet: true}}); d.noVerify {
+		t.Error("the URI's no_verify=1 overrode an explicit no_verify = false")
+	}
 	// The provider's setting wins over the URI's.
 	d = newTLSDialer(ep, Settings{TLS: TLSSettings{PKIPath: "/etc/kohaku/pki"}})
 	if d.keyPaths[0] != "/etc/kohaku/pki/clientkey.pem" {

@@ -4,10 +4,12 @@
 package virt
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 )
 
@@ -49,11 +51,14 @@ type Endpoint struct {
 	password string
 }
 
+// userinfoPassword finds the password of a URI that does not parse.
+var userinfoPassword = regexp.MustCompile(`(//[^/@:]*:)[^/]*@`)
+
 // Redacted returns the URI with any password removed, safe for logs and errors.
 func (e Endpoint) Redacted() string {
 	u, err := url.Parse(e.Raw)
 	if err != nil {
-		return e.Raw
+		return userinfoPassword.ReplaceAllString(e.Raw, "${1}REDACTED@")
 	}
 	if u.User != nil {
 		if _, ok := u.User.Password(); ok {
@@ -86,12 +91,17 @@ func ParseURI(raw string) (Endpoint, error) {
 	if strings.TrimSpace(raw) == "" {
 		return Endpoint{}, fmt.Errorf("the libvirt URI is empty; for example qemu:///system or qemu+ssh://root@gpu1.example.com/system")
 	}
+	shown := Endpoint{Raw: raw}.Redacted() // for messages: without a password
 	u, err := url.Parse(raw)
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // its message quotes the URI, password included
+	}
 	if err != nil {
-		return Endpoint{}, fmt.Errorf("%q is not a libvirt URI: %w; for example qemu+ssh://root@gpu1.example.com/system", raw, err)
+		return Endpoint{}, fmt.Errorf("%q is not a libvirt URI: %w; for example qemu+ssh://root@gpu1.example.com/system", shown, err)
 	}
 	if u.Scheme == "" {
-		return Endpoint{}, fmt.Errorf("%q has no scheme; a libvirt URI looks like qemu:///system or qemu+tcp://10.0.0.5/system", raw)
+		return Endpoint{}, fmt.Errorf("%q has no scheme; a libvirt URI looks like qemu:///system or qemu+tcp://10.0.0.5/system", shown)
 	}
 	ep := Endpoint{Raw: raw, Params: u.Query()}
 	driver, transport, hasTransport := strings.Cut(u.Scheme, "+")
@@ -111,18 +121,18 @@ func ParseURI(raw string) (Endpoint, error) {
 	}
 	allowed, ok := knownParams[ep.Transport]
 	if !ok {
-		return Endpoint{}, fmt.Errorf("%q uses transport %q, which Kohaku does not support; use unix, tcp, tls or ssh (for example qemu+ssh://root@host/system)", raw, ep.Transport)
+		return Endpoint{}, fmt.Errorf("%q uses transport %q, which Kohaku does not support; use unix, tcp, tls or ssh (for example qemu+ssh://root@host/system)", shown, ep.Transport)
 	}
 	for k := range ep.Params {
 		if !contains(allowed, k) {
-			return Endpoint{}, fmt.Errorf("%q has parameter %q, which the %s transport does not take; it takes %s", raw, k, ep.Transport, strings.Join(allowed, ", "))
+			return Endpoint{}, fmt.Errorf("%q has parameter %q, which the %s transport does not take; it takes %s", shown, k, ep.Transport, strings.Join(allowed, ", "))
 		}
 	}
 	if ep.Transport != TransportUnix && u.Hostname() == "" {
-		return Endpoint{}, fmt.Errorf("%q uses the %s transport but names no host; for example %s+%s://gpu1.example.com/system", raw, ep.Transport, driver, ep.Transport)
+		return Endpoint{}, fmt.Errorf("%q uses the %s transport but names no host; for example %s+%s://gpu1.example.com/system", shown, ep.Transport, driver, ep.Transport)
 	}
 	if ep.Transport == TransportUnix && u.Host != "" {
-		return Endpoint{}, fmt.Errorf("%q names host %q but uses the local unix socket; use %s+ssh://%s/... or %s+tcp://%s/... to reach another machine", raw, u.Host, driver, u.Host, driver, u.Host)
+		return Endpoint{}, fmt.Errorf("%q names host %q but uses the local unix socket; use %s+ssh://%s/... or %s+tcp://%s/... to reach another machine", shown, u.Host, driver, u.Host, driver, u.Host)
 	}
 	ep.Host = u.Hostname()
 	ep.Port = u.Port()
@@ -159,10 +169,10 @@ func ParseURI(raw string) (Endpoint, error) {
 		}
 	}
 	if v := ep.Params.Get("no_verify"); v != "" && v != "0" && v != "1" {
-		return Endpoint{}, fmt.Errorf("%q: no_verify must be 0 or 1, not %q", raw, v)
+		return Endpoint{}, fmt.Errorf("%q: no_verify must be 0 or 1, not %q", shown, v)
 	}
 	if v := ep.Params.Get("known_hosts_verify"); v != "" && !contains([]string{"normal", "auto", "ignore"}, v) {
-		return Endpoint{}, fmt.Errorf("%q: known_hosts_verify must be normal, auto or ignore, not %q", raw, v)
+		return Endpoint{}, fmt.Errorf("%q: known_hosts_verify must be normal, auto or ignore, not %q", shown, v)
 	}
 	return ep, nil
 }

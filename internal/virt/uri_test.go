@@ -84,3 +84,22 @@ func TestRedactedHidesPassword(t *testing.T) {
 		t.Errorf("password not kept for the dialer")
 	}
 }
+
+// TestParseURIErrorsHidePassword: a password in a URI reaches no error
+// message, whether or not the URI parses.
+func TestParseURIErrorsHidePassword(t *testing.T) {
+	for _, raw := range []string{
+		"qemu+ssh://ops:s3cr3t@gpu1/system?no_verify=yes",
+		"qemu+gopher://ops:s3cr3t@gpu1/system",
+		"qemu+ssh://ops:s3cr3t@gpu1/system?bogus=1",
+		"qemu+ssh://ops:s3cr3t@gpu1:99999999999/system%zz",
+	} {
+		_, err := ParseURI(raw)
+		if err == nil {
+			t.Fatalf("%s: no error", raw)
+		}
+		if strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("error %q shows the password", err)
+		}
+	}
+}
