@@ -520,7 +520,8 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 		Want:    vmlife.Want{Spec: want.Spec, GPUs: gpus, NUMAPlacement: plan.placement()},
 		Prior:   prior.Spec,
 		Overlay: volumeRef(state.OverlayVolume), Recorded: gpuGroupsFromPrivate(recorded),
-		Running: plan.Running.ValueBool(), Autostart: plan.Autostart.ValueBool(), Grace: grace,
+		DiskBytes: plannedDiskBytes(ctx, &plan, &resp.Diagnostics),
+		Running:   plan.Running.ValueBool(), Autostart: plan.Autostart.ValueBool(), Grace: grace,
 		Record: func(g gpuGroups) {
 			resp.Diagnostics.Append(resp.Private.SetKey(ctx, privateGPUGroups, privateGroups(g))...)
 		},
@@ -594,6 +595,15 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 	} else if err != nil {
 		addError(&resp.Diagnostics, "Destroying VM "+ref.Name, err)
 	}
+}
+
+// plannedDiskBytes is the overlay's planned size in bytes; 0 when the plan
+// sets none (the size stays as it is).
+func plannedDiskBytes(ctx context.Context, m *vmModel, diags *diag.Diagnostics) int64 {
+	if d := m.disk(ctx, diags); d != nil && d.overlay() && !d.SizeGiB.IsNull() && !d.SizeGiB.IsUnknown() {
+		return d.SizeGiB.ValueInt64() << 30
+	}
+	return 0
 }
 
 // volumeRef reads a "<pool>/<volume>" attribute; nil when it is not one.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
@@ -306,4 +307,54 @@ func testSpec(name string) domain.Spec {
 		Name: name, Type: domain.TypeQEMU, VCPU: 1, MemoryMiB: 128,
 		Disk: &domain.Disk{Source: domain.Source{Pool: "default", Volume: name + "-root.qcow2"}, Format: domain.DiskQCOW2},
 	}
+}
+
+func (h *fakeHost) GrowVolume(_ context.Context, pool, name string, capacity int64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("GrowVolume"); err != nil {
+		return err
+	}
+	v, ok := h.volumes[pool+"/"+name]
+	switch {
+	case !ok:
+		return fmt.Errorf("pool %s has no volume %q: %w", pool, name, virt.ErrNotFound)
+	case capacity < v.CapacityBytes:
+		return errors.New("can't shrink capacity below current capacity unless shrink flag explicitly specified")
+	}
+	v.CapacityBytes = capacity
+	return nil
+}
+
+// GrowDiskLive grows the volume behind the running domain's disk target,
+// found in its definition as libvirt would.
+func (h *fakeHost) GrowDiskLive(_ context.Context, ref virt.DomainRef, target string, size int64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("GrowDiskLive"); err != nil {
+		return err
+	}
+	d := h.byRef(ref)
+	if d == nil || !d.active {
+		return errors.New("Requested operation is not valid: domain is not running")
+	}
+	var x libvirtxml.Domain
+	if err := x.Unmarshal(d.xml); err != nil {
+		return err
+	}
+	for _, disk := range x.Devices.Disks {
+		if disk.Target == nil || disk.Target.Dev != target || disk.Source == nil || disk.Source.Volume == nil {
+			continue
+		}
+		v, ok := h.volumes[disk.Source.Volume.Pool+"/"+disk.Source.Volume.Volume]
+		if !ok {
+			return fmt.Errorf("no volume behind disk %s", target)
+		}
+		if size < v.CapacityBytes {
+			return errors.New("shrinking disk is not supported")
+		}
+		v.CapacityBytes = size
+		return nil
+	}
+	return fmt.Errorf("disk '%s' was not found in the domain config", target)
 }

@@ -18,6 +18,9 @@ type Change struct {
 	Prior domain.Spec
 	// Overlay is the overlay volume the state records, if any.
 	Overlay *domain.VolumeRef
+	// DiskBytes is the boot disk's planned virtual size (disk.size_gib);
+	// 0 leaves its size as it is. A larger size grows the disk in place.
+	DiskBytes int64
 	// Recorded are the GPU groups create or the last update recorded.
 	Recorded  GPUGroups
 	Running   bool
@@ -87,7 +90,51 @@ func DefinitionChanged(want, prior domain.Spec, groups GPUGroups, observed []str
 	return domain.Hash(want) != domain.Hash(prior)
 }
 
+// StepGrowDisk is the step that grows the boot disk.
+const StepGrowDisk = "grow the boot disk"
+
+// ErrShrink is a disk size below the volume's: refused, since it would cut
+// off the data at the end of the disk.
+var ErrShrink = errors.New("a disk is never shrunk: the data past the new size would be lost")
+
+// GrowBootDisk grows the volume behind the domain's boot disk (vda) to size
+// bytes: through QEMU's block resize while the domain runs, so the guest
+// sees the larger block device at once and nothing restarts, else by
+// resizing the volume, which the guest sees at its next start. The same
+// volume stays, with its data. A size of 0 or the volume's own does nothing;
+// a smaller one is refused with ErrShrink.
+func GrowBootDisk(ctx context.Context, h Host, view *View, size int64) error {
+	if size <= 0 || view.Observed.Spec.Disk == nil {
+		return nil
+	}
+	vol := view.Overlay
+	if vol == nil {
+		vol = view.DiskVolume
+	}
+	if vol == nil {
+		src := view.Observed.Spec.Disk.Source
+		if src.Pool == "" || src.Volume == "" {
+			return fmt.Errorf("the boot disk %s is in no storage pool, so Kohaku cannot resize it", src.Path)
+		}
+		vol = &domain.VolumeRef{Pool: src.Pool, Volume: src.Volume}
+	}
+	info, err := h.VolumeInfo(ctx, vol.Pool, vol.Volume)
+	if err != nil {
+		return err
+	}
+	switch {
+	case size == info.CapacityBytes:
+		return nil
+	case size < info.CapacityBytes:
+		return fmt.Errorf("volume %s/%s has %d bytes, more than the %d planned: %w", vol.Pool, vol.Volume, info.CapacityBytes, size, ErrShrink)
+	case view.Status.Active:
+		return h.GrowDiskLive(ctx, view.Status.DomainRef, "vda", size)
+	}
+	return h.GrowVolume(ctx, vol.Pool, vol.Volume, size)
+}
+
 // Update brings the domain to the plan: the GPU groups are read anew, the
+// boot disk grows in place (GrowBootDisk) when the plan makes it larger, the
 // domain is redefined (same UUID, same disk) when its definition changes,
 // from its current definition with what Kohaku owns set (domain.Merge),
 // then stopped, started or restarted as Restarts says, and its autostart
@@ -144,6 +191,11 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 		return nil, &UpdateError{Step: StepPlace, Err: err, Unchanged: true}
 	}
 	prior.NUMA = view.Observed.Spec.NUMA
+	// The boot disk grows first, live when the domain runs: nothing else
+	// of the update depends on it, and a failure leaves the rest as it was.
+	if err := GrowBootDisk(steady, h, view, ch.DiskBytes); err != nil {
+		return nil, fail(StepGrowDisk, err)
+	}
 	redefine := DefinitionChanged(want, prior, planned, view.Observed.Spec.Hostdevs)
 	if redefine {
 		w := ch.Want
