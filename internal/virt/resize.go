@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
 )
 
 // GrowVolume resizes a volume that no running domain uses to capacity bytes.
@@ -34,5 +35,64 @@ func (c *Client) GrowDiskLive(ctx context.Context, ref DomainRef, target string,
 	}
 	return c.Call(ctx, fmt.Sprintf("resize disk %s of domain %s", target, ref), func(l *libvirt.Libvirt) error {
 		return l.DomainBlockResize(dom, target, uint64(size), libvirt.DomainBlockResizeBytes)
+	})
+}
+
+// CreateVolume creates an empty volume of capacity bytes in format (qcow2
+// or raw) in pool. A volume of that name that exists already is an
+// *OverlayExistsError, and is left as it is.
+func (c *Client) CreateVolume(ctx context.Context, pool, name, format string, capacity int64) (*VolumeDetail, error) {
+	var out *VolumeDetail
+	err := c.Call(ctx, fmt.Sprintf("create volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		if _, err := l.StorageVolLookupByName(p, name); err == nil {
+			return &OverlayExistsError{Pool: pool, Name: name}
+		} else if !libvirtCode(err, libvirt.ErrNoStorageVol) {
+			return err
+		}
+		doc, err := (&libvirtxml.StorageVolume{
+			Name:     name,
+			Capacity: &libvirtxml.StorageVolumeSize{Value: uint64(capacity), Unit: "bytes"},
+			Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: format}},
+		}).Marshal()
+		if err != nil {
+			return err
+		}
+		v, err := l.StorageVolCreateXML(p, doc, 0)
+		if err != nil {
+			return err
+		}
+		out, err = volumeDetail(l, pool, v)
+		return err
+	})
+	return out, err
+}
+
+// AttachDisk hot-plugs the <disk> diskXML into a running domain and adds it
+// to its persistent definition (libvirt's live and config flags), so it
+// stays attached across restarts.
+func (c *Client) AttachDisk(ctx context.Context, ref DomainRef, diskXML string) error {
+	dom, err := ref.handle()
+	if err != nil {
+		return err
+	}
+	return c.Call(ctx, "attach a disk to domain "+ref.String(), func(l *libvirt.Libvirt) error {
+		return l.DomainAttachDeviceFlags(dom, diskXML, uint32(libvirt.DomainDeviceModifyLive|libvirt.DomainDeviceModifyConfig))
+	})
+}
+
+// DetachDisk unplugs the <disk> diskXML (matched by its target) from a
+// running domain and removes it from its persistent definition. The guest
+// is asked to release it; libvirt waits for it a few seconds.
+func (c *Client) DetachDisk(ctx context.Context, ref DomainRef, diskXML string) error {
+	dom, err := ref.handle()
+	if err != nil {
+		return err
+	}
+	return c.Call(ctx, "detach a disk from domain "+ref.String(), func(l *libvirt.Libvirt) error {
+		return l.DomainDetachDeviceFlags(dom, diskXML, uint32(libvirt.DomainDeviceModifyLive|libvirt.DomainDeviceModifyConfig))
 	})
 }

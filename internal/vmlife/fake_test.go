@@ -358,3 +358,83 @@ func (h *fakeHost) GrowDiskLive(_ context.Context, ref virt.DomainRef, target st
 	}
 	return fmt.Errorf("disk '%s' was not found in the domain config", target)
 }
+
+func (h *fakeHost) CreateVolume(_ context.Context, pool, name, format string, capacity int64) (*virt.VolumeDetail, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("CreateVolume"); err != nil {
+		return nil, err
+	}
+	if _, ok := h.volumes[pool+"/"+name]; ok {
+		return nil, &virt.OverlayExistsError{Pool: pool, Name: name}
+	}
+	v := &virt.VolumeDetail{Pool: pool, Name: name, Path: "/pools/" + pool + "/" + name, Format: format, CapacityBytes: capacity}
+	h.volumes[pool+"/"+name] = v
+	c := *v
+	return &c, nil
+}
+
+// editDisks applies edit to the disks of a running domain's definition, as
+// a hot-plug with libvirt's live and config flags does.
+func (h *fakeHost) editDisks(ref virt.DomainRef, edit func(*libvirtxml.Domain) error) error {
+	d := h.byRef(ref)
+	if d == nil || !d.active {
+		return errors.New("Requested operation is not valid: domain is not running")
+	}
+	var x libvirtxml.Domain
+	if err := x.Unmarshal(d.xml); err != nil {
+		return err
+	}
+	if err := edit(&x); err != nil {
+		return err
+	}
+	s, err := x.Marshal()
+	if err != nil {
+		return err
+	}
+	d.xml = s
+	return nil
+}
+
+func (h *fakeHost) AttachDisk(_ context.Context, ref virt.DomainRef, diskXML string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("AttachDisk"); err != nil {
+		return err
+	}
+	var disk libvirtxml.DomainDisk
+	if err := disk.Unmarshal(diskXML); err != nil {
+		return err
+	}
+	return h.editDisks(ref, func(x *libvirtxml.Domain) error {
+		for _, o := range x.Devices.Disks {
+			if o.Target != nil && o.Target.Dev == disk.Target.Dev {
+				return fmt.Errorf("target %s already exists", disk.Target.Dev)
+			}
+		}
+		x.Devices.Disks = append(x.Devices.Disks, disk)
+		return nil
+	})
+}
+
+func (h *fakeHost) DetachDisk(_ context.Context, ref virt.DomainRef, diskXML string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("DetachDisk"); err != nil {
+		return err
+	}
+	var disk libvirtxml.DomainDisk
+	if err := disk.Unmarshal(diskXML); err != nil {
+		return err
+	}
+	return h.editDisks(ref, func(x *libvirtxml.Domain) error {
+		n := len(x.Devices.Disks)
+		x.Devices.Disks = slices.DeleteFunc(x.Devices.Disks, func(o libvirtxml.DomainDisk) bool {
+			return o.Target != nil && o.Target.Dev == disk.Target.Dev
+		})
+		if len(x.Devices.Disks) == n {
+			return fmt.Errorf("disk %s not found", disk.Target.Dev)
+		}
+		return nil
+	})
+}

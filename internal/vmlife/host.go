@@ -25,6 +25,9 @@ type Host interface {
 	RemoveVolume(ctx context.Context, pool, name string) error
 	GrowVolume(ctx context.Context, pool, name string, capacity int64) error
 	GrowDiskLive(ctx context.Context, ref virt.DomainRef, target string, size int64) error
+	CreateVolume(ctx context.Context, pool, name, format string, capacity int64) (*virt.VolumeDetail, error)
+	AttachDisk(ctx context.Context, ref virt.DomainRef, diskXML string) error
+	DetachDisk(ctx context.Context, ref virt.DomainRef, diskXML string) error
 	DownloadVolume(ctx context.Context, pool, name string, limit int64) ([]byte, error)
 
 	NodeDeviceXML(ctx context.Context, name string) (string, error)

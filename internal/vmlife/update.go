@@ -21,6 +21,8 @@ type Change struct {
 	// DiskBytes is the boot disk's planned virtual size (disk.size_gib);
 	// 0 leaves its size as it is. A larger size grows the disk in place.
 	DiskBytes int64
+	// NewDisks are the planned data disks whose volumes Kohaku makes.
+	NewDisks []NewDisk
 	// Recorded are the GPU groups create or the last update recorded.
 	Recorded  GPUGroups
 	Running   bool
@@ -196,15 +198,34 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	if err := GrowBootDisk(steady, h, view, ch.DiskBytes); err != nil {
 		return nil, fail(StepGrowDisk, err)
 	}
-	redefine := DefinitionChanged(want, prior, planned, view.Observed.Spec.Hostdevs)
+	// Data disks: their volumes are made first; on a running domain they
+	// are hot-plugged (live and in the definition), so only other hardware
+	// changes restart it.
+	diff := dataDiskDiff(domain.Normalize(want).DataDisks, view.Observed)
+	if err := createDataVolumes(steady, h, ch.NewDisks); err != nil {
+		return nil, fail(StepDataDisks, err)
+	}
+	wantHW, priorHW := want, prior
+	wantHW.DataDisks, priorHW.DataDisks = nil, nil
+	restart := DefinitionChanged(wantHW, priorHW, planned, view.Observed.Spec.Hostdevs)
+	owned := ownedVolumes(view.Overlay, ch.NewDisks)
+	ownedBefore := view.Owned
+	if view.Status.Active && !diff.empty() {
+		if err := hotplug(steady, h, ch.Ref, view.Status.XML, diff); err != nil {
+			var se *StepError
+			errors.As(err, &se)
+			return nil, fail(se.Step, se.Err)
+		}
+		if view, err = Read(steady, h, ch.Ref, ch.Overlay, false); err != nil {
+			return nil, fail("read the domain", err)
+		}
+	}
+	redefine := restart || !diff.empty() || !sameVolumes(owned, ownedBefore)
 	if redefine {
 		w := ch.Want
 		w.Spec.UUID = ch.Ref.UUID
 		w.Spec.Disk = view.Observed.Spec.Disk // disk changes replace the VM
-		w.Spec.Owner.Volumes = nil
-		if view.Overlay != nil {
-			w.Spec.Owner.Volumes = []domain.VolumeRef{*view.Overlay}
-		}
+		w.Spec.Owner.Volumes = owned
 		w.DiskMode, w.InspectSeed = "", false
 		r, err := Resolve(ctx, h, w, planned, false)
 		var se *StepError
@@ -225,8 +246,14 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 			return nil, fail("redefine the domain", err)
 		}
 	}
+	// The volumes of removed data disks go once no definition names them.
+	for _, v := range removedVolumes(ownedBefore, owned, want.DataDisks) {
+		if err := h.RemoveVolume(steady, v.Pool, v.Volume); err != nil {
+			return nil, fail(StepDeleteVolume, fmt.Errorf("%s/%s: %w", v.Pool, v.Volume, err))
+		}
+	}
 
-	for _, p := range Restarts(ch.Running, view.Status.Active, redefine) {
+	for _, p := range Restarts(ch.Running, view.Status.Active, restart) {
 		var err error
 		if p.Stop {
 			var how virt.StopResult
