@@ -37,10 +37,12 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			"Create defines the domain and starts it; a failure rolls back everything the create made. Changes " +
 			"to hardware (vCPUs, memory, interfaces, shared folders, PCI devices) are made in place by " +
 			"redefining the domain with the same UUID and restarting it if it runs; a larger `disk.size_gib` grows " +
-			"the boot disk in place, live and without a restart on a running VM, and a smaller one is refused. " +
+			"the boot disk in place, live and without a restart on a running VM, and a smaller one is refused; " +
+			"`data_disks` are hot-plugged on a running VM. " +
 			"Destroy stops the guest (at once when every disk goes with the VM, else ACPI first and forced off " +
 			"after `shutdown_timeout`; see `destroy_shutdown`), undefines the domain with its NVRAM, and " +
-			"deletes the volumes this resource created - never the base image or the seed.",
+			"deletes the volumes this resource created and did not keep - never the base image, the seed, an " +
+			"existing volume or a data disk with `keep`.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed:      true,
@@ -224,6 +226,7 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 					},
 				}},
 			},
+			"data_disks": dataDisksSchema(),
 			"shared_folder": schema.ListNestedAttribute{
 				Optional: true,
 				Description: "Host directories the guest mounts by tag (for example `mount -t 9p -o " +

@@ -29,6 +29,7 @@ func (r *vmResource) ValidateConfig(ctx context.Context, req resource.ValidateCo
 	}
 	validateDiskChoice(cfg.disk(ctx, &resp.Diagnostics), cfg.Host, &in, resp)
 	validateWaitConfig(&cfg, &resp.Diagnostics)
+	validateDataDisks(cfg.dataDisks(ctx, &resp.Diagnostics), &resp.Diagnostics)
 	addValidationErrors(&resp.Diagnostics, domain.Validate(in.Spec), in.report())
 
 	// A GPU bound on another host cannot be passed to this VM.
