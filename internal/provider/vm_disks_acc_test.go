@@ -145,3 +145,152 @@ func TestAccVM_diskGrowsInPlace(t *testing.T) {
 		},
 	})
 }
+
+// tinyDataDisksVMs are two running tiny-guest VMs, a and b, with the given
+// data_disks bodies.
+func tinyDataDisksVMs(t *testing.T, env acctest.VMEnv, prefix, disksA, disksB string) string {
+	t.Helper()
+	kernel := acctest.Env(t, "KOHAKU_TEST_TINY_KERNEL")
+	initrd := acctest.Env(t, "KOHAKU_TEST_TINY_INITRD")
+	vm := func(n, disks string) string {
+		return fmt.Sprintf(`
+resource "kohaku_seed" "%[1]s" {
+  name     = "%[2]s%[1]s-seed.iso"
+  pool     = %[3]q
+  hostname = "tiny%[1]s"
+}
+
+resource "kohaku_vm" "%[1]s" {
+  name       = "%[2]s%[1]s"
+  type       = "qemu"
+  memory_mib = 96
+  kernel     = %[4]q
+  initrd     = %[5]q
+  cmdline    = "console=ttyS0 quiet mitigations=off no_timer_check panic=1"
+  seed_id    = kohaku_seed.%[1]s.id
+  wait_for   = "channel"
+  data_disks = [%[6]s]
+}
+`, n, prefix, env.Pool, kernel, initrd, disks)
+	}
+	return providerBlock(env.URI) + vm("a", disksA) + vm("b", disksB)
+}
+
+// checkBlockList checks virsh domblklist of a domain (what QEMU has now,
+// not only the definition) for each volume in has, and for none in lacks.
+func checkBlockList(env acctest.VMEnv, name string, has, lacks []string) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		out, err := acctest.Virsh(env.URI, "domblklist", name)
+		if err != nil {
+			return err
+		}
+		for _, v := range has {
+			if !strings.Contains(out, v) {
+				return fmt.Errorf("virsh domblklist %s lacks %s:\n%s", name, v, out)
+			}
+		}
+		for _, v := range lacks {
+			if strings.Contains(out, v) {
+				return fmt.Errorf("virsh domblklist %s still has %s:\n%s", name, v, out)
+			}
+		}
+		return nil
+	}
+}
+
+// checkVolumes checks which volumes of the pool exist.
+func checkVolumes(env acctest.VMEnv, exist, gone []string) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		out, err := acctest.Virsh(env.URI, "vol-list", env.Pool)
+		if err != nil {
+			return err
+		}
+		for _, v := range exist {
+			if !strings.Contains(out, v) {
+				return fmt.Errorf("volume %s/%s is gone:\n%s", env.Pool, v, out)
+			}
+		}
+		for _, v := range gone {
+			if strings.Contains(out, v) {
+				return fmt.Errorf("volume %s/%s is still there:\n%s", env.Pool, v, out)
+			}
+		}
+		return nil
+	}
+}
+
+// Data disks are hot-plugged into a running VM and unplugged again with no
+// restart (same domain id); removing a new disk deletes its volume, a kept
+// one and an existing one stay; a kept volume attaches to a second VM as an
+// existing volume; destroy deletes only the volumes Kohaku made and did not
+// keep.
+func TestAccVM_diskDataHotplug(t *testing.T) {
+	env := acctest.NewVMEnv(t)
+	prefix := vmTestPrefix(t, env, "ddisk")
+	a, b := prefix+"a", prefix+"b"
+	ext, scratch, kept := prefix+"ext.qcow2", a+"-scratch.qcow2", a+"-kept.qcow2"
+	if out, err := acctest.Virsh(env.URI, "vol-create-as", env.Pool, ext, "64M", "--format", "qcow2"); err != nil {
+		t.Fatalf("creating the existing volume: %v\n%s", err, out)
+	}
+	three := fmt.Sprintf(`
+    { name = "scratch", size_gib = 1, pool = %[1]q },
+    { name = "kept", size_gib = 1, pool = %[1]q, keep = true },
+    { name = "ext", pool = %[1]q, volume = %[2]q },
+  `, env.Pool, ext)
+	keptOnB := fmt.Sprintf(`{ name = "moved", pool = %q, volume = %q }`, env.Pool, kept)
+	var idA, idB string
+	sameUUID := statecheck.CompareValue(compare.ValuesSame())
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy: resource.ComposeTestCheckFunc(
+			checkVolumes(env, []string{ext, kept}, []string{scratch, a + "-root", b + "-root"}),
+			func(*terraform.State) error {
+				for _, n := range []string{a, b} {
+					if _, err := acctest.Virsh(env.URI, "domstate", n); err == nil {
+						return fmt.Errorf("domain %s is still defined", n)
+					}
+				}
+				return nil
+			},
+		),
+		Steps: []resource.TestStep{
+			{
+				Config: tinyDataDisksVMs(t, env, prefix, "", ""),
+				ConfigStateChecks: []statecheck.StateCheck{
+					sameUUID.AddStateValue("kohaku_vm.a", tfjsonpath.New("uuid")),
+				},
+				Check: resource.ComposeTestCheckFunc(checkDomID(env, a, &idA), checkDomID(env, b, &idB)),
+			},
+			{
+				Config: tinyDataDisksVMs(t, env, prefix, three, ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("kohaku_vm.a", plancheck.ResourceActionUpdate),
+				}},
+				ConfigStateChecks: []statecheck.StateCheck{
+					sameUUID.AddStateValue("kohaku_vm.a", tfjsonpath.New("uuid")),
+				},
+				Check: resource.ComposeTestCheckFunc(
+					checkBlockList(env, a, []string{scratch, kept, ext}, nil),
+					acctest.CheckXML(env, a, "<serial>scratch</serial>", "<serial>kept</serial>", "<serial>ext</serial>"),
+					checkDomID(env, a, &idA),
+				),
+			},
+			{
+				Config: tinyDataDisksVMs(t, env, prefix, "", ""),
+				Check: resource.ComposeTestCheckFunc(
+					checkBlockList(env, a, nil, []string{scratch, kept, ext}),
+					checkVolumes(env, []string{ext, kept}, []string{scratch}),
+					checkDomID(env, a, &idA),
+				),
+			},
+			{
+				Config: tinyDataDisksVMs(t, env, prefix, "", keptOnB),
+				Check: resource.ComposeTestCheckFunc(
+					checkBlockList(env, b, []string{kept}, nil),
+					acctest.CheckXML(env, b, "<serial>moved</serial>"),
+					checkDomID(env, b, &idB),
+				),
+			},
+		},
+	})
+}
