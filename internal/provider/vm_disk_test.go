@@ -54,6 +54,10 @@ func TestDiskRequiresReplace(t *testing.T) {
 		{"a size not known yet", byName, vmDiskModel{Image: str("images/debian.qcow2"), Pool: str("default"), SizeGiB: types.Int64Unknown()}, true, ""},
 		{"a larger size on another image", byName, vmDiskModel{Image: str("images/ubuntu.qcow2"), Pool: str("default"), SizeGiB: types.Int64Value(40)}, true, ""},
 		{"another overlay pool", byName, vmDiskModel{Image: str("images/debian.qcow2"), Pool: str("fast"), SizeGiB: types.Int64Value(20)}, true, ""},
+		{"a larger existing volume", vmDiskModel{Volume: str("web.qcow2"), Pool: str("images"), SizeGiB: types.Int64Value(20)}, vmDiskModel{Volume: str("web.qcow2"), Pool: str("images"), SizeGiB: types.Int64Value(30)}, false, ""},
+		{"a size for an existing volume", vmDiskModel{Volume: str("web.qcow2"), Pool: str("images"), SizeGiB: types.Int64Null()}, vmDiskModel{Volume: str("web.qcow2"), Pool: str("images"), SizeGiB: types.Int64Value(30)}, false, ""},
+		{"a smaller existing volume", vmDiskModel{Volume: str("web.qcow2"), Pool: str("images"), SizeGiB: types.Int64Value(20)}, vmDiskModel{Volume: str("web.qcow2"), Pool: str("images"), SizeGiB: types.Int64Value(10)}, false, "Disk cannot shrink"},
+		{"a larger size of another volume", vmDiskModel{Volume: str("web.qcow2"), Pool: str("images"), SizeGiB: types.Int64Value(20)}, vmDiskModel{Volume: str("db.qcow2"), Pool: str("images"), SizeGiB: types.Int64Value(30)}, true, ""},
 		{"an existing volume instead", byName, vmDiskModel{Volume: str("debian.qcow2"), Pool: str("images")}, true, ""},
 	}
 	for _, tc := range cases {

@@ -254,6 +254,8 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	if disk := plan.disk(ctx, &resp.Diagnostics); in.DiskMode == "base_volume" && disk != nil {
 		p.Base = disk.base()
 		p.SizeBytes = disk.SizeGiB.ValueInt64() << 30
+	} else if in.DiskMode == "volume" && disk != nil {
+		p.SizeBytes = disk.SizeGiB.ValueInt64() << 30
 	}
 	var out *ready.Outcome
 	p.Ready = func(ctx context.Context) (err error) {
@@ -598,10 +600,11 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 	}
 }
 
-// plannedDiskBytes is the overlay's planned size in bytes; 0 when the plan
-// sets none (the size stays as it is).
+// plannedDiskBytes is the boot disk's planned size in bytes (an overlay's
+// or an existing volume's); 0 when the plan sets none (the size stays as
+// it is).
 func plannedDiskBytes(ctx context.Context, m *vmModel, diags *diag.Diagnostics) int64 {
-	if d := m.disk(ctx, diags); d != nil && d.overlay() && !d.SizeGiB.IsNull() && !d.SizeGiB.IsUnknown() {
+	if d := m.disk(ctx, diags); d != nil && !d.SizeGiB.IsNull() && !d.SizeGiB.IsUnknown() {
 		return d.SizeGiB.ValueInt64() << 30
 	}
 	return 0

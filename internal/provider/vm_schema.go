@@ -164,8 +164,10 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 						Optional: true,
 						Description: "Virtual size of the overlay in GiB, at least the base image's size; the " +
 							"guest grows its filesystem into the extra space (cloud-init's growpart does). " +
-							"Default: the base image's size. Only with `image` or `base_volume`. " +
-							"A larger size grows the overlay in place, keeping the VM (same UUID) and its data: " +
+							"Default: the base image's size. With `volume`, the existing volume is grown to this " +
+							"size if it is smaller (create refuses one that is larger, which it never shrinks); " +
+							"unset leaves it as it is. " +
+							"A larger size grows the overlay (or the volume) in place, keeping the VM (same UUID) and its data: " +
 							"on a running VM through libvirt's live block resize, with no restart, so the guest sees " +
 							"a larger `/dev/vda` at once while its partitions and file systems keep their size until " +
 							"cloud-init's growpart and resizefs grow the root file system at the next boot (or the " +
@@ -438,7 +440,8 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 // diskRequiresReplace replaces the VM on any change of the disk except two:
 // one that names the same base image another way (image for
 // base_pool/base_volume, or back) with the same overlay pool, which changes
-// only the state, and a larger size_gib, which grows the overlay in place.
+// only the state, and a larger size_gib of the same overlay or volume,
+// which grows it in place.
 // A smaller size_gib is refused: shrinking would cut off the guest's data.
 func diskRequiresReplace() planmodifier.Object {
 	const desc = "Replaces the VM unless the change names the same base image another way or grows the disk; refuses a smaller size."
@@ -455,7 +458,9 @@ func diskRequiresReplace() planmodifier.Object {
 			return
 		}
 		sb, pb := st.base(), pl.base()
-		if sb == nil || pb == nil || *sb != *pb || !st.Pool.Equal(pl.Pool) {
+		sameBase := sb != nil && pb != nil && *sb == *pb
+		sameVolume := sb == nil && pb == nil && !st.Volume.IsNull() && st.Volume.Equal(pl.Volume)
+		if !sameBase && !sameVolume || !st.Pool.Equal(pl.Pool) {
 			return
 		}
 		switch grow := diskGrowth(st.SizeGiB, pl.SizeGiB); {

@@ -97,7 +97,7 @@ func validateDiskChoice(d *vmDiskModel, vmHost types.String, in *specInput, resp
 			resp.Diagnostics.AddAttributeError(path.Root("disk").AtName("image"), summary, p)
 		}
 	case "volume":
-		for name, v := range map[string]attr.Value{"base_pool": d.BasePool, "size_gib": d.SizeGiB} {
+		for name, v := range map[string]attr.Value{"base_pool": d.BasePool} {
 			if !v.IsNull() {
 				resp.Diagnostics.AddAttributeError(path.Root("disk").AtName(name), "Setting without an overlay",
 					fmt.Sprintf("disk.%s only applies to an overlay on a base image (disk.image or "+

@@ -201,9 +201,9 @@ func TestVMRejectsBadBootAtPlan(t *testing.T) {
 			body: `disk = { pool = "default" }`,
 			want: []string{`Missing disk source`, `set image or base_volume`},
 		},
-		"size without base": {
-			body: `disk = { volume = "b.qcow2", size_gib = 20 }`,
-			want: []string{`Setting without an overlay`, `disk.size_gib only applies to an overlay on a base image`},
+		"base pool without base": {
+			body: `disk = { volume = "b.qcow2", base_pool = "images" }`,
+			want: []string{`Setting without an overlay`, `disk.base_pool only applies to an overlay on a base image`},
 		},
 		"bad name": {
 			body: `disk = { volume = "b.qcow2" }

@@ -32,7 +32,8 @@ type Plan struct {
 	Spec domain.Spec
 	// Base is the image an overlay disk is backed by; nil when the VM gets
 	// no overlay (an existing volume, or no disk). The overlay is
-	// Spec.Disk's pool and volume, of SizeBytes (0: the base's size).
+	// Spec.Disk's pool and volume, of SizeBytes (0: the base's size). An
+	// existing volume smaller than SizeBytes is grown to it first.
 	Base      *domain.VolumeRef
 	SizeBytes int64
 	// NewDisks are the data disks whose volumes the create makes.
@@ -190,6 +191,11 @@ func Create(ctx context.Context, h Host, p Plan) (*View, error) {
 		}
 		vc.overlay = &domain.VolumeRef{Pool: vol.Pool, Volume: vol.Name}
 		spec.Owner.Volumes = []domain.VolumeRef{*vc.overlay}
+	}
+	if p.Base == nil && spec.Disk != nil && p.SizeBytes > 0 && spec.Disk.Volume != "" {
+		if err := growVolume(steady, h, domain.VolumeRef{Pool: spec.Disk.Pool, Volume: spec.Disk.Volume}, p.SizeBytes); err != nil {
+			return nil, vc.fail(ctx, StepGrowDisk, err)
+		}
 	}
 	for _, d := range p.NewDisks {
 		if err := expired(); err != nil {

@@ -114,3 +114,36 @@ func TestUpdateGrowFailureKeepsVM(t *testing.T) {
 		t.Errorf("overlay has %d bytes, want %d", got, before+1<<30)
 	}
 }
+
+// An existing boot volume smaller than the planned size is grown before the
+// domain is defined; a larger one is refused and nothing is made.
+func TestCreateGrowsExistingBootVolume(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		have, want int64
+		ok         bool
+	}{{2 << 30, 5 << 30, true}, {5 << 30, 5 << 30, true}, {6 << 30, 5 << 30, false}} {
+		h := newFakeHost()
+		h.addVolume("default", "vm-root.qcow2", "qcow2", c.have)
+		p := Plan{Spec: testSpec("vm"), SizeBytes: c.want, Running: true}
+		_, err := Create(context.Background(), h, p)
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("%d -> %d: %v", c.have, c.want, err)
+		case !c.ok && !errors.Is(err, ErrShrink):
+			t.Errorf("%d -> %d: %v, want ErrShrink", c.have, c.want, err)
+		case !c.ok && len(h.domains) != 0:
+			t.Errorf("%d -> %d: a domain was defined after the refusal", c.have, c.want)
+		}
+		want := c.want
+		if !c.ok {
+			want = c.have
+		}
+		if got := h.volumes["default/vm-root.qcow2"].CapacityBytes; got != want {
+			t.Errorf("%d -> %d: the volume has %d bytes, want %d", c.have, c.want, got, want)
+		}
+		if grew := slices.Contains(h.ops, "GrowVolume"); grew != (c.have < c.want) {
+			t.Errorf("%d -> %d: ops %v", c.have, c.want, h.ops)
+		}
+	}
+}

@@ -120,19 +120,37 @@ func GrowBootDisk(ctx context.Context, h Host, view *View, size int64) error {
 		}
 		vol = &domain.VolumeRef{Pool: src.Pool, Volume: src.Volume}
 	}
-	info, err := h.VolumeInfo(ctx, vol.Pool, vol.Volume)
-	if err != nil {
-		return err
-	}
-	switch {
-	case size == info.CapacityBytes:
-		return nil
-	case size < info.CapacityBytes:
-		return fmt.Errorf("volume %s/%s has %d bytes, more than the %d planned: %w", vol.Pool, vol.Volume, info.CapacityBytes, size, ErrShrink)
-	case view.Status.Active:
+	if view.Status.Active {
+		grow, err := needsGrowth(ctx, h, *vol, size)
+		if err != nil || !grow {
+			return err
+		}
 		return h.GrowDiskLive(ctx, view.Status.DomainRef, "vda", size)
 	}
+	return growVolume(ctx, h, *vol, size)
+}
+
+// growVolume grows a volume no running domain uses to size bytes; one of
+// that size is left alone, a larger one is refused with ErrShrink.
+func growVolume(ctx context.Context, h Host, vol domain.VolumeRef, size int64) error {
+	grow, err := needsGrowth(ctx, h, vol, size)
+	if err != nil || !grow {
+		return err
+	}
 	return h.GrowVolume(ctx, vol.Pool, vol.Volume, size)
+}
+
+// needsGrowth says whether vol is smaller than size bytes; larger is
+// ErrShrink.
+func needsGrowth(ctx context.Context, h Host, vol domain.VolumeRef, size int64) (bool, error) {
+	info, err := h.VolumeInfo(ctx, vol.Pool, vol.Volume)
+	if err != nil {
+		return false, err
+	}
+	if size < info.CapacityBytes {
+		return false, fmt.Errorf("volume %s/%s has %d bytes, more than the %d planned: %w", vol.Pool, vol.Volume, info.CapacityBytes, size, ErrShrink)
+	}
+	return size > info.CapacityBytes, nil
 }
 
 // Update brings the domain to the plan: the GPU groups are read anew, the
