@@ -70,7 +70,7 @@ func build(spec Spec) (*libvirtxml.Domain, error) {
 		}}
 	}
 
-	meta, err := marshalMetadata(Metadata{SpecHash: Hash(spec), Owner: n.Owner, Placed: len(n.NUMA) > 0})
+	meta, err := marshalMetadata(Metadata{SpecHash: Hash(spec), Owner: n.Owner, Placed: len(n.NUMA) > 0, DataDisks: dataDiskSerials(n.DataDisks)})
 	if err != nil {
 		return nil, fmt.Errorf("build domain %q: %w", n.Name, err)
 	}
@@ -79,6 +79,10 @@ func build(spec Spec) (*libvirtxml.Domain, error) {
 	d := dom.Devices
 	if n.Disk != nil {
 		d.Disks = append(d.Disks, buildBootDisk(n))
+	}
+	used := map[string]bool{"vda": true}
+	for _, dd := range n.DataDisks {
+		d.Disks = append(d.Disks, BuildDataDisk(dd, freeTarget(used)))
 	}
 	if n.Seed != nil {
 		d.Disks = append(d.Disks, buildSeed(n.Seed))
@@ -232,11 +236,11 @@ func buildControllers(n Spec) []libvirtxml.DomainController {
 }
 
 // pcieEndpoints counts the devices of a q35 VM that each take a pcie-root-port
-// when libvirt assigns addresses: virtio disk, virtio-scsi controller, NICs,
+// when libvirt assigns addresses: virtio disks, virtio-scsi controller, NICs,
 // shares, hostdevs, the virtio-serial controller for the channels, the balloon
 // and the RNG. The SATA CD-ROM sits on the built-in AHCI controller.
 func pcieEndpoints(n Spec) int {
-	c := len(n.SharedFolders) + len(n.Hostdevs) + 2 // balloon, rng
+	c := len(n.SharedFolders) + len(n.Hostdevs) + len(n.DataDisks) + 2 // balloon, rng
 	for _, nic := range n.NICs {
 		if !conventionalPCIModels[nic.Model] {
 			c++

@@ -129,6 +129,15 @@ func goldenCases() []goldenCase {
 				{Driver: ShareVirtiofs, Source: "/srv/kohaku/local", Tag: "kohaku_local"},
 			}
 		}),
+		c("data-disks", func(s *Spec) {
+			s.MemoryMiB = 1024
+			s.Disk = rootVolume(s.Name)
+			s.Seed = seedVolume(s.Name)
+			s.DataDisks = []DataDisk{
+				{Source: Source{Pool: "default", Volume: s.Name + "-scratch.qcow2"}, Serial: "scratch"},
+				{Source: Source{Pool: "data", Volume: "dataset.raw"}, Format: DiskRaw, Serial: "dataset"},
+			}
+		}),
 		c("hostdevs", func(s *Spec) {
 			s.MemoryMiB = 2048
 			s.Disk = rootVolume(s.Name)

@@ -25,6 +25,7 @@ var Owned = []string{
 	"the NUMA binding Kohaku writes for a VM's GPUs (`<vcpu cpuset>`, `<numatune>`, the `<vcpupin>`s of `<cputune>`, `<cpu><numa>`), once Kohaku has written one",
 	"the 64-bit PCI MMIO window (the root controller's `<pcihole64>`, and OVMF's aperture on the QEMU command line)",
 	"the boot disk (the disk with target `vda`) and the seed CD-ROM Kohaku attached",
+	"data disks (virtio disks with a `<serial>`), matched by serial: those of the spec, and those Kohaku attached (its metadata records their serials) until the spec no longer names them; other disks are kept",
 	"network interfaces on a libvirt network, a bridge or user-mode networking, matched by MAC address",
 	"shared folders (`<filesystem>` of a host directory), matched by target tag",
 	"host PCI devices (`<hostdev>` of type pci), matched by host address",
@@ -98,6 +99,7 @@ func (m *merger) merge() error {
 		h.Devices = &libvirtxml.DomainDeviceList{}
 	}
 	m.disks()
+	m.dataDisks()
 	m.interfaces()
 	m.filesystems()
 	if err := m.hostdevs(); err != nil {

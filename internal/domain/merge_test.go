@@ -84,6 +84,9 @@ func mergeChanges() []mergeChange {
 			}
 			return []string{"filesystem", "dir=" + o.Spec.SharedFolders[0].Tag}
 		}},
+		{"data-disk-added", func(s *Spec) {
+			s.DataDisks = append(s.DataDisks, DataDisk{Source: Source{Pool: "default", Volume: "scratch.qcow2"}, Serial: "scratch"})
+		}, none},
 		{"hostdev-removed", func(s *Spec) {
 			if len(s.Hostdevs) > 0 {
 				s.Hostdevs = s.Hostdevs[1:]
@@ -116,6 +119,7 @@ func TestMergeGolden(t *testing.T) {
 				spec.NICs = slices.Clone(spec.NICs)
 				spec.SharedFolders = slices.Clone(spec.SharedFolders)
 				spec.Hostdevs = slices.Clone(spec.Hostdevs)
+				spec.DataDisks = slices.Clone(spec.DataDisks)
 				if obs.Metadata == nil {
 					// An imported domain: the serial port is the domain's own.
 					spec.SerialLogPath = ""

@@ -21,6 +21,17 @@ type Metadata struct {
 	// Merge removes it when the spec no longer has one; a binding Kohaku
 	// did not write is kept.
 	Placed bool
+	// DataDisks are the serials of the data disks Kohaku attached, so Merge
+	// removes one the spec no longer names and keeps disks it did not attach.
+	DataDisks []string
+}
+
+func dataDiskSerials(disks []DataDisk) []string {
+	var out []string
+	for _, d := range disks {
+		out = append(out, d.Serial)
+	}
+	return out
 }
 
 // xmlMetadata is the wire form:
@@ -29,6 +40,7 @@ type Metadata struct {
 //	  <spec-hash>…</spec-hash>
 //	  <seed id="…"/>
 //	  <owned-volume pool="default" volume="vm1-root.qcow2"/>
+//	  <data-disk serial="scratch"/>
 //	</vm>
 type xmlMetadata struct {
 	XMLName  xml.Name         `xml:"https://kohaku.dev/xmlns/vm/1 vm"`
@@ -36,6 +48,11 @@ type xmlMetadata struct {
 	Seed     *xmlMetadataSeed `xml:"seed"`
 	Volumes  []xmlOwnedVolume `xml:"owned-volume"`
 	Placed   *struct{}        `xml:"numa-placement"`
+	Disks    []xmlDataDisk    `xml:"data-disk"`
+}
+
+type xmlDataDisk struct {
+	Serial string `xml:"serial,attr"`
 }
 
 type xmlMetadataSeed struct {
@@ -59,6 +76,9 @@ func marshalMetadata(m Metadata) (string, error) {
 	}
 	for _, v := range m.Owner.Volumes {
 		x.Volumes = append(x.Volumes, xmlOwnedVolume(v))
+	}
+	for _, s := range m.DataDisks {
+		x.Disks = append(x.Disks, xmlDataDisk{Serial: s})
 	}
 	b, err := xml.MarshalIndent(x, "    ", "  ")
 	if err != nil {
@@ -94,6 +114,9 @@ func parseMetadata(inner string) (*Metadata, error) {
 				}
 				for _, v := range x.Volumes {
 					m.Owner.Volumes = append(m.Owner.Volumes, VolumeRef(v))
+				}
+				for _, d := range x.Disks {
+					m.DataDisks = append(m.DataDisks, d.Serial)
 				}
 				return m, nil
 			}

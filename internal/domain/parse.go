@@ -324,6 +324,12 @@ func (o *Observed) parseDisk(disk libvirtxml.DomainDisk) {
 			d.Format = DiskFormat(disk.Driver.Type)
 		}
 		s.Disk = d
+	case isDataDisk(disk):
+		d := DataDisk{Source: src, Serial: disk.Serial}
+		if disk.Driver != nil {
+			d.Format = DiskFormat(disk.Driver.Type)
+		}
+		s.DataDisks = append(s.DataDisks, d)
 	case disk.Device == "cdrom" && s.Seed == nil:
 		// An ejected seed keeps its drive with an empty source.
 		s.Seed = &Seed{Source: src, Bus: SeedBus(bus)}

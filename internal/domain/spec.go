@@ -207,6 +207,9 @@ type Spec struct {
 	Initrd  string `json:"initrd,omitempty"`
 	Cmdline string `json:"cmdline,omitempty"`
 
+	// DataDisks are further disks, matched by serial.
+	DataDisks []DataDisk `json:"data_disks,omitempty"`
+
 	Seed          *Seed          `json:"seed,omitempty"`
 	NICs          []NIC          `json:"nics,omitempty"`
 	SharedFolders []SharedFolder `json:"shared_folders,omitempty"`
@@ -281,6 +284,12 @@ func DefaultSeedBus(m Machine) SeedBus {
 func Normalize(s Spec) Spec {
 	n := s
 	n.UUID = strings.ToLower(s.UUID)
+	if len(s.DataDisks) > 0 {
+		n.DataDisks = slices.Clone(s.DataDisks)
+		for i := range n.DataDisks {
+			n.DataDisks[i].Format = cmpFormat(n.DataDisks[i].Format)
+		}
+	}
 	if n.Type == "" {
 		n.Type = TypeKVM
 	}

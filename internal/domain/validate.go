@@ -72,6 +72,7 @@ func Validate(s Spec) error {
 	v.hardware(s)
 	v.boot(s)
 	v.seed(s)
+	v.dataDisks(s.DataDisks)
 	v.nics(s.NICs)
 	v.shares(s.SharedFolders)
 	v.hostdevs(s.Hostdevs)

@@ -221,7 +221,7 @@ func (in *specInput) schemaPath(dp validation.Path) (path.Path, bool) {
 		return path.Root("disk"), true
 	case "seed":
 		return path.Root("seed_id"), true
-	case "network_interface", "shared_folder":
+	case "network_interface", "shared_folder", "data_disks":
 		if idx < 0 {
 			return path.Root(top), true
 		}

@@ -34,6 +34,7 @@ type vmModel struct {
 	SeedID            types.String   `tfsdk:"seed_id"`
 	NetworkInterfaces types.List     `tfsdk:"network_interface"`
 	SharedFolders     types.List     `tfsdk:"shared_folder"`
+	DataDisks         types.List     `tfsdk:"data_disks"`
 	GPUs              types.Set      `tfsdk:"gpus"`
 	Hostdevs          types.Set      `tfsdk:"hostdevs"`
 	PCIMMIO64GiB      types.Int64    `tfsdk:"pci_mmio64_gib"`
@@ -225,6 +226,8 @@ type specInput struct {
 	// DiskMode is "base_volume" (a new overlay on an image, named by
 	// image or base_volume), "volume" or "" (no disk).
 	DiskMode string
+	// NewDisks are the data disks whose volumes Kohaku makes.
+	NewDisks []vmlife.NewDisk
 }
 
 type hostdevOrigin struct {
@@ -305,6 +308,8 @@ func (m *vmModel) specFrom(ctx context.Context, diags *diag.Diagnostics) specInp
 		}
 		s.Disk = disk
 	}
+
+	in.NewDisks = m.dataDiskSpecs(ctx, &in, diags)
 
 	if m.SeedID.IsUnknown() {
 		in.unknownAt("seed")
@@ -478,6 +483,7 @@ func (m *vmModel) fromDomain(ctx context.Context, st *domainView, prior *vmModel
 		shares = append(shares, v)
 	}
 	m.SharedFolders = listOrPrior(shares, vmShareAttrTypes, prior.SharedFolders, diags)
+	m.DataDisks = dataDisksFromDomain(ctx, st, prior, diags)
 
 	// PCI devices: the functions of a prior gpus entry's IOMMU group (as
 	// create or update recorded it) are that entry, the rest are hostdevs.

@@ -136,6 +136,7 @@ func (r *vmResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequ
 	planDomainDefaults(&plan, &config, state)
 	if state != nil {
 		plan.NetworkInterfaces = keepNICMACs(ctx, plan.NetworkInterfaces, config.NetworkInterfaces, state.NetworkInterfaces, &resp.Diagnostics)
+		planDataDisks(ctx, &plan, state, &resp.Diagnostics)
 		if gone, _ := req.Private.GetKey(ctx, privateDomainGone); len(gone) > 0 {
 			plan.ID, plan.UUID = types.StringUnknown(), types.StringUnknown()
 			resp.RequiresReplace = append(resp.RequiresReplace, path.Root("id"))
@@ -248,10 +249,12 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 		return
 	}
 	defer wait.close()
-	p := vmlife.Plan{Spec: res.Spec, Autostart: plan.Autostart.ValueBool(), Running: plan.Running.ValueBool(),
+	p := vmlife.Plan{Spec: res.Spec, NewDisks: in.NewDisks, Autostart: plan.Autostart.ValueBool(), Running: plan.Running.ValueBool(),
 		KeepOnReadyFailure: plan.OnReadyFailure.ValueString() != deleteOnFailure, Timeout: timeout}
 	if disk := plan.disk(ctx, &resp.Diagnostics); in.DiskMode == "base_volume" && disk != nil {
 		p.Base = disk.base()
+		p.SizeBytes = disk.SizeGiB.ValueInt64() << 30
+	} else if in.DiskMode == "volume" && disk != nil {
 		p.SizeBytes = disk.SizeGiB.ValueInt64() << 30
 	}
 	var out *ready.Outcome
@@ -520,6 +523,7 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 		Want:    vmlife.Want{Spec: want.Spec, GPUs: gpus, NUMAPlacement: plan.placement()},
 		Prior:   prior.Spec,
 		Overlay: volumeRef(state.OverlayVolume), Recorded: gpuGroupsFromPrivate(recorded),
+		DiskBytes: plannedDiskBytes(ctx, &plan, &resp.Diagnostics), NewDisks: want.NewDisks,
 		Running: plan.Running.ValueBool(), Autostart: plan.Autostart.ValueBool(), Grace: grace,
 		Record: func(g gpuGroups) {
 			resp.Diagnostics.Append(resp.Private.SetKey(ctx, privateGPUGroups, privateGroups(g))...)
@@ -594,6 +598,16 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 	} else if err != nil {
 		addError(&resp.Diagnostics, "Destroying VM "+ref.Name, err)
 	}
+}
+
+// plannedDiskBytes is the boot disk's planned size in bytes (an overlay's
+// or an existing volume's); 0 when the plan sets none (the size stays as
+// it is).
+func plannedDiskBytes(ctx context.Context, m *vmModel, diags *diag.Diagnostics) int64 {
+	if d := m.disk(ctx, diags); d != nil && !d.SizeGiB.IsNull() && !d.SizeGiB.IsUnknown() {
+		return d.SizeGiB.ValueInt64() << 30
+	}
+	return 0
 }
 
 // volumeRef reads a "<pool>/<volume>" attribute; nil when it is not one.

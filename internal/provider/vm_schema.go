@@ -36,10 +36,13 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			"interfaces, shared folders and PCI devices passed through with VFIO. " +
 			"Create defines the domain and starts it; a failure rolls back everything the create made. Changes " +
 			"to hardware (vCPUs, memory, interfaces, shared folders, PCI devices) are made in place by " +
-			"redefining the domain with the same UUID and restarting it if it runs. " +
+			"redefining the domain with the same UUID and restarting it if it runs; a larger `disk.size_gib` grows " +
+			"the boot disk in place, live and without a restart on a running VM, and a smaller one is refused; " +
+			"`data_disks` are hot-plugged on a running VM. " +
 			"Destroy stops the guest (at once when every disk goes with the VM, else ACPI first and forced off " +
 			"after `shutdown_timeout`; see `destroy_shutdown`), undefines the domain with its NVRAM, and " +
-			"deletes the volumes this resource created - never the base image or the seed.",
+			"deletes the volumes this resource created and did not keep - never the base image, the seed, an " +
+			"existing volume or a data disk with `keep`.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed:      true,
@@ -117,7 +120,8 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 					"deletes the overlay. " +
 					"Or `volume`: an existing volume in `pool` is used as it is and never deleted. Without a disk the VM boots `kernel` and `initrd` alone. " +
 					"A disk with no `kernel` boots through firmware: the image's own boot loader under `firmware` (`bios` or `uefi`), as vendors' cloud images expect. " +
-					"Any change to the disk replaces the VM, except naming the same base image another way (`image` for `base_pool`/`base_volume` or back), which changes only the state.",
+					"A larger `size_gib` grows the overlay in place, with the same volume and the same data, see `size_gib`. " +
+					"Any other change to the disk replaces the VM, except naming the same base image another way (`image` for `base_pool`/`base_volume` or back), which changes only the state.",
 				PlanModifiers: []planmodifier.Object{imageDiskHasNoBasePool{}, diskRequiresReplace()},
 				Attributes: map[string]schema.Attribute{
 					"image": schema.StringAttribute{
@@ -160,7 +164,17 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 						Optional: true,
 						Description: "Virtual size of the overlay in GiB, at least the base image's size; the " +
 							"guest grows its filesystem into the extra space (cloud-init's growpart does). " +
-							"Default: the base image's size. Only with `image` or `base_volume`.",
+							"Default: the base image's size. With `volume`, the existing volume is grown to this " +
+							"size if it is smaller (create refuses one that is larger, which it never shrinks); " +
+							"unset leaves it as it is. " +
+							"A larger size grows the overlay (or the volume) in place, keeping the VM (same UUID) and its data: " +
+							"on a running VM through libvirt's live block resize, with no restart, so the guest sees " +
+							"a larger `/dev/vda` at once while its partitions and file systems keep their size until " +
+							"cloud-init's growpart and resizefs grow the root file system at the next boot (or the " +
+							"guest's administrator grows them); on a stopped VM the volume is resized and the guest sees it " +
+							"at its next start. A smaller size is refused at plan, since the data past it would be " +
+							"lost; replace the VM on purpose (`terraform apply -replace=...`) to start over with a smaller disk. " +
+							"Removing `size_gib` from a disk that had one replaces the VM.",
 						Validators: []validator.Int64{int64validator.AtLeast(1)},
 					},
 				},
@@ -214,6 +228,7 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 					},
 				}},
 			},
+			"data_disks": dataDisksSchema(),
 			"shared_folder": schema.ListNestedAttribute{
 				Optional: true,
 				Description: "Host directories the guest mounts by tag (for example `mount -t 9p -o " +
@@ -422,12 +437,14 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 	}
 }
 
-// diskRequiresReplace replaces the VM on any change of the disk except one
-// that names the same base image another way (image for
-// base_pool/base_volume, or back) with the same overlay pool and size: the
-// domain and its overlay stay what they are, so only the state changes.
+// diskRequiresReplace replaces the VM on any change of the disk except two:
+// one that names the same base image another way (image for
+// base_pool/base_volume, or back) with the same overlay pool, which changes
+// only the state, and a larger size_gib of the same overlay or volume,
+// which grows it in place.
+// A smaller size_gib is refused: shrinking would cut off the guest's data.
 func diskRequiresReplace() planmodifier.Object {
-	const desc = "Replaces the VM unless the change names the same base image another way."
+	const desc = "Replaces the VM unless the change names the same base image another way or grows the disk; refuses a smaller size."
 	return objectplanmodifier.RequiresReplaceIf(func(ctx context.Context, req planmodifier.ObjectRequest, resp *objectplanmodifier.RequiresReplaceIfFuncResponse) {
 		resp.RequiresReplace = true
 		if req.StateValue.IsNull() || req.PlanValue.IsNull() || req.PlanValue.IsUnknown() {
@@ -441,9 +458,45 @@ func diskRequiresReplace() planmodifier.Object {
 			return
 		}
 		sb, pb := st.base(), pl.base()
-		same := sb != nil && pb != nil && *sb == *pb && st.Pool.Equal(pl.Pool) && st.SizeGiB.Equal(pl.SizeGiB)
-		resp.RequiresReplace = !same
+		sameBase := sb != nil && pb != nil && *sb == *pb
+		sameVolume := sb == nil && pb == nil && !st.Volume.IsNull() && st.Volume.Equal(pl.Volume)
+		if !sameBase && !sameVolume || !st.Pool.Equal(pl.Pool) {
+			return
+		}
+		switch grow := diskGrowth(st.SizeGiB, pl.SizeGiB); {
+		case grow >= 0:
+			resp.RequiresReplace = false
+		case !pl.SizeGiB.IsNull() && !pl.SizeGiB.IsUnknown():
+			resp.RequiresReplace = false
+			resp.Diagnostics.AddAttributeError(req.Path.AtName("size_gib"), "Disk cannot shrink", shrinkRefusal(st.SizeGiB.ValueInt64(), pl.SizeGiB.ValueInt64()))
+		}
 	}, desc, desc)
+}
+
+// diskGrowth compares the state's size_gib with the plan's: 0 when they are
+// the same, 1 when the plan grows the disk (a size where there was none, the
+// base image's, counts: the volume refuses to shrink at apply), -1 when it
+// is smaller or unset again or not known yet.
+func diskGrowth(state, plan types.Int64) int {
+	switch {
+	case state.Equal(plan):
+		return 0
+	case plan.IsUnknown() || plan.IsNull():
+		return -1
+	case state.IsNull() || plan.ValueInt64() > state.ValueInt64():
+		return 1
+	}
+	return -1
+}
+
+// shrinkRefusal says why a smaller disk is refused and how to get one on
+// purpose.
+func shrinkRefusal(have, want int64) string {
+	return fmt.Sprintf("disk.size_gib %d is smaller than the %d GiB the VM's disk has. Kohaku grows disks in place "+
+		"but never shrinks one: everything the guest stored past the first %d GiB, file system structures "+
+		"included, would be lost. Keep size_gib at %d or more. To start over on purpose with a new, smaller "+
+		"disk (everything on the current disk is deleted), replace the VM: terraform apply "+
+		"-replace=<this resource's address, e.g. kohaku_vm.NAME>.", want, have, want, have)
 }
 
 // imageDiskHasNoBasePool plans base_pool null when the disk names its base

@@ -29,6 +29,7 @@ func (r *vmResource) ValidateConfig(ctx context.Context, req resource.ValidateCo
 	}
 	validateDiskChoice(cfg.disk(ctx, &resp.Diagnostics), cfg.Host, &in, resp)
 	validateWaitConfig(&cfg, &resp.Diagnostics)
+	validateDataDisks(cfg.dataDisks(ctx, &resp.Diagnostics), &resp.Diagnostics)
 	addValidationErrors(&resp.Diagnostics, domain.Validate(in.Spec), in.report())
 
 	// A GPU bound on another host cannot be passed to this VM.
@@ -96,7 +97,7 @@ func validateDiskChoice(d *vmDiskModel, vmHost types.String, in *specInput, resp
 			resp.Diagnostics.AddAttributeError(path.Root("disk").AtName("image"), summary, p)
 		}
 	case "volume":
-		for name, v := range map[string]attr.Value{"base_pool": d.BasePool, "size_gib": d.SizeGiB} {
+		for name, v := range map[string]attr.Value{"base_pool": d.BasePool} {
 			if !v.IsNull() {
 				resp.Diagnostics.AddAttributeError(path.Root("disk").AtName(name), "Setting without an overlay",
 					fmt.Sprintf("disk.%s only applies to an overlay on a base image (disk.image or "+

@@ -55,6 +55,26 @@ func TestVMRejectsBadInputAtPlan(t *testing.T) {
 			body: `shared_folder = [{ source = "data", tag = "kohaku_shared" }]`,
 			want: []string{`Invalid shared_folder[0].source`, `"data" is not an absolute path. For example: "/srv/kohaku/shared".`},
 		},
+		"data disk with neither size nor volume": {
+			body: `data_disks = [{ name = "scratch" }]`,
+			want: []string{`Data disk needs size_gib or volume`, `set exactly one of them`},
+		},
+		"data disk with size and volume": {
+			body: `data_disks = [{ name = "scratch", size_gib = 10, volume = "x.qcow2" }]`,
+			want: []string{`Data disk needs size_gib or volume`},
+		},
+		"keep on an existing volume": {
+			body: `data_disks = [{ name = "data", volume = "x.qcow2", keep = true }]`,
+			want: []string{`keep applies to new volumes`, `never deleted by Kohaku`},
+		},
+		"duplicate data disk": {
+			body: `data_disks = [{ name = "a", size_gib = 1 }, { name = "a", size_gib = 2 }]`,
+			want: []string{`Duplicate data disk name`},
+		},
+		"data disk serial with a space": {
+			body: `data_disks = [{ name = "a", size_gib = 1, serial = "a b" }]`,
+			want: []string{`Invalid data_disks[0].serial`, `characters other than letters`},
+		},
 		"9p tag too long": {
 			body: `shared_folder = [{ source = "/srv", tag = "a_tag_that_is_far_too_long_for_9p" }]`,
 			want: []string{`Invalid shared_folder[0].tag`, `is 33 bytes, more than the 31 a virtio-9p tag can hold`},
@@ -181,9 +201,9 @@ func TestVMRejectsBadBootAtPlan(t *testing.T) {
 			body: `disk = { pool = "default" }`,
 			want: []string{`Missing disk source`, `set image or base_volume`},
 		},
-		"size without base": {
-			body: `disk = { volume = "b.qcow2", size_gib = 20 }`,
-			want: []string{`Setting without an overlay`, `disk.size_gib only applies to an overlay on a base image`},
+		"base pool without base": {
+			body: `disk = { volume = "b.qcow2", base_pool = "images" }`,
+			want: []string{`Setting without an overlay`, `disk.base_pool only applies to an overlay on a base image`},
 		},
 		"bad name": {
 			body: `disk = { volume = "b.qcow2" }

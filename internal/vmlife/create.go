@@ -18,6 +18,7 @@ var CleanupTimeout = 2 * time.Minute
 const (
 	StepCheckName = "check the name"
 	StepOverlay   = "create the overlay volume"
+	StepDataDisks = "create the data disk volumes"
 	StepXML       = "build the domain XML"
 	StepDefine    = "define the domain"
 	StepAutostart = "set autostart"
@@ -31,9 +32,12 @@ type Plan struct {
 	Spec domain.Spec
 	// Base is the image an overlay disk is backed by; nil when the VM gets
 	// no overlay (an existing volume, or no disk). The overlay is
-	// Spec.Disk's pool and volume, of SizeBytes (0: the base's size).
+	// Spec.Disk's pool and volume, of SizeBytes (0: the base's size). An
+	// existing volume smaller than SizeBytes is grown to it first.
 	Base      *domain.VolumeRef
 	SizeBytes int64
+	// NewDisks are the data disks whose volumes the create makes.
+	NewDisks  []NewDisk
 	Autostart bool
 	Running   bool
 	// Ready waits for the started guest, bounded by ctx; nil does not wait.
@@ -72,6 +76,8 @@ type creation struct {
 	h       Host
 	name    string
 	overlay *domain.VolumeRef
+	// volumes are the data disk volumes made.
+	volumes []domain.VolumeRef
 	defined *virt.DomainRef
 	// maybeDefined is set when defining failed in a way that leaves its
 	// outcome unknown (the connection was lost mid-call): rollback then looks
@@ -79,7 +85,9 @@ type creation struct {
 	maybeDefined bool
 }
 
-func (vc *creation) made() bool { return vc.overlay != nil || vc.defined != nil || vc.maybeDefined }
+func (vc *creation) made() bool {
+	return vc.overlay != nil || len(vc.volumes) > 0 || vc.defined != nil || vc.maybeDefined
+}
 
 // fail rolls back what was made and describes the failure.
 func (vc *creation) fail(ctx context.Context, step string, err error) *CreateError {
@@ -119,6 +127,13 @@ func (vc *creation) rollback(ctx context.Context) (done []string, left []string)
 			left = append(left, fmt.Sprintf("domain %s is still defined (%v): virsh undefine --nvram %s", vc.name, err, vc.name))
 		} else {
 			done = append(done, "undefined domain "+vc.name)
+		}
+	}
+	for _, v := range vc.volumes {
+		if err := retry(func() error { return vc.h.RemoveVolume(ctx, v.Pool, v.Volume) }); err != nil {
+			left = append(left, fmt.Sprintf("data disk volume %s/%s is still there (%v): virsh vol-delete --pool %s %s", v.Pool, v.Volume, err, v.Pool, v.Volume))
+		} else {
+			done = append(done, fmt.Sprintf("deleted data disk volume %s/%s", v.Pool, v.Volume))
 		}
 	}
 	if vc.overlay != nil {
@@ -176,6 +191,26 @@ func Create(ctx context.Context, h Host, p Plan) (*View, error) {
 		}
 		vc.overlay = &domain.VolumeRef{Pool: vol.Pool, Volume: vol.Name}
 		spec.Owner.Volumes = []domain.VolumeRef{*vc.overlay}
+	}
+	if p.Base == nil && spec.Disk != nil && p.SizeBytes > 0 && spec.Disk.Volume != "" {
+		if err := growVolume(steady, h, domain.VolumeRef{Pool: spec.Disk.Pool, Volume: spec.Disk.Volume}, p.SizeBytes); err != nil {
+			return nil, vc.fail(ctx, StepGrowDisk, err)
+		}
+	}
+	for _, d := range p.NewDisks {
+		if err := expired(); err != nil {
+			return nil, vc.fail(ctx, StepDataDisks, err)
+		}
+		_, err := h.CreateVolume(steady, d.Volume.Pool, d.Volume.Volume, string(d.Format), d.SizeBytes)
+		if err == nil || outcomeUnknown(err) {
+			vc.volumes = append(vc.volumes, d.Volume)
+		}
+		if err != nil {
+			return nil, vc.fail(ctx, StepDataDisks, err)
+		}
+		if !d.Keep {
+			spec.Owner.Volumes = append(spec.Owner.Volumes, d.Volume)
+		}
 	}
 
 	// 3. Define.

@@ -98,8 +98,8 @@ func ForcedOffNote(grace time.Duration) string {
 }
 
 // Survivors names what a domain's guest writes that outlives the domain:
-// a boot disk it does not own (an existing volume or file) and every
-// writable shared folder. The seed is read-only and the base image sits
+// a boot disk or data disk it does not own (an existing or kept volume, or
+// a file) and every writable shared folder. The seed is read-only and the base image sits
 // under an overlay the guest never writes through, so neither counts.
 func Survivors(spec domain.Spec, owned []domain.VolumeRef) []string {
 	var out []string
@@ -109,6 +109,14 @@ func Survivors(spec domain.Spec, owned []domain.VolumeRef) []string {
 			out = append(out, "boot volume "+d.Pool+"/"+d.Volume)
 		case d.Volume == "" && d.Path != "":
 			out = append(out, "boot disk "+d.Path)
+		}
+	}
+	for _, d := range spec.DataDisks {
+		switch {
+		case d.Volume != "" && !ContainsVolume(owned, domain.VolumeRef{Pool: d.Pool, Volume: d.Volume}):
+			out = append(out, "data volume "+d.Pool+"/"+d.Volume)
+		case d.Volume == "" && d.Path != "":
+			out = append(out, "data disk "+d.Path)
 		}
 	}
 	for _, f := range spec.SharedFolders {

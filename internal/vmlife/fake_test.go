@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
@@ -306,4 +307,134 @@ func testSpec(name string) domain.Spec {
 		Name: name, Type: domain.TypeQEMU, VCPU: 1, MemoryMiB: 128,
 		Disk: &domain.Disk{Source: domain.Source{Pool: "default", Volume: name + "-root.qcow2"}, Format: domain.DiskQCOW2},
 	}
+}
+
+func (h *fakeHost) GrowVolume(_ context.Context, pool, name string, capacity int64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("GrowVolume"); err != nil {
+		return err
+	}
+	v, ok := h.volumes[pool+"/"+name]
+	switch {
+	case !ok:
+		return fmt.Errorf("pool %s has no volume %q: %w", pool, name, virt.ErrNotFound)
+	case capacity < v.CapacityBytes:
+		return errors.New("can't shrink capacity below current capacity unless shrink flag explicitly specified")
+	}
+	v.CapacityBytes = capacity
+	return nil
+}
+
+// GrowDiskLive grows the volume behind the running domain's disk target,
+// found in its definition as libvirt would.
+func (h *fakeHost) GrowDiskLive(_ context.Context, ref virt.DomainRef, target string, size int64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("GrowDiskLive"); err != nil {
+		return err
+	}
+	d := h.byRef(ref)
+	if d == nil || !d.active {
+		return errors.New("Requested operation is not valid: domain is not running")
+	}
+	var x libvirtxml.Domain
+	if err := x.Unmarshal(d.xml); err != nil {
+		return err
+	}
+	for _, disk := range x.Devices.Disks {
+		if disk.Target == nil || disk.Target.Dev != target || disk.Source == nil || disk.Source.Volume == nil {
+			continue
+		}
+		v, ok := h.volumes[disk.Source.Volume.Pool+"/"+disk.Source.Volume.Volume]
+		if !ok {
+			return fmt.Errorf("no volume behind disk %s", target)
+		}
+		if size < v.CapacityBytes {
+			return errors.New("shrinking disk is not supported")
+		}
+		v.CapacityBytes = size
+		return nil
+	}
+	return fmt.Errorf("disk '%s' was not found in the domain config", target)
+}
+
+func (h *fakeHost) CreateVolume(_ context.Context, pool, name, format string, capacity int64) (*virt.VolumeDetail, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("CreateVolume"); err != nil {
+		return nil, err
+	}
+	if _, ok := h.volumes[pool+"/"+name]; ok {
+		return nil, &virt.OverlayExistsError{Pool: pool, Name: name}
+	}
+	v := &virt.VolumeDetail{Pool: pool, Name: name, Path: "/pools/" + pool + "/" + name, Format: format, CapacityBytes: capacity}
+	h.volumes[pool+"/"+name] = v
+	c := *v
+	return &c, nil
+}
+
+// editDisks applies edit to the disks of a running domain's definition, as
+// a hot-plug with libvirt's live and config flags does.
+func (h *fakeHost) editDisks(ref virt.DomainRef, edit func(*libvirtxml.Domain) error) error {
+	d := h.byRef(ref)
+	if d == nil || !d.active {
+		return errors.New("Requested operation is not valid: domain is not running")
+	}
+	var x libvirtxml.Domain
+	if err := x.Unmarshal(d.xml); err != nil {
+		return err
+	}
+	if err := edit(&x); err != nil {
+		return err
+	}
+	s, err := x.Marshal()
+	if err != nil {
+		return err
+	}
+	d.xml = s
+	return nil
+}
+
+func (h *fakeHost) AttachDisk(_ context.Context, ref virt.DomainRef, diskXML string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("AttachDisk"); err != nil {
+		return err
+	}
+	var disk libvirtxml.DomainDisk
+	if err := disk.Unmarshal(diskXML); err != nil {
+		return err
+	}
+	return h.editDisks(ref, func(x *libvirtxml.Domain) error {
+		for _, o := range x.Devices.Disks {
+			if o.Target != nil && o.Target.Dev == disk.Target.Dev {
+				return fmt.Errorf("target %s already exists", disk.Target.Dev)
+			}
+		}
+		x.Devices.Disks = append(x.Devices.Disks, disk)
+		return nil
+	})
+}
+
+func (h *fakeHost) DetachDisk(_ context.Context, ref virt.DomainRef, diskXML string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("DetachDisk"); err != nil {
+		return err
+	}
+	var disk libvirtxml.DomainDisk
+	if err := disk.Unmarshal(diskXML); err != nil {
+		return err
+	}
+	return h.editDisks(ref, func(x *libvirtxml.Domain) error {
+		n := len(x.Devices.Disks)
+		x.Devices.Disks = slices.DeleteFunc(x.Devices.Disks, func(o libvirtxml.DomainDisk) bool {
+			return o.Target != nil && o.Target.Dev == disk.Target.Dev
+		})
+		if len(x.Devices.Disks) == n {
+			return fmt.Errorf("disk %s not found", disk.Target.Dev)
+		}
+		return nil
+	})
 }

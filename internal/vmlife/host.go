@@ -23,6 +23,11 @@ type Host interface {
 	VolumeByPath(ctx context.Context, path string) (pool, name string, err error)
 	CreateOverlay(ctx context.Context, pool, name, basePool, baseName string, capacity int64) (*virt.VolumeDetail, error)
 	RemoveVolume(ctx context.Context, pool, name string) error
+	GrowVolume(ctx context.Context, pool, name string, capacity int64) error
+	GrowDiskLive(ctx context.Context, ref virt.DomainRef, target string, size int64) error
+	CreateVolume(ctx context.Context, pool, name, format string, capacity int64) (*virt.VolumeDetail, error)
+	AttachDisk(ctx context.Context, ref virt.DomainRef, diskXML string) error
+	DetachDisk(ctx context.Context, ref virt.DomainRef, diskXML string) error
 	DownloadVolume(ctx context.Context, pool, name string, limit int64) ([]byte, error)
 
 	NodeDeviceXML(ctx context.Context, name string) (string, error)

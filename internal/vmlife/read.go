@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
@@ -65,8 +66,14 @@ func Read(ctx context.Context, h Host, ref virt.DomainRef, overlay *domain.Volum
 			}
 		}
 	}
-	if v.Overlay == nil && len(v.Owned) > 0 {
-		v.Overlay = &v.Owned[0]
+	if v.Overlay == nil {
+		// Not a data disk's volume, which the metadata records too.
+		for _, o := range v.Owned {
+			if !slices.ContainsFunc(obs.Spec.DataDisks, func(d domain.DataDisk) bool { return d.Pool == o.Pool && d.Volume == o.Volume }) {
+				v.Overlay = &o
+				break
+			}
+		}
 	}
 	if importing && v.Overlay != nil {
 		ov, err := h.VolumeInfo(ctx, v.Overlay.Pool, v.Overlay.Volume)

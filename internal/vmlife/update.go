@@ -18,6 +18,11 @@ type Change struct {
 	Prior domain.Spec
 	// Overlay is the overlay volume the state records, if any.
 	Overlay *domain.VolumeRef
+	// DiskBytes is the boot disk's planned virtual size (disk.size_gib);
+	// 0 leaves its size as it is. A larger size grows the disk in place.
+	DiskBytes int64
+	// NewDisks are the planned data disks whose volumes Kohaku makes.
+	NewDisks []NewDisk
 	// Recorded are the GPU groups create or the last update recorded.
 	Recorded  GPUGroups
 	Running   bool
@@ -87,7 +92,69 @@ func DefinitionChanged(want, prior domain.Spec, groups GPUGroups, observed []str
 	return domain.Hash(want) != domain.Hash(prior)
 }
 
+// StepGrowDisk is the step that grows the boot disk.
+const StepGrowDisk = "grow the boot disk"
+
+// ErrShrink is a disk size below the volume's: refused, since it would cut
+// off the data at the end of the disk.
+var ErrShrink = errors.New("a disk is never shrunk: the data past the new size would be lost")
+
+// GrowBootDisk grows the volume behind the domain's boot disk (vda) to size
+// bytes: through QEMU's block resize while the domain runs, so the guest
+// sees the larger block device at once and nothing restarts, else by
+// resizing the volume, which the guest sees at its next start. The same
+// volume stays, with its data. A size of 0 or the volume's own does nothing;
+// a smaller one is refused with ErrShrink.
+func GrowBootDisk(ctx context.Context, h Host, view *View, size int64) error {
+	if size <= 0 || view.Observed.Spec.Disk == nil {
+		return nil
+	}
+	vol := view.Overlay
+	if vol == nil {
+		vol = view.DiskVolume
+	}
+	if vol == nil {
+		src := view.Observed.Spec.Disk.Source
+		if src.Pool == "" || src.Volume == "" {
+			return fmt.Errorf("the boot disk %s is in no storage pool, so Kohaku cannot resize it", src.Path)
+		}
+		vol = &domain.VolumeRef{Pool: src.Pool, Volume: src.Volume}
+	}
+	if view.Status.Active {
+		grow, err := needsGrowth(ctx, h, *vol, size)
+		if err != nil || !grow {
+			return err
+		}
+		return h.GrowDiskLive(ctx, view.Status.DomainRef, "vda", size)
+	}
+	return growVolume(ctx, h, *vol, size)
+}
+
+// growVolume grows a volume no running domain uses to size bytes; one of
+// that size is left alone, a larger one is refused with ErrShrink.
+func growVolume(ctx context.Context, h Host, vol domain.VolumeRef, size int64) error {
+	grow, err := needsGrowth(ctx, h, vol, size)
+	if err != nil || !grow {
+		return err
+	}
+	return h.GrowVolume(ctx, vol.Pool, vol.Volume, size)
+}
+
+// needsGrowth says whether vol is smaller than size bytes; larger is
+// ErrShrink.
+func needsGrowth(ctx context.Context, h Host, vol domain.VolumeRef, size int64) (bool, error) {
+	info, err := h.VolumeInfo(ctx, vol.Pool, vol.Volume)
+	if err != nil {
+		return false, err
+	}
+	if size < info.CapacityBytes {
+		return false, fmt.Errorf("volume %s/%s has %d bytes, more than the %d planned: %w", vol.Pool, vol.Volume, info.CapacityBytes, size, ErrShrink)
+	}
+	return size > info.CapacityBytes, nil
+}
+
 // Update brings the domain to the plan: the GPU groups are read anew, the
+// boot disk grows in place (GrowBootDisk) when the plan makes it larger, the
 // domain is redefined (same UUID, same disk) when its definition changes,
 // from its current definition with what Kohaku owns set (domain.Merge),
 // then stopped, started or restarted as Restarts says, and its autostart
@@ -144,15 +211,39 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 		return nil, &UpdateError{Step: StepPlace, Err: err, Unchanged: true}
 	}
 	prior.NUMA = view.Observed.Spec.NUMA
-	redefine := DefinitionChanged(want, prior, planned, view.Observed.Spec.Hostdevs)
+	// The boot disk grows first, live when the domain runs: nothing else
+	// of the update depends on it, and a failure leaves the rest as it was.
+	if err := GrowBootDisk(steady, h, view, ch.DiskBytes); err != nil {
+		return nil, fail(StepGrowDisk, err)
+	}
+	// Data disks: their volumes are made first; on a running domain they
+	// are hot-plugged (live and in the definition), so only other hardware
+	// changes restart it.
+	diff := dataDiskDiff(domain.Normalize(want).DataDisks, view.Observed)
+	if err := createDataVolumes(steady, h, ch.NewDisks); err != nil {
+		return nil, fail(StepDataDisks, err)
+	}
+	wantHW, priorHW := want, prior
+	wantHW.DataDisks, priorHW.DataDisks = nil, nil
+	restart := DefinitionChanged(wantHW, priorHW, planned, view.Observed.Spec.Hostdevs)
+	owned := ownedVolumes(view.Overlay, ch.NewDisks)
+	ownedBefore := view.Owned
+	if view.Status.Active && !diff.empty() {
+		if err := hotplug(steady, h, ch.Ref, view.Status.XML, diff); err != nil {
+			var se *StepError
+			errors.As(err, &se)
+			return nil, fail(se.Step, se.Err)
+		}
+		if view, err = Read(steady, h, ch.Ref, ch.Overlay, false); err != nil {
+			return nil, fail("read the domain", err)
+		}
+	}
+	redefine := restart || !diff.empty() || !sameVolumes(owned, ownedBefore)
 	if redefine {
 		w := ch.Want
 		w.Spec.UUID = ch.Ref.UUID
 		w.Spec.Disk = view.Observed.Spec.Disk // disk changes replace the VM
-		w.Spec.Owner.Volumes = nil
-		if view.Overlay != nil {
-			w.Spec.Owner.Volumes = []domain.VolumeRef{*view.Overlay}
-		}
+		w.Spec.Owner.Volumes = owned
 		w.DiskMode, w.InspectSeed = "", false
 		r, err := Resolve(ctx, h, w, planned, false)
 		var se *StepError
@@ -173,8 +264,14 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 			return nil, fail("redefine the domain", err)
 		}
 	}
+	// The volumes of removed data disks go once no definition names them.
+	for _, v := range removedVolumes(ownedBefore, owned, want.DataDisks) {
+		if err := h.RemoveVolume(steady, v.Pool, v.Volume); err != nil {
+			return nil, fail(StepDeleteVolume, fmt.Errorf("%s/%s: %w", v.Pool, v.Volume, err))
+		}
+	}
 
-	for _, p := range Restarts(ch.Running, view.Status.Active, redefine) {
+	for _, p := range Restarts(ch.Running, view.Status.Active, restart) {
 		var err error
 		if p.Stop {
 			var how virt.StopResult
