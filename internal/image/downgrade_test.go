@@ -1,7 +1,9 @@
 package image
 
 import (
+	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -69,22 +71,38 @@ func TestHTTPChecksumURLNeedsOptIn(t *testing.T) {
 	img := makeRaw(1<<20, true)
 	d := sha256Digest(img)
 	srv := newImageServer(t)
-	src := srv.put("/disk.raw", img)
-	sums := srv.put("/SHA256SUMS", []byte(d.Hex+"  disk.raw\n"))
-	dir := t.TempDir()
-	_, err := fetch(t, &Cache{Dir: dir}, Request{Source: src, ChecksumURL: sums})
-	errContains(t, err, "checksum URL "+sums+" is plain http", "allow plain http explicitly")
-	if _, bodies := srv.count("/disk.raw"); bodies != 0 {
-		t.Errorf("the image was downloaded %d times before the refusal", bodies)
+	// On the loopback, plain http never leaves the machine: no permission
+	// needed, and the image is verified.
+	local := mustFetch(t, &Cache{Dir: t.TempDir()}, Request{Source: srv.put("/disk.raw", img),
+		ChecksumURL: srv.put("/SHA256SUMS", []byte(d.Hex+"  disk.raw\n"))})
+	defer local.Release()
+	if !local.Verified || local.ChecksumOverHTTP {
+		t.Errorf("loopback: verified %v, over http %v", local.Verified, local.ChecksumOverHTTP)
 	}
-	r := mustFetch(t, &Cache{Dir: dir}, Request{Source: src, ChecksumURL: sums, AllowHTTPChecksumURL: true})
+	// A mirror elsewhere: a name that is not loopback, dialled to the test
+	// server.
+	addr := srv.Listener.Addr().String()
+	cl := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}}
+	remote := func(u string) string { return strings.Replace(u, "127.0.0.1", "mirror.invalid", 1) }
+	src := remote(srv.URL + "/disk.raw")
+	sums := remote(srv.URL + "/SHA256SUMS")
+	dir := t.TempDir()
+	_, before := srv.count("/disk.raw")
+	_, err := fetch(t, &Cache{Dir: dir}, Request{Client: cl, Source: src, ChecksumURL: sums})
+	errContains(t, err, "checksum URL "+sums+" is plain http", "allow plain http explicitly")
+	if _, bodies := srv.count("/disk.raw"); bodies != before {
+		t.Errorf("the image was downloaded %d times before the refusal", bodies-before)
+	}
+	r := mustFetch(t, &Cache{Dir: dir}, Request{Client: cl, Source: src, ChecksumURL: sums, AllowHTTPChecksumURL: true})
 	defer r.Release()
 	if r.Verified || !r.ChecksumOverHTTP || r.Digest != d {
 		t.Errorf("verified %v, over http %v, digest %v", r.Verified, r.ChecksumOverHTTP, r.Digest)
 	}
 	// A wrong digest in it is still a mismatch.
-	bad := srv.put("/bad/SHA256SUMS", []byte(sumA+"  disk.raw\n"))
-	_, err = fetch(t, &Cache{Dir: t.TempDir()}, Request{Source: src, ChecksumURL: bad, AllowHTTPChecksumURL: true})
+	bad := remote(srv.put("/bad/SHA256SUMS", []byte(sumA+"  disk.raw\n")))
+	_, err = fetch(t, &Cache{Dir: t.TempDir()}, Request{Client: cl, Source: src, ChecksumURL: bad, AllowHTTPChecksumURL: true})
 	if !errors.Is(err, ErrChecksumMismatch) {
 		t.Errorf("error %v is not a checksum mismatch", err)
 	}

@@ -161,7 +161,9 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				Description: "Whether `checksum_url` may be a plain `http://` URL. Default `false`: such a " +
 					"URL is refused, since anyone on the path could replace the checksum file and the image " +
 					"together. When allowed, the digest is still compared (catching corruption) but `verified` " +
-					"is `false` and the create warns. Redirects from https to http are refused either way. " +
+					"is `false` and the create warns. A plain http URL on the loopback (`localhost`, " +
+					"`127.0.0.0/8`, `::1`) never leaves the machine: it needs no permission and verifies. " +
+					"Redirects from https to http are refused either way. " +
 					"A change applies to the next create and replaces nothing.",
 			},
 			"max_decompressed_gib": schema.Int64Attribute{
