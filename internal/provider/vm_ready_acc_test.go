@@ -231,7 +231,9 @@ resource "kohaku_gpu_binding" "gpu" {
 				expectDrivers(h, onVFIO(h)),
 				guestChecks(env, addr, prefix+"vm", share),
 				func(*terraform.State) error { return nv.check() },
-				checkShared(share, nvidiaStandInRecord, regexp.MustCompile(`^name=nvidia\.run\nversion=`+regexp.QuoteMeta(nvidiaStandInVersion)+
+				// The installer ran from a private file mktemp made (tmp.XXXXXXXXXX),
+				// not from a fixed path another user of the guest could plant.
+				checkShared(share, nvidiaStandInRecord, regexp.MustCompile(`^name=tmp\.[A-Za-z0-9]{10}\nversion=`+regexp.QuoteMeta(nvidiaStandInVersion)+
 					`\nargs=--silent --dkms --no-cc-version-check\nkernel=\S+\nresult=installed /usr/bin/nvidia-smi\n$`)),
 			),
 		}},
