@@ -143,28 +143,8 @@ func TestAccRemoteRunner_noFiles(t *testing.T) {
 	vars := tlsValues(t, acctest.Env(t, "KOHAKU_TEST_TLS_PKI"))
 	vars["ssh_uri"] = config.StringVariable(sshURI)
 	prefix := vmTestPrefix(t, env, "w20rr")
-	tinyKernel, tinyInitrd := acctest.Env(t, "KOHAKU_TEST_TINY_KERNEL"), acctest.Env(t, "KOHAKU_TEST_TINY_INITRD")
-	cfg := remoteProviders + fmt.Sprintf(`
-resource "kohaku_seed" "ssh" {
-  name     = "%[1]ss-seed.iso"
-  pool     = %[2]q
-  hostname = "tiny-ssh"
-}
-
-resource "kohaku_vm" "ssh" {
-  name       = "%[1]ss-vm"
-  type       = "qemu"
-  memory_mib = 96
-  kernel     = %[3]q
-  initrd     = %[4]q
-  cmdline    = "console=ttyS0 quiet mitigations=off no_timer_check panic=1"
-  seed_id    = kohaku_seed.ssh.id
-  wait_for   = "channel"
-  timeouts {
-    create = "15m"
-  }
-}
-`, prefix, env.Pool, tinyKernel, tinyInitrd) +
+	cfg := remoteProviders +
+		tinyGuest(t, env.Pool, "ssh", "ssh", prefix+"s-seed.iso", prefix+"s-vm", "tiny-ssh", "  timeouts {\n    create = \"15m\"\n  }\n") +
 		readyResources(env, prefix+"t-", t.TempDir(), "tls", "", `  host = "tls"`, "  running  = false\n  wait_for = \"none\"\n  host     = \"tls\"") + `
 data "kohaku_host" "tls" {
   host = "tls"

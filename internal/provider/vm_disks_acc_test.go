@@ -21,32 +21,13 @@ import (
 // disk is needed to prove what the host sees.
 func tinyDiskVM(t *testing.T, env acctest.VMEnv, prefix string, sizeGiB int) string {
 	t.Helper()
-	kernel := acctest.Env(t, "KOHAKU_TEST_TINY_KERNEL")
-	initrd := acctest.Env(t, "KOHAKU_TEST_TINY_INITRD")
-	return providerBlock(env.URI) + fmt.Sprintf(`
-resource "kohaku_seed" "tiny" {
-  name     = "%[1]sseed.iso"
-  pool     = %[2]q
-  hostname = "tiny"
-}
-
-resource "kohaku_vm" "test" {
-  name       = "%[1]svm"
-  type       = "qemu"
-  memory_mib = 96
-  kernel     = %[3]q
-  initrd     = %[4]q
-  cmdline    = "console=ttyS0 quiet mitigations=off no_timer_check panic=1"
-  seed_id    = kohaku_seed.tiny.id
-  wait_for   = "channel"
-  disk = {
-    base_pool   = %[5]q
-    base_volume = %[6]q
-    pool        = %[2]q
-    size_gib    = %[7]d
+	return providerBlock(env.URI) + tinyGuest(t, env.Pool, "tiny", "test", prefix+"seed.iso", prefix+"vm", "tiny", fmt.Sprintf(`  disk = {
+    base_pool   = %q
+    base_volume = %q
+    pool        = %q
+    size_gib    = %d
   }
-}
-`, prefix, env.Pool, kernel, initrd, env.ImagePool, env.Base, sizeGiB)
+`, env.ImagePool, env.Base, env.Pool, sizeGiB))
 }
 
 // checkBlockCapacity compares the capacity of a running domain's disk, as
@@ -150,28 +131,8 @@ func TestAccVM_diskGrowsInPlace(t *testing.T) {
 // data_disks bodies.
 func tinyDataDisksVMs(t *testing.T, env acctest.VMEnv, prefix, disksA, disksB string) string {
 	t.Helper()
-	kernel := acctest.Env(t, "KOHAKU_TEST_TINY_KERNEL")
-	initrd := acctest.Env(t, "KOHAKU_TEST_TINY_INITRD")
 	vm := func(n, disks string) string {
-		return fmt.Sprintf(`
-resource "kohaku_seed" "%[1]s" {
-  name     = "%[2]s%[1]s-seed.iso"
-  pool     = %[3]q
-  hostname = "tiny%[1]s"
-}
-
-resource "kohaku_vm" "%[1]s" {
-  name       = "%[2]s%[1]s"
-  type       = "qemu"
-  memory_mib = 96
-  kernel     = %[4]q
-  initrd     = %[5]q
-  cmdline    = "console=ttyS0 quiet mitigations=off no_timer_check panic=1"
-  seed_id    = kohaku_seed.%[1]s.id
-  wait_for   = "channel"
-  data_disks = [%[6]s]
-}
-`, n, prefix, env.Pool, kernel, initrd, disks)
+		return tinyGuest(t, env.Pool, n, n, prefix+n+"-seed.iso", prefix+n, "tiny"+n, "  data_disks = ["+disks+"]\n")
 	}
 	return providerBlock(env.URI) + vm("a", disksA) + vm("b", disksB)
 }

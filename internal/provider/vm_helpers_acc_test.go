@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
@@ -27,4 +28,32 @@ func vmClient(t *testing.T, uri string) *virt.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// tinyGuest is a seed and a running VM booting the tiny test guest (a
+// busybox initramfs that reads its seed and reports for it over the report
+// channel within seconds), ready over the channel. The seed is
+// kohaku_seed.<seedRes> (volume seedVolume, the given hostname), the VM
+// kohaku_vm.<vmRes> (domain vmName); vmExtra is added to the VM's block.
+func tinyGuest(t *testing.T, pool, seedRes, vmRes, seedVolume, vmName, hostname, vmExtra string) string {
+	t.Helper()
+	return fmt.Sprintf(`
+resource "kohaku_seed" %[1]q {
+  name     = %[3]q
+  pool     = %[4]q
+  hostname = %[5]q
+}
+
+resource "kohaku_vm" %[2]q {
+  name       = %[9]q
+  type       = "qemu"
+  memory_mib = 96
+  kernel     = %[6]q
+  initrd     = %[7]q
+  cmdline    = "console=ttyS0 quiet mitigations=off no_timer_check panic=1"
+  seed_id    = kohaku_seed.%[1]s.id
+  wait_for   = "channel"
+%[8]s}
+`, seedRes, vmRes, seedVolume, pool, hostname,
+		acctest.Env(t, "KOHAKU_TEST_TINY_KERNEL"), acctest.Env(t, "KOHAKU_TEST_TINY_INITRD"), vmExtra, vmName)
 }
