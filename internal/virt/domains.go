@@ -456,9 +456,7 @@ func (c *Client) CreateOverlay(ctx context.Context, pool, name, basePool, baseNa
 		if err != nil {
 			return err
 		}
-		if _, err := l.StorageVolLookupByName(p, name); err == nil {
-			return &OverlayExistsError{Pool: pool, Name: name}
-		} else if !libvirtCode(err, libvirt.ErrNoStorageVol) {
+		if err := volumeAbsent(l, p, pool, name); err != nil {
 			return err
 		}
 		if capacity == 0 {
@@ -472,7 +470,7 @@ func (c *Client) CreateOverlay(ctx context.Context, pool, name, basePool, baseNa
 		if format == "" {
 			format = "raw"
 		}
-		doc, err := (&libvirtxml.StorageVolume{
+		out, err = createVolumeXML(l, p, pool, &libvirtxml.StorageVolume{
 			Name:     name,
 			Capacity: &libvirtxml.StorageVolumeSize{Value: uint64(capacity), Unit: "bytes"},
 			Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: "qcow2"}},
@@ -480,18 +478,34 @@ func (c *Client) CreateOverlay(ctx context.Context, pool, name, basePool, baseNa
 				Path:   base.Path,
 				Format: &libvirtxml.StorageVolumeTargetFormat{Type: format},
 			},
-		}).Marshal()
-		if err != nil {
-			return err
-		}
-		v, err := l.StorageVolCreateXML(p, doc, 0)
-		if err != nil {
-			return err
-		}
-		out, err = volumeDetail(l, pool, v)
+		})
 		return err
 	})
 	return out, err
+}
+
+// volumeAbsent is nil when pool p has no volume name; one that exists is an
+// *OverlayExistsError (Kohaku never takes over a volume it did not make).
+func volumeAbsent(l *libvirt.Libvirt, p libvirt.StoragePool, pool, name string) error {
+	if _, err := l.StorageVolLookupByName(p, name); err == nil {
+		return &OverlayExistsError{Pool: pool, Name: name}
+	} else if !libvirtCode(err, libvirt.ErrNoStorageVol) {
+		return err
+	}
+	return nil
+}
+
+// createVolumeXML creates vol in pool p and returns what libvirt made.
+func createVolumeXML(l *libvirt.Libvirt, p libvirt.StoragePool, pool string, vol *libvirtxml.StorageVolume) (*VolumeDetail, error) {
+	doc, err := vol.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	v, err := l.StorageVolCreateXML(p, doc, 0)
+	if err != nil {
+		return nil, err
+	}
+	return volumeDetail(l, pool, v)
 }
 
 // RemoveVolume deletes a volume; one that (or whose pool) is already gone is

@@ -49,24 +49,14 @@ func (c *Client) CreateVolume(ctx context.Context, pool, name, format string, ca
 		if err != nil {
 			return err
 		}
-		if _, err := l.StorageVolLookupByName(p, name); err == nil {
-			return &OverlayExistsError{Pool: pool, Name: name}
-		} else if !libvirtCode(err, libvirt.ErrNoStorageVol) {
+		if err := volumeAbsent(l, p, pool, name); err != nil {
 			return err
 		}
-		doc, err := (&libvirtxml.StorageVolume{
+		out, err = createVolumeXML(l, p, pool, &libvirtxml.StorageVolume{
 			Name:     name,
 			Capacity: &libvirtxml.StorageVolumeSize{Value: uint64(capacity), Unit: "bytes"},
 			Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: format}},
-		}).Marshal()
-		if err != nil {
-			return err
-		}
-		v, err := l.StorageVolCreateXML(p, doc, 0)
-		if err != nil {
-			return err
-		}
-		out, err = volumeDetail(l, pool, v)
+		})
 		return err
 	})
 	return out, err
