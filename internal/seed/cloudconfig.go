@@ -279,7 +279,7 @@ func renderCloudConfig(pl *plan) ([]byte, error) {
 
 	var run []string
 	if s.QEMUGuestAgent {
-		run = append(run, "systemctl enable --now qemu-guest-agent")
+		run = append(run, QEMUGuestAgentCommands...)
 	}
 	if s.PermitRootLogin {
 		run = append(run, "systemctl reload ssh || systemctl reload sshd || true")

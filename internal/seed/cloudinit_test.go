@@ -263,7 +263,7 @@ func TestCloudInitMerge(t *testing.T) {
 				t.Errorf("fqdn %v: generated keys the user did not set must stay", m.Merged["fqdn"])
 			}
 			run := toStrings(m.Merged["runcmd"])
-			if len(run) < 3 || run[0] != "systemctl enable --now qemu-guest-agent" || run[len(run)-1] != "echo user" {
+			if len(run) < 4 || run[0] != "systemctl is-enabled --quiet qemu-guest-agent || systemctl enable qemu-guest-agent" || run[1] != "systemctl start --no-block qemu-guest-agent" || run[len(run)-1] != "echo user" {
 				t.Errorf("runcmd %q: generated first (agent, then NVIDIA), user's last", run)
 			}
 			nv := -1

@@ -57,6 +57,19 @@ Nice=10
 WantedBy=multi-user.target
 `
 
+// QEMUGuestAgentCommands enable qemu-guest-agent where the image has it
+// disabled and start it without making runcmd wait. The unit is bound to the
+// agent's virtio port: "systemctl enable --now" blocks until the port's
+// device appears, and on a VM without the guest agent channel that is
+// systemd's whole device timeout (90 s) before the rest of runcmd, the
+// reporter included, runs. Where the unit is static or already enabled (Debian
+// and Ubuntu start it from a udev rule), "systemctl enable" is skipped: there
+// it only syncs the SysV script, which costs seconds of a first boot.
+var QEMUGuestAgentCommands = []string{
+	"systemctl is-enabled --quiet qemu-guest-agent || systemctl enable qemu-guest-agent",
+	"systemctl start --no-block qemu-guest-agent",
+}
+
 // ReporterCommands start the reporter from runcmd without waiting for it:
 // the unit is ordered after cloud-final, which runcmd is part of.
 var ReporterCommands = []string{

@@ -124,7 +124,7 @@ type Spec struct {
 	Mounts []Mount
 	// NVIDIA installs the NVIDIA driver from the .run installer.
 	NVIDIA *NVIDIA
-	// QEMUGuestAgent runs "systemctl enable --now qemu-guest-agent".
+	// QEMUGuestAgent enables and starts qemu-guest-agent (QEMUGuestAgentCommands).
 	QEMUGuestAgent bool
 	// PhoneHome configures cloud-init's phone_home module.
 	PhoneHome *PhoneHome

@@ -122,7 +122,7 @@ func TestUserDataMerged(t *testing.T) {
 				t.Fatalf("part types %v, want %v\n%s", ctypes, tc.wantTypes, doc)
 			}
 			last := len(ctypes) - 1
-			if want := "#cloud-config\nruncmd:\n  - systemctl enable --now qemu-guest-agent\n"; string(bodies[last]) != want {
+			if want := "#cloud-config\nruncmd:\n  - systemctl is-enabled --quiet qemu-guest-agent || systemctl enable qemu-guest-agent\n  - systemctl start --no-block qemu-guest-agent\n"; string(bodies[last]) != want {
 				t.Errorf("generated part %q, want %q", bodies[last], want)
 			}
 			if headers[last]["Merge-Type"] != DefaultMergeType {
