@@ -111,7 +111,7 @@ EOF
     <type arch='x86_64' machine='pc'>hvm</type>
     <kernel>$dir/vmlinuz</kernel>
     <initrd>$dir/initrd.img</initrd>
-    <cmdline>root=/dev/vda rw console=ttyS0</cmdline>
+    <cmdline>root=/dev/vda rw console=ttyS0 panic=5</cmdline>
   </os>
   <features><acpi/></features>
   <on_poweroff>destroy</on_poweroff>
