@@ -168,7 +168,7 @@ func (d *hostDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 					"For placement: a GPU whose `driver` is `vfio-pci` is already held for passthrough " +
 					"(`kohaku_gpu_binding` or by hand), so count those that are not to find hosts with free " +
 					"GPUs; `numa_node` says which of `numa_nodes` to put the VM's CPUs and memory on. " +
-					"The size of a GPU's BARs is not listed: libvirt's node device API does not report it (size `kohaku_vm.pci_mmio64_gib` from `lspci -vv` on the host). " +
+					"Each GPU's BARs and reset methods are read from the host's sysfs over local and SSH connections (null over `tcp` and `tls`). " +
 					"Null, with a warning, when the host's libvirt has no node-device driver.",
 				NestedObject: schema.NestedAttributeObject{Attributes: pciDeviceAttributes()},
 			},
@@ -264,8 +264,10 @@ func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 	m.GPUs = nil
 	if inv != nil {
 		m.GPUs = []pciDeviceModel{}
-		for _, dev := range inv.Filter("", displayClass) {
-			m.GPUs = append(m.GPUs, pciDeviceFrom(dev))
+		gpus := inv.Filter("", displayClass)
+		sysfs := readPCISysfs(ctx, c, gpus)
+		for _, dev := range gpus {
+			m.GPUs = append(m.GPUs, pciDeviceFrom(dev, sysfs))
 		}
 	}
 	m.Pools = make([]hostPoolModel, 0, len(info.Pools))

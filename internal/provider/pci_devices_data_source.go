@@ -10,8 +10,10 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 var _ datasource.DataSourceWithConfigure = (*pciDevicesDataSource)(nil)
@@ -43,6 +45,16 @@ type pciDeviceModel struct {
 	IOMMUGroup   types.Int64    `tfsdk:"iommu_group"`
 	GroupMembers []types.String `tfsdk:"iommu_group_members"`
 	NUMANode     types.Int64    `tfsdk:"numa_node"`
+	BARs         []pciBARModel  `tfsdk:"bars"`
+	ResetMethods []types.String `tfsdk:"reset_methods"`
+}
+
+type pciBARModel struct {
+	Index        types.Int64 `tfsdk:"index"`
+	SizeBytes    types.Int64 `tfsdk:"size_bytes"`
+	Is64Bit      types.Bool  `tfsdk:"is_64bit"`
+	Prefetchable types.Bool  `tfsdk:"prefetchable"`
+	IO           types.Bool  `tfsdk:"io"`
 }
 
 var (
@@ -119,8 +131,10 @@ func (d *pciDevicesDataSource) Read(ctx context.Context, req datasource.ReadRequ
 	m.ID = types.StringValue(fmt.Sprintf("%s/%s/%s", host, m.VendorID.ValueString(), m.ClassPrefix.ValueString()))
 	m.IOMMUEnabled = types.BoolValue(inv.HasIOMMU())
 	m.Devices = []pciDeviceModel{}
-	for _, dev := range inv.Filter(m.VendorID.ValueString(), m.ClassPrefix.ValueString()) {
-		m.Devices = append(m.Devices, pciDeviceFrom(dev))
+	devs := inv.Filter(m.VendorID.ValueString(), m.ClassPrefix.ValueString())
+	sysfs := readPCISysfs(ctx, c, devs)
+	for _, dev := range devs {
+		m.Devices = append(m.Devices, pciDeviceFrom(dev, sysfs))
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
@@ -144,11 +158,52 @@ func pciDeviceAttributes() map[string]schema.Attribute {
 		"iommu_group_members": schema.ListAttribute{Computed: true, ElementType: types.StringType,
 			Description: "Every function of the device's IOMMU group, itself included, sorted: what `kohaku_gpu_binding` moves together."},
 		"numa_node": schema.Int64Attribute{Computed: true, Description: "NUMA node the device is attached to; null when the host reports none."},
+		"bars": schema.ListNestedAttribute{Computed: true,
+			Description: "The function's base address registers that the host has sized, by index, read from " +
+				"its sysfs `resource` file (libvirt does not report them). A 64-bit BAR takes two registers, so " +
+				"a data-centre GPU lists 0, 1 and 3. `kohaku_vm` sizes its 64-bit PCI window from the 64-bit " +
+				"prefetchable ones. Null when the host's files cannot be read (`qemu+tcp` and `qemu+tls` " +
+				"connections), since only local and SSH connections can read them.",
+			NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+				"index":        schema.Int64Attribute{Computed: true, Description: "The BAR's number, 0 to 5."},
+				"size_bytes":   schema.Int64Attribute{Computed: true, Description: "The region's size in bytes, e.g. 137438953472 for 128 GiB."},
+				"is_64bit":     schema.BoolAttribute{Computed: true, Description: "Whether the BAR is 64-bit: it can be placed above 4 GiB."},
+				"prefetchable": schema.BoolAttribute{Computed: true, Description: "Whether the region is prefetchable memory (a GPU's frame buffer is)."},
+				"io":           schema.BoolAttribute{Computed: true, Description: "Whether the region is I/O ports rather than memory."},
+			}},
+		},
+		"reset_methods": schema.ListAttribute{Computed: true, ElementType: types.StringType,
+			Description: "How the host's kernel can reset the function, in the order it tries them, from its " +
+				"sysfs `reset_method` file: `flr` (function-level reset, the reliable one), `af_flr`, `pm` " +
+				"(a D3hot power cycle), `bus` (resets everything behind the same bridge) and device-specific " +
+				"ones. A GPU without `flr` may come back from a VM in a state its driver cannot use. Empty " +
+				"when the kernel has no way to reset it (or is older than Linux 5.15, which has no such " +
+				"file); null when the host's files cannot be read (`qemu+tcp`, `qemu+tls`)."},
 	}
 }
 
-// pciDeviceFrom converts a parsed node device for pciDeviceAttributes.
-func pciDeviceFrom(dev *vfio.Device) pciDeviceModel {
+// readPCISysfs reads the BARs and reset methods of the devices from the
+// host's sysfs where the connection can read its files; nil (unknown)
+// elsewhere, or when the read fails, which is logged.
+func readPCISysfs(ctx context.Context, c *virt.Client, devs []*vfio.Device) map[vfio.Address]vfio.Function {
+	if !c.ReadsHostFiles() || len(devs) == 0 {
+		return nil
+	}
+	addrs := make([]vfio.Address, 0, len(devs))
+	for _, d := range devs {
+		addrs = append(addrs, d.Address)
+	}
+	fns, err := vfio.ReadFunctions(ctx, c, addrs)
+	if err != nil {
+		tflog.Warn(ctx, "reading the PCI functions' sysfs files failed; bars and reset_methods are null", map[string]any{"error": err.Error()})
+		return nil
+	}
+	return fns
+}
+
+// pciDeviceFrom converts a parsed node device for pciDeviceAttributes,
+// with what sysfs says of it when sysfs was read.
+func pciDeviceFrom(dev *vfio.Device, sysfs map[vfio.Address]vfio.Function) pciDeviceModel {
 	out := pciDeviceModel{
 		Address:      types.StringValue(dev.Address.String()),
 		VendorID:     types.StringValue(fmt.Sprintf("%04x", dev.VendorID)),
@@ -170,6 +225,19 @@ func pciDeviceFrom(dev *vfio.Device) pciDeviceModel {
 	}
 	if dev.NUMANode >= 0 {
 		out.NUMANode = types.Int64Value(int64(dev.NUMANode))
+	}
+	if fn, ok := sysfs[dev.Address]; ok {
+		out.BARs = []pciBARModel{}
+		for _, b := range fn.BARs {
+			out.BARs = append(out.BARs, pciBARModel{
+				Index: types.Int64Value(int64(b.Index)), SizeBytes: types.Int64Value(int64(b.Size)),
+				Is64Bit: types.BoolValue(b.Is64), Prefetchable: types.BoolValue(b.Prefetchable), IO: types.BoolValue(b.IO),
+			})
+		}
+		out.ResetMethods = []types.String{}
+		for _, r := range fn.ResetMethods {
+			out.ResetMethods = append(out.ResetMethods, types.StringValue(r))
+		}
 	}
 	return out
 }

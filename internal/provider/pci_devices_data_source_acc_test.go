@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -48,6 +49,9 @@ data "kohaku_host" "nested" {}
 						"iommu_group":         knownvalue.Int64Exact(group),
 						"iommu_group_members": knownvalue.ListExact([]knownvalue.Check{knownvalue.StringExact(h.GPU), knownvalue.StringExact(h.GPUAudio)}),
 						"numa_node":           knownvalue.Int64Exact(1), // behind the expander bridge on node 1
+						// qemu+tcp cannot read the host's sysfs
+						"bars":          knownvalue.Null(),
+						"reset_methods": knownvalue.Null(),
 					}),
 				})),
 				// vendor 1234 is QEMU's: the VGA and the edu device, sorted by address
@@ -69,6 +73,70 @@ data "kohaku_host" "nested" {}
 					"address": h.NIC, "class": "020000", "driver": "e1000e",
 				}),
 			),
+		}},
+	})
+}
+
+// Over SSH the functions' BARs and reset methods come from L1's sysfs: every
+// function's reset_methods is what its reset_method file says (empty where
+// there is none), read here through the test's own SSH client, and the GPU
+// stand-in's BARs are QEMU's VGA's: a 16 MiB 32-bit prefetchable frame
+// buffer and a 4 KiB register BAR.
+func TestAccPCIDevicesDataSource_nestedSysfs(t *testing.T) {
+	h := nestedhost.RequireSSH(t)
+	// One SSH session (each costs seconds against L1): every function's
+	// reset_method, then what lspci says of the GPU stand-in's regions.
+	out := nestedhost.SSH(t, h, `for d in /sys/bus/pci/devices/*; do printf '%s|%s\n' "${d##*/}" "$(cat $d/reset_method 2>/dev/null)"; done; `+
+		`echo ==; lspci -vv -s `+strings.TrimPrefix(h.GPU, "0000:")+` | grep -o 'size=[0-9]*[KMG]'`)
+	raw, lspci, _ := strings.Cut(out, "==\n")
+	// lspci in L1 agrees with the sizes checked below.
+	if got := strings.Fields(lspci); len(got) < 2 || got[0] != "size=16M" || got[1] != "size=4K" {
+		t.Fatalf("lspci in L1 says %q of the GPU stand-in's regions", lspci)
+	}
+	var checks []knownvalue.Check
+	lines := strings.Split(strings.TrimSpace(raw), "\n")
+	kinds := map[string]bool{}
+	for _, l := range lines {
+		addr, methods, _ := strings.Cut(l, "|")
+		want := []knownvalue.Check{}
+		for _, m := range strings.Fields(methods) {
+			want = append(want, knownvalue.StringExact(m))
+		}
+		kinds[methods] = true
+		checks = append(checks, knownvalue.ObjectPartial(map[string]knownvalue.Check{
+			"address":       knownvalue.StringExact(addr),
+			"reset_methods": knownvalue.ListExact(want),
+		}))
+	}
+	// L1 has functions with a bus reset only, with pm and bus, and with none.
+	if !kinds["bus"] || !kinds["pm bus"] || !kinds[""] {
+		t.Fatalf("the nested host's reset methods are not the mix the test expects: %q", raw)
+	}
+	all := "data.kohaku_pci_devices.all"
+	gpu := "data.kohaku_pci_devices.gpu"
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		Steps: []resource.TestStep{{
+			Config: providerBlock(h.SSHURI) + `
+data "kohaku_pci_devices" "all" {}
+data "kohaku_pci_devices" "gpu" {
+  vendor_id    = "1234"
+  class_prefix = "0300"
+}
+`,
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue(all, tfjsonpath.New("devices"), knownvalue.ListExact(checks)),
+				statecheck.ExpectKnownValue(gpu, tfjsonpath.New("devices").AtSliceIndex(0).AtMapKey("bars"), knownvalue.ListExact([]knownvalue.Check{
+					knownvalue.ObjectExact(map[string]knownvalue.Check{
+						"index": knownvalue.Int64Exact(0), "size_bytes": knownvalue.Int64Exact(16 << 20),
+						"is_64bit": knownvalue.Bool(false), "prefetchable": knownvalue.Bool(true), "io": knownvalue.Bool(false),
+					}),
+					knownvalue.ObjectExact(map[string]knownvalue.Check{
+						"index": knownvalue.Int64Exact(2), "size_bytes": knownvalue.Int64Exact(4096),
+						"is_64bit": knownvalue.Bool(false), "prefetchable": knownvalue.Bool(false), "io": knownvalue.Bool(false),
+					}),
+				})),
+			},
 		}},
 	})
 }

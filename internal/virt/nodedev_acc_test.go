@@ -91,6 +91,12 @@ func TestAccReadHostFileSSH(t *testing.T) {
 	if _, err := c.ReadHostFile(ctx, "/sys/module/kohaku-no-such-module/version", 256); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
 	}
+	// Several files in one session: the missing one left out, each cut at
+	// the limit.
+	files, err := c.ReadHostFiles(ctx, []string{"/etc/hostname", "/sys/module/kohaku-no-such-module/version", "/proc/self/stat"}, 3)
+	if err != nil || len(files) != 2 || string(files["/etc/hostname"]) != string(want[:min(3, len(want))]) || len(files["/proc/self/stat"]) != 3 {
+		t.Errorf("ReadHostFiles: %q %v", files, err)
+	}
 }
 
 // nestedClient connects to the nested host after nestedhost.Require has

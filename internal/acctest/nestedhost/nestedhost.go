@@ -174,6 +174,26 @@ var nestedSSHURI = regexp.MustCompile(`^qemu\+ssh://root@127\.0\.0\.1:([0-9]+)/s
 // that Verify found behind h.URI. It uses its own SSH client, not Kohaku's.
 func VerifySSH(t testing.TB, h *Host) {
 	t.Helper()
+	out := sshOutput(t, h, "cat /proc/sys/kernel/hostname /sys/class/dmi/id/product_uuid")
+	f := strings.Fields(out)
+	if len(f) != 2 || f[0] != h.Hostname || !strings.EqualFold(f[1], h.UUID) {
+		t.Fatalf("refusing %s: the machine behind it says %q, not the nested host's %s %s", h.SSHURI, out, h.Hostname, h.UUID)
+	}
+}
+
+// SSH runs a shell command as root in the nested host (after RequireSSH has
+// checked that its SSH URI leads there) with the test's own SSH client, and
+// returns its standard output; a command that fails fails the test.
+func SSH(t testing.TB, h *Host, command string) string {
+	t.Helper()
+	if h.SSHURI == "" {
+		t.Fatal("nestedhost.SSH needs the host from nestedhost.RequireSSH")
+	}
+	return sshOutput(t, h, command)
+}
+
+func sshOutput(t testing.TB, h *Host, command string) string {
+	t.Helper()
 	m := nestedSSHURI.FindStringSubmatch(h.SSHURI)
 	if m == nil {
 		t.Fatalf("refusing %q: the nested host's SSH URI is qemu+ssh://root@127.0.0.1:<port>/system?keyfile=...&known_hosts=... (nestedhost.sh env)", h.SSHURI)
@@ -205,12 +225,11 @@ func VerifySSH(t testing.TB, h *Host) {
 		t.Fatalf("ssh session on the nested host: %v", err)
 	}
 	defer s.Close()
-	out, err := s.Output("cat /proc/sys/kernel/hostname /sys/class/dmi/id/product_uuid")
+	var stderr strings.Builder
+	s.Stderr = &stderr
+	out, err := s.Output(command)
 	if err != nil {
-		t.Fatalf("reading the nested host's name and UUID over ssh: %v", err)
+		t.Fatalf("running %q in the nested host over ssh: %v: %s", command, err, stderr.String())
 	}
-	f := strings.Fields(string(out))
-	if len(f) != 2 || f[0] != h.Hostname || !strings.EqualFold(f[1], h.UUID) {
-		t.Fatalf("refusing %s: the machine behind it says %q, not the nested host's %s %s", h.SSHURI, out, h.Hostname, h.UUID)
-	}
+	return string(out)
 }
