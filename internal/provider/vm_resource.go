@@ -134,6 +134,7 @@ func (r *vmResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequ
 		}
 	}
 	planDomainDefaults(&plan, &config, state)
+	r.planMMIO(ctx, &plan, &config, state, &resp.Diagnostics)
 	if state != nil {
 		plan.NetworkInterfaces = keepNICMACs(ctx, plan.NetworkInterfaces, config.NetworkInterfaces, state.NetworkInterfaces, &resp.Diagnostics)
 		planDataDisks(ctx, &plan, state, &resp.Diagnostics)
@@ -220,11 +221,12 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
+	summary := "Creating VM " + plan.Name.ValueString()
+	r.applyMMIO(ctx, &plan, summary, &resp.Diagnostics)
 	in := plan.specFrom(ctx, &resp.Diagnostics)
 	if c == nil || resp.Diagnostics.HasError() {
 		return
 	}
-	summary := "Creating VM " + in.Spec.Name
 	// Checked at plan time when the image's id was known then.
 	if d := plan.disk(ctx, &resp.Diagnostics); d != nil && !d.Image.IsNull() {
 		if p := imageHostProblem(plan.Host.ValueString(), d.Image.ValueString()); p != "" {
@@ -509,6 +511,7 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	r.applyMMIO(ctx, &plan, "Updating VM "+state.Name.ValueString(), &resp.Diagnostics)
 	want, prior := plan.specFrom(ctx, &resp.Diagnostics), state.specFrom(ctx, &resp.Diagnostics)
 	recorded, d := req.Private.GetKey(ctx, privateGPUGroups)
 	resp.Diagnostics.Append(d...)

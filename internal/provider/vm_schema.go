@@ -288,21 +288,28 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			},
 			"pci_mmio64_gib": schema.Int64Attribute{
 				Optional: true,
+				Computed: true,
 				Description: "Size in GiB of the guest's 64-bit PCI MMIO window, for GPUs and other " +
-					"passed-through devices with large 64-bit BARs (an H100 or A100 80GB has a 128 GiB BAR; " +
-					"firmware opens 32 GiB by default, so such a BAR is not assigned and the guest driver " +
-					"fails). " +
-					"It must hold the 64-bit BARs of every function passed through, each rounded up to a power " +
-					"of two: for example `128` for one card with a 128 GiB BAR, `256` for two such cards. " +
-					"Read a function's BARs on " +
-					"its host with `lspci -vv -s 0000:41:00.0` (`Region 1: Memory at ... (64-bit, " +
-					"prefetchable) [size=128G]`). " +
+					"passed-through devices with large 64-bit BARs (an H100 or A100 80GB has a 128 GiB BAR and a " +
+					"32 MiB one; firmware opens 32 GiB by default, so such BARs are not assigned and the guest " +
+					"driver fails). " +
+					"Unset, Kohaku sizes it from the BARs of the functions passed through (`gpus` and `hostdevs`), " +
+					"read from the host's sysfs over local and SSH connections: each function's 64-bit " +
+					"prefetchable BARs, each a power of two, packed largest first into one window per function " +
+					"(the guest's PCIe root port), the windows placed one after the other each aligned to its " +
+					"largest BAR, and the span rounded up to a power of two GiB: `256` for one H100 (128 GiB + " +
+					"32 MiB), `512` for two. It stays null when the BARs fit the firmware's default 32 GiB or " +
+					"nothing is passed through, is shown in the plan when the host can be read then (else after " +
+					"apply), and is kept while the functions passed through do not change. Over `qemu+tcp` and " +
+					"`qemu+tls` the host's files cannot be read: it stays null, with a warning, unless set. " +
+					"An explicit value wins, but one that cannot hold the BARs is refused at plan time with the " +
+					"size they need. " +
 					"Sets the root bus's `pcihole64` (QEMU's `pci-hole64-size`, which SeaBIOS and the guest's " +
 					"ACPI tables follow) and, with `firmware = \"uefi\"`, OVMF's 64-bit aperture (`-fw_cfg " +
 					"opt/ovmf/X-PciMmio64Mb` through libvirt's QEMU command-line namespace, since libvirt " +
 					"9.0 has no element for it; libvirt marks such a domain as tainted by custom arguments " +
 					"in its log, which is harmless). " +
-					"Unset keeps QEMU's and the firmware's defaults. At most 32768 (32 TiB). Changed in place: the domain is redefined and, if it runs, restarted.",
+					"At most 32768 (32 TiB). Changed in place: the domain is redefined and, if it runs, restarted.",
 				Validators: []validator.Int64{int64validator.Between(1, domain.MaxPCIMMIO64GiB)},
 			},
 			"numa_placement": schema.StringAttribute{

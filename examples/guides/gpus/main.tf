@@ -1,6 +1,6 @@
 # A GPU VM: the GPU's IOMMU group on vfio-pci, the host's NVIDIA driver
-# version installed in the guest, a 64-bit PCI window that holds the GPU's
-# BAR, and vCPUs and memory (as huge pages) on the GPU's NUMA node.
+# version installed in the guest, a 64-bit PCI window sized from the GPU's
+# BARs, and vCPUs and memory (as huge pages) on the GPU's NUMA node.
 
 data "kohaku_pci_devices" "nvidia" {
   vendor_id    = "10de"
@@ -39,9 +39,9 @@ resource "kohaku_vm" "trainer" {
 
   gpus = [kohaku_gpu_binding.gpu.id]
 
-  # One card with a 128 GiB 64-bit BAR: the window holds it. Two such cards
-  # would need 256.
-  pci_mmio64_gib = 128
+  # pci_mmio64_gib is left unset: Kohaku reads the GPU's BARs on the host
+  # and sizes the window (256 GiB for an H100 80GB's 128 GiB + 32 MiB). Set
+  # it only to go larger; a value that cannot hold the BARs is refused.
 
   # numa_placement = "auto" (the default) binds the VM to the GPU's node;
   # hugepages = {} backs its memory with 2 MiB pages reserved on that node.

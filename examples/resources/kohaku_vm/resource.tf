@@ -42,11 +42,11 @@ resource "kohaku_vm" "gpu" {
   # something else, as PCI addresses.
   gpus = [kohaku_gpu_binding.gpu.id]
 
-  # A data-centre GPU's 64-bit BAR (128 GiB on an H100) does not fit the
-  # 32 GiB window firmware opens by default: size the window to hold it.
-  # One card with a 128 GiB BAR needs 128; two such cards would need 256.
-  firmware       = "uefi"
-  pci_mmio64_gib = 128
+  # A data-centre GPU's 64-bit BARs (128 GiB + 32 MiB on an H100) do not
+  # fit the 32 GiB window firmware opens by default. Left unset,
+  # pci_mmio64_gib is sized from the BARs read on the host: 256 for one
+  # such card, 512 for two. Set it only to go larger.
+  firmware = "uefi"
 
   # numa_placement = "auto" (the default) binds the VM to the GPU's NUMA
   # node, read from the host: its vCPUs run on that node's CPUs and its
