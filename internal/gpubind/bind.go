@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
@@ -34,6 +35,10 @@ func (b Binder) log(msg string, fields map[string]any) {
 		b.Log(msg, fields)
 	}
 }
+
+// GiveBackTimeout bounds the give-back after a failed bind, which runs even
+// when the operation's own deadline has passed.
+var GiveBackTimeout = 2 * time.Minute
 
 // Bound is a function after binding, with its original driver.
 type Bound struct {
@@ -147,7 +152,11 @@ func (b Binder) Bind(ctx context.Context, plan []vfio.Binding) ([]Bound, error) 
 			}
 		}
 		if err != nil {
-			msg, left := b.GiveBack(ctx, done, plan)
+			// The give-back has its own bound: the bind may have failed
+			// because the operation's deadline ran out on a hung unbind.
+			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), GiveBackTimeout)
+			msg, left := b.GiveBack(gctx, done, plan)
+			cancel()
 			return nil, &BindError{Binding: fn, Err: err, Rollback: msg, Left: left}
 		}
 		b.log("bound a PCI function to vfio-pci", map[string]any{"address": fn.Address.String(), "original_driver": fn.OriginalDriver})

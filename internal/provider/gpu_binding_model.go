@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/types"
@@ -14,14 +15,15 @@ import (
 )
 
 type gpuBindingModel struct {
-	ID                  types.String `tfsdk:"id"`
-	Host                types.String `tfsdk:"host"`
-	Address             types.String `tfsdk:"address"`
-	Functions           types.Set    `tfsdk:"functions"`
-	AllowOtherClasses   types.Bool   `tfsdk:"allow_other_classes"`
-	NVIDIADriverVersion types.String `tfsdk:"nvidia_driver_version"`
-	IOMMUGroup          types.Int64  `tfsdk:"iommu_group"`
-	FunctionDetails     types.List   `tfsdk:"function_details"`
+	ID                  types.String   `tfsdk:"id"`
+	Host                types.String   `tfsdk:"host"`
+	Address             types.String   `tfsdk:"address"`
+	Functions           types.Set      `tfsdk:"functions"`
+	AllowOtherClasses   types.Bool     `tfsdk:"allow_other_classes"`
+	NVIDIADriverVersion types.String   `tfsdk:"nvidia_driver_version"`
+	IOMMUGroup          types.Int64    `tfsdk:"iommu_group"`
+	FunctionDetails     types.List     `tfsdk:"function_details"`
+	Timeouts            timeouts.Value `tfsdk:"timeouts"`
 }
 
 // gpuFunctionModel is one element of function_details.

@@ -7,7 +7,9 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/setvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -50,7 +52,10 @@ func (r *gpuBindingResource) Configure(_ context.Context, req resource.Configure
 	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
-func (r *gpuBindingResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+// Default operation timeouts of a binding; the timeouts block overrides them.
+const gpuBindingTimeout = 5 * time.Minute
+
+func (r *gpuBindingResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	resp.Schema = schema.Schema{
 		Description: "Moves a GPU, and every other function of its IOMMU group (typically the card's HDMI " +
 			"audio), from the host's drivers to `vfio-pci` through libvirt's node-device API, so a `kohaku_vm` " +
@@ -62,7 +67,14 @@ func (r *gpuBindingResource) Schema(_ context.Context, _ resource.SchemaRequest,
 			"vfio-pci, and a bind that fails and cannot give back what it moved keeps the binding tainted, " +
 			"recording the functions it left there: the next destroy or apply gives them back. " +
 			"The host needs a working IOMMU (VT-d or AMD-Vi, enabled in the firmware and on the kernel command line); without one the binding is refused. " +
-			"A function that is found back on a host driver (someone ran `virsh nodedev-reattach`, the host rebooted) shows as a change in the next plan, and apply binds it again.",
+			"A function that is found back on a host driver (someone ran `virsh nodedev-reattach`, the host rebooted) shows as a change in the next plan, and apply binds it again. " +
+			"Over local and SSH connections, before anything is unbound, the host's processes are searched for " +
+			"what holds the functions (a process with the GPU's `/dev/nvidiaN` or the function's sysfs files open, " +
+			"`nvidia-persistenced`), and the bind is refused naming each (PID and command) instead of hanging in " +
+			"the driver's unbind; elsewhere, or should an unbind hang anyway, it ends at the provider's " +
+			"`call_timeout` or the `timeouts` block's, whichever comes first, and the functions bound before it " +
+			"are given back. The plan warns when a GPU function has no function-level reset (`flr` in its " +
+			"sysfs `reset_method`).",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed:      true,
@@ -136,6 +148,14 @@ func (r *gpuBindingResource) Schema(_ context.Context, _ resource.SchemaRequest,
 				}},
 			},
 		},
+		Blocks: map[string]schema.Block{
+			"timeouts": timeouts.Block(ctx, timeouts.Opts{
+				Create: true, Update: true, Delete: true,
+				CreateDescription: "How long binding may take; a hung unbind ends there (or at the provider's `call_timeout`), and the functions bound before it are given back. Default `5m`.",
+				UpdateDescription: "How long binding functions found off vfio-pci again may take. Default `5m`.",
+				DeleteDescription: "How long giving the functions back may take. Default `5m`.",
+			}),
+		},
 	}
 }
 
@@ -199,9 +219,11 @@ func (r *gpuBindingResource) ModifyPlan(ctx context.Context, req resource.Modify
 		if c == nil {
 			return
 		}
-		if _, _, ok := planOnHost(ctx, c, target, opts, &resp.Diagnostics); !ok {
+		_, p, ok := planOnHost(ctx, c, target, opts, &resp.Diagnostics)
+		if !ok {
 			return
 		}
+		warnNoFLR(ctx, c, p.Bind, &resp.Diagnostics)
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 }
@@ -212,6 +234,13 @@ func (r *gpuBindingResource) Create(ctx context.Context, req resource.CreateRequ
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	timeout, d := plan.Timeouts.Create(ctx, gpuBindingTimeout)
+	resp.Diagnostics.Append(d...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
 	if c == nil {
 		return
@@ -225,7 +254,7 @@ func (r *gpuBindingResource) Create(ctx context.Context, req resource.CreateRequ
 		return
 	}
 	binder := newBinder(ctx, c)
-	if !checkNotInUse(ctx, binder, p.Addresses(), target, &resp.Diagnostics) {
+	if !checkNotInUse(ctx, binder, p.Addresses(), target, &resp.Diagnostics) || !checkHolders(ctx, c, p.Bind, target, &resp.Diagnostics) {
 		return
 	}
 	// The NVIDIA version is read while the host driver still holds the card.
@@ -375,6 +404,13 @@ func (r *gpuBindingResource) Update(ctx context.Context, req resource.UpdateRequ
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	timeout, d := plan.Timeouts.Update(ctx, gpuBindingTimeout)
+	resp.Diagnostics.Append(d...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
 	if c == nil {
 		return
@@ -397,7 +433,7 @@ func (r *gpuBindingResource) Update(ctx context.Context, req resource.UpdateRequ
 	}
 	binder := newBinder(ctx, c)
 	if gpubind.NeedsBinding(p.Bind) {
-		if !checkNotInUse(ctx, binder, p.Addresses(), target, &resp.Diagnostics) {
+		if !checkNotInUse(ctx, binder, p.Addresses(), target, &resp.Diagnostics) || !checkHolders(ctx, c, p.Bind, target, &resp.Diagnostics) {
 			return
 		}
 		if plan.NVIDIADriverVersion.IsUnknown() {
@@ -436,6 +472,13 @@ func (r *gpuBindingResource) Delete(ctx context.Context, req resource.DeleteRequ
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	timeout, d := state.Timeouts.Delete(ctx, gpuBindingTimeout)
+	resp.Diagnostics.Append(d...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
 	if c == nil {
 		return

@@ -432,3 +432,79 @@ resource "kohaku_gpu_binding" "gpu" {
 	gpuFailAgree(t, c, w.State(), "destroyed")
 	t.Logf("4. destroy: %s", time.Since(start).Round(time.Second))
 }
+
+// A binding whose functions processes in the nested host hold: one with
+// the GPU stand-in's BAR (its sysfs resource0) open, one with /dev/nvidia0
+// open (a plain file there standing in for NVIDIA's device node, which the
+// stand-in driver does not make; with no /proc/driver/nvidia to say which
+// GPU a node is, any /dev/nvidiaN counts). Over SSH the apply is refused
+// before anything is unbound, naming both by PID and command, after the
+// plan warned that the stand-in has no function-level reset (its
+// reset_method is "bus"). Once they are gone the same apply binds the pair.
+func TestAccGPUFailure_heldByProcess(t *testing.T) {
+	h := nestedhost.RequireSSH(t)
+	acctest.NeedTerraform(t)
+	c := vmClient(t, h.URI)
+	gpuFailStart(t, h, c)
+
+	start := time.Now()
+	// One SSH session starts both holders and prints their PIDs (each
+	// session costs seconds against L1).
+	pids := strings.Fields(nestedhost.SSH(t, h, fmt.Sprintf(`touch /dev/nvidia0
+nohup sh -c 'exec 3</sys/bus/pci/devices/%s/resource0; exec sleep 600' </dev/null >/dev/null 2>&1 & echo $!
+nohup sh -c 'exec 3</dev/nvidia0; exec sleep 600' </dev/null >/dev/null 2>&1 & echo $!
+sleep 1`, h.GPU)))
+	if len(pids) != 2 {
+		t.Fatalf("starting the holders printed %q", pids)
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			nestedhost.SSH(t, h, "kill "+pids[0]+" "+pids[1]+"; rm -f /dev/nvidia0")
+		}
+	}
+	t.Cleanup(stop)
+
+	config := faultCLIHead + providerBlock(h.SSHURI) + fmt.Sprintf(`
+resource "kohaku_gpu_binding" "gpu" {
+  address = %q
+  timeouts {
+    create = "2m"
+  }
+}
+`, h.GPU)
+	w := acctest.NewWorkspace(t, config)
+	out, err := w.Run("apply", "-auto-approve", "-input=false")
+	if err == nil {
+		t.Fatalf("apply with the GPU held by processes %v succeeded:\n%s", pids, out)
+	}
+	gpuFailSays(t, out, "Warning: GPU "+h.GPU+" has no function-level reset", "only by: bus",
+		"Binding "+h.GPU+" to vfio-pci refused: the device is in use on the host",
+		h.GPU+" by process "+pids[0]+" (sleep), which has /sys/devices/", h.GPU+"/resource0 open",
+		h.GPU+" by process "+pids[1]+" (sleep), which has /dev/nvidia0 open",
+		"Stop those processes", "Nothing was changed.")
+	if st := w.State(); len(st) != 0 {
+		t.Fatalf("the refused binding is in state: %d resources", len(st))
+	}
+	if err := expectDrivers(h, onHost(h))(nil); err != nil {
+		t.Fatal(err)
+	}
+	gpuFailAgree(t, c, w.State(), "refused")
+	t.Logf("1. bind refused, naming the holders: %s", time.Since(start).Round(time.Second))
+
+	// The holders gone, the bind goes ahead and destroy gives the pair back.
+	start = time.Now()
+	stop()
+	w.Must("apply", "-auto-approve", "-input=false")
+	if err := expectDrivers(h, onVFIO(h))(nil); err != nil {
+		t.Fatal(err)
+	}
+	gpuFailAgree(t, c, w.State(), "bound")
+	w.Must("destroy", "-auto-approve", "-input=false")
+	if err := expectDrivers(h, onHost(h))(nil); err != nil {
+		t.Fatal(err)
+	}
+	gpuFailAgree(t, c, w.State(), "destroyed")
+	t.Logf("2. bound once the holders are gone, then given back: %s", time.Since(start).Round(time.Second))
+}

@@ -1,0 +1,88 @@
+package gpubind
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/holders"
+	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+)
+
+// HolderSource reads what can hold a host's functions: its processes' open
+// device files, and NVIDIA's description of the GPUs its driver drives.
+type HolderSource interface {
+	OpenFiles(ctx context.Context) ([]holders.Open, error)
+	vfio.HostFiles
+}
+
+// clientHolders reads a host's processes through its libvirt connection.
+type clientHolders struct{ *virt.Client }
+
+// OpenFiles scans /proc directly on a local connection, and runs
+// holders.Script in an SSH session on a qemu+ssh host.
+func (c clientHolders) OpenFiles(ctx context.Context) ([]holders.Open, error) {
+	if c.Endpoint().Transport == virt.TransportUnix {
+		return holders.ScanProc("/proc")
+	}
+	out, err := c.RunHostScript(ctx, holders.Script, 1<<20)
+	if err != nil {
+		return nil, err
+	}
+	return holders.ParseScript(out), nil
+}
+
+// HostHolders is the holder source of a host's connection; nil where the
+// connection cannot read the host (tcp, tls).
+func HostHolders(c *virt.Client) HolderSource {
+	if c == nil || !c.ReadsHostFiles() {
+		return nil
+	}
+	return clientHolders{c}
+}
+
+// HoldersError is functions of a plan that processes on the host hold.
+type HoldersError struct{ Holders []holders.Holder }
+
+func (e *HoldersError) Error() string {
+	return "processes on the host hold functions to be unbound:\n" + holders.Describe(e.Holders)
+}
+
+// CheckHolders refuses, with a *HoldersError, when a process on the host
+// holds a function of the plan that is to leave its driver (those already
+// on vfio-pci are left alone). A failure to look is returned as it is.
+func CheckHolders(ctx context.Context, src HolderSource, plan []vfio.Binding) error {
+	var fns []holders.Function
+	var infos []string
+	for _, b := range plan {
+		if b.AlreadyBound || b.Driver == "" {
+			continue
+		}
+		fns = append(fns, holders.Function{Address: b.Address, Driver: b.Driver, NVIDIAMinor: -1})
+		if b.Driver == vfio.DriverNVIDIA {
+			infos = append(infos, holders.NVIDIAInfoPath(b.Address))
+		}
+	}
+	if len(fns) == 0 {
+		return nil
+	}
+	if len(infos) > 0 {
+		files, err := src.ReadHostFiles(ctx, infos, 4096)
+		if err != nil {
+			return fmt.Errorf("reading NVIDIA's GPU information: %w", err)
+		}
+		for i := range fns {
+			if info, ok := files[holders.NVIDIAInfoPath(fns[i].Address)]; ok {
+				fns[i].NVIDIAMinor = holders.ParseNVIDIAMinor(info)
+			}
+		}
+	}
+	opens, err := src.OpenFiles(ctx)
+	if err != nil {
+		return fmt.Errorf("listing the host's open device files: %w", err)
+	}
+	if hs := holders.Find(opens, fns); len(hs) > 0 {
+		return &HoldersError{Holders: hs}
+	}
+	return nil
+}
