@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -501,10 +502,44 @@ resource "kohaku_gpu_binding" "gpu" {
 		t.Fatal(err)
 	}
 	gpuFailAgree(t, c, w.State(), "bound")
+
+	// A VM passing the pair through, planned only: over SSH its 64-bit
+	// window is sized at plan time from the pair's sysfs resource files. The
+	// stand-in's BARs are 32-bit, so the window is the firmware's default:
+	// known null, not "known after apply" (as it would be had the read failed).
+	w.Write(config + nestedGPUVM("kohaku-acc-gpuhold-vm"))
+	w.Must("plan", "-out=tfplan", "-input=false")
+	var plan struct {
+		ResourceChanges []struct {
+			Address string `json:"address"`
+			Change  struct {
+				After        map[string]any `json:"after"`
+				AfterUnknown map[string]any `json:"after_unknown"`
+			} `json:"change"`
+		} `json:"resource_changes"`
+	}
+	if err := json.Unmarshal([]byte(w.Must("show", "-json", "tfplan")), &plan); err != nil {
+		t.Fatal(err)
+	}
+	planned := false
+	for _, rc := range plan.ResourceChanges {
+		if rc.Address != "kohaku_vm.vm" {
+			continue
+		}
+		planned = true
+		if v, unknown := rc.Change.After["pci_mmio64_gib"], rc.Change.AfterUnknown["pci_mmio64_gib"]; v != nil || unknown == true {
+			t.Fatalf("pci_mmio64_gib planned as %v (unknown: %v), want null known at plan", v, unknown)
+		}
+	}
+	if !planned {
+		t.Fatal("the plan has no kohaku_vm.vm")
+	}
+	w.Write(config)
+
 	w.Must("destroy", "-auto-approve", "-input=false")
 	if err := expectDrivers(h, onHost(h))(nil); err != nil {
 		t.Fatal(err)
 	}
 	gpuFailAgree(t, c, w.State(), "destroyed")
-	t.Logf("2. bound once the holders are gone, then given back: %s", time.Since(start).Round(time.Second))
+	t.Logf("2. bound once the holders are gone, a VM's window sized at plan, then given back: %s", time.Since(start).Round(time.Second))
 }
