@@ -91,7 +91,7 @@ func TestAccQuickstart_plansShowOnlyWhatChanges(t *testing.T) {
 	if !strings.Contains(create, "Plan: 3 to add, 0 to change, 0 to destroy.") {
 		t.Errorf("create plan: want 3 to add, got:\n%s", create)
 	}
-	for _, want := range []string{"kohaku_image.debian12 will be created", "kohaku_seed.quickstart will be created", "kohaku_vm.quickstart will be created", "rendered_user_data", "rendered_network_config"} {
+	for _, want := range []string{"kohaku_image.debian12 will be created", "kohaku_seed.quickstart will be created", "kohaku_vm.quickstart will be created", "user_data_sha256", "rendered_network_config"} {
 		if !strings.Contains(create, want) {
 			t.Errorf("create plan does not show %q:\n%s", want, create)
 		}

@@ -1,7 +1,9 @@
 package provider
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 
@@ -59,10 +61,9 @@ type seedResourceModel struct {
 	SHA256                types.String `tfsdk:"sha256"`
 	MACs                  types.List   `tfsdk:"macs"`
 	RenderedMetaData      types.String `tfsdk:"rendered_meta_data"`
-	RenderedUserData      types.String `tfsdk:"rendered_user_data"`
+	UserDataSHA256        types.String `tfsdk:"user_data_sha256"`
 	RenderedNetworkConfig types.String `tfsdk:"rendered_network_config"`
 	RenderedVendorData    types.String `tfsdk:"rendered_vendor_data"`
-	UserDataFromWriteOnly types.Bool   `tfsdk:"user_data_write_only"`
 }
 
 // seedUserModel is the login user: an account with root's keys.
@@ -109,7 +110,7 @@ func (a *seedAccountModel) account(wo types.String) seed.User {
 }
 
 // writeOnlyIn reports whether cfg carries any write-only value that ends
-// up in the user data (so rendered_user_data must stay out of state).
+// up in the user data (so not even a digest of it goes into state).
 func writeOnlyIn(cfg *seedResourceModel) bool {
 	if !cfg.UserDataWO.IsNull() {
 		return true
@@ -293,12 +294,21 @@ func (m *seedResourceModel) setRendered(res *seed.Result, writeOnly bool) {
 	m.RenderedMetaData = types.StringValue(string(res.Files[metaDataFile(res.Format)]))
 	m.RenderedNetworkConfig = nullIfNone(string(res.Files[networkFile(res.Format)]))
 	m.RenderedVendorData = nullIfNone(string(res.Files[vendorDataFile(res.Format)]))
-	m.UserDataFromWriteOnly = types.BoolValue(writeOnly)
 	if writeOnly {
-		m.RenderedUserData = types.StringNull()
+		m.UserDataSHA256 = types.StringNull()
 	} else {
-		m.RenderedUserData = nullIfNone(string(res.Files[userDataFile(res.Format)]))
+		m.UserDataSHA256 = digestIfAny(res.Files[userDataFile(res.Format)])
 	}
+}
+
+// digestIfAny is the lower-case hex SHA-256 of a document, null when the
+// seed has none (or an empty one).
+func digestIfAny(doc []byte) types.String {
+	if len(doc) == 0 {
+		return types.StringNull()
+	}
+	sum := sha256.Sum256(doc)
+	return types.StringValue(hex.EncodeToString(sum[:]))
 }
 
 // nullIfNone is null for a document or URL the seed does not have. Null,
@@ -316,7 +326,7 @@ func nullIfNone(s string) types.String {
 // missing document or URL into null, so a refresh of such a state plans no
 // change when the plan computes null.
 func (m *seedResourceModel) dropEmptyDocuments() {
-	for _, v := range []*types.String{&m.PhoneHomeURL, &m.RenderedUserData, &m.RenderedNetworkConfig, &m.RenderedVendorData} {
+	for _, v := range []*types.String{&m.PhoneHomeURL, &m.RenderedNetworkConfig, &m.RenderedVendorData} {
 		if !v.IsUnknown() && v.ValueString() == "" {
 			*v = types.StringNull()
 		}

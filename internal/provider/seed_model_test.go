@@ -12,7 +12,6 @@ import (
 func TestSeedStateDropsEmptyDocuments(t *testing.T) {
 	m := seedResourceModel{
 		PhoneHomeURL:          types.StringValue(""),
-		RenderedUserData:      types.StringValue("#cloud-config\n"),
 		RenderedNetworkConfig: types.StringUnknown(),
 		RenderedVendorData:    types.StringValue(""),
 		RenderedMetaData:      types.StringValue(""),
@@ -23,8 +22,10 @@ func TestSeedStateDropsEmptyDocuments(t *testing.T) {
 			t.Errorf("%s: want null, got %s", name, got)
 		}
 	}
-	if m.RenderedUserData.ValueString() != "#cloud-config\n" {
-		t.Errorf("rendered_user_data lost its value: %s", m.RenderedUserData)
+	kept := seedResourceModel{RenderedVendorData: types.StringValue("#cloud-config\n")}
+	kept.dropEmptyDocuments()
+	if kept.RenderedVendorData.ValueString() != "#cloud-config\n" {
+		t.Errorf("rendered_vendor_data lost its value: %s", kept.RenderedVendorData)
 	}
 	if !m.RenderedNetworkConfig.IsUnknown() {
 		t.Errorf("rendered_network_config: an unknown must stay unknown, got %s", m.RenderedNetworkConfig)

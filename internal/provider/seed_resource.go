@@ -61,6 +61,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
 	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
 	resp.Schema = schema.Schema{
+		Version: seedSchemaVersion,
 		Description: "A cloud-init seed ISO stored as a volume in a libvirt storage pool: what a VM learns on first boot. " +
 			"The ISO (NoCloud `cidata` or ConfigDrive v2 `config-2`) is built in-process, byte for byte " +
 			"reproducible, and uploaded through libvirt's stream API, so remote hosts work and nothing is " +
@@ -279,7 +280,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Description: "Write-only user data (Terraform 1.11 and later): like `user_data`, but never " +
 					"stored in plan or state, so secrets in it stay out of state. Checked at plan like " +
 					"`user_data` when its value is known then. The seed still notices a change, because the " +
-					"checksum of the rendered ISO is compared on every plan; `rendered_user_data` is left null.",
+					"checksum of the rendered ISO is compared on every plan; `user_data_sha256` is left null.",
 			},
 			"phone_home": schema.BoolAttribute{
 				Optional: true, Computed: true,
@@ -354,14 +355,19 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Computed: true, ElementType: types.StringType,
 				Description: "MAC address of each structured `network` entry, in order. `kohaku_vm` reads them from the seed itself, so a VM needs only `seed_id`.",
 			},
-			"rendered_meta_data":      schema.StringAttribute{Computed: true, Description: "The meta-data document (`meta_data.json` for ConfigDrive)."},
-			"rendered_user_data":      schema.StringAttribute{Computed: true, Sensitive: true, Description: "The user-data document as written into the ISO. Null when `user_data_wo` is used."},
+			"rendered_meta_data": schema.StringAttribute{Computed: true, Description: "The meta-data document (`meta_data.json` for ConfigDrive)."},
+			"user_data_sha256": schema.StringAttribute{
+				Computed: true,
+				Description: "SHA-256 (lower-case hex) of the user-data document as written into the ISO: the " +
+					"generated cloud-config, your own user data, and Kohaku's first-boot reporter when the seed " +
+					"installs it, combined as `user_data` describes. It changes whenever the user data does. The " +
+					"document itself is not kept in state (the reporter alone is about 11 KB of every seed); " +
+					"read it from the seed volume (see \"Reading the documents\"). Null when the seed has no user " +
+					"data, and when it holds write-only values (`user_data_wo`, or a `password_hash_wo` of `user` " +
+					"or `users`).",
+			},
 			"rendered_network_config": schema.StringAttribute{Computed: true, Description: "The network configuration document, null when there is none."},
 			"rendered_vendor_data":    schema.StringAttribute{Computed: true, Sensitive: true, Description: "The vendor data document, null when there is none."},
-			"user_data_write_only": schema.BoolAttribute{
-				Computed:    true,
-				Description: "Whether the seed's user data holds write-only values (`user_data_wo`, or a `password_hash_wo` of `user` or `users`), so `rendered_user_data` is null by design.",
-			},
 		},
 	}
 }
@@ -589,9 +595,8 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 			state.MACs = stringList(in.MACs)
 			state.RenderedMetaData = types.StringValue(string(in.Files[metaDataFile(in.Format)]))
 			state.RenderedNetworkConfig = nullIfNone(string(in.Files[networkFile(in.Format)]))
-			state.RenderedUserData = nullIfNone(string(in.Files[userDataFile(in.Format)]))
+			state.UserDataSHA256 = digestIfAny(in.Files[userDataFile(in.Format)])
 			state.RenderedVendorData = nullIfNone(string(in.Files[vendorDataFile(in.Format)]))
-			state.UserDataFromWriteOnly = types.BoolValue(false)
 			state.GuestAgent = types.BoolValue(true)
 			state.PhoneHome = types.BoolValue(in.PhoneHomeURL != "")
 			state.PhoneHomeURL = nullIfNone(in.PhoneHomeURL)
@@ -701,7 +706,7 @@ func passwordHashWOAttribute() schema.StringAttribute {
 	return schema.StringAttribute{
 		Optional: true, Sensitive: true, WriteOnly: true,
 		Description: "Write-only `password_hash` (Terraform 1.11 and later): never stored in plan or state, so " +
-			"the seed's `rendered_user_data` is left null. A change is still noticed, because the checksum of " +
+			"the seed's `user_data_sha256` is left null. A change is still noticed, because the checksum of " +
 			"the rendered ISO is compared on every plan.",
 	}
 }
