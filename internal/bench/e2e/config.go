@@ -15,8 +15,9 @@ type hostEnv struct {
 // kohakuConfig is n seeds and n VMs, each VM on its seed: defined, not
 // started, with a qcow2 overlay on the test image and direct kernel boot.
 // The seed is the README's typical one (login user with a key, static
-// address on a MAC derived from the seed's name); the VM's NIC takes that
-// MAC from the seed.
+// address on a MAC derived from the seed's name, a shared folder it
+// mounts); the VM's NIC takes that MAC from the seed, and the VM exports
+// the share (/tmp: a local host's source must exist).
 func kohakuConfig(h hostEnv, prefix string, n int) string {
 	return fmt.Sprintf(`terraform {
   required_providers {
@@ -49,6 +50,8 @@ resource "kohaku_seed" "s" {
     gateway4    = "10.0.2.2"
     nameservers = ["10.0.2.3"]
   }]
+
+  shared_folders = [{ tag = "kohaku_shared", path = "/shared" }]
 }
 
 resource "kohaku_vm" "v" {
@@ -70,6 +73,7 @@ resource "kohaku_vm" "v" {
 
   seed_id           = kohaku_seed.s[count.index].id
   network_interface = [{ type = "user" }]
+  shared_folder     = [{ source = "/tmp", tag = "kohaku_shared" }]
 }
 `, h.URI, n, prefix, h.Pool, h.ImagePool, h.Base, h.Kernel, h.Initrd, sshKey)
 }
