@@ -456,6 +456,10 @@ func (r *seedResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 		resp.Diagnostics.AddWarning("Seed "+cfg.Name.ValueString(), w)
 	}
 	warnNoAutoWait(&cfg, state, &resp.Diagnostics)
+	if keepWrittenSeed(ctx, req, state, res.ISOSHA256, &cfg) {
+		resp.Diagnostics.Append(resp.Plan.Set(ctx, state)...)
+		return
+	}
 	plan.setRendered(res, writeOnlyIn(&cfg))
 	plan.PhoneHomeURL = nullIfNone(phURL)
 	if state != nil && state.SHA256.Equal(plan.SHA256) {
@@ -463,6 +467,25 @@ func (r *seedResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 		plan.VolumeKey, plan.VolumePath = state.VolumeKey, state.VolumePath
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+}
+
+// keepWrittenSeed is true when the seed's inputs are what they were when it
+// was written, the host still has that ISO, and only this provider version's
+// rendering differs (a newer version renders the same inputs differently):
+// then the plan keeps the seed as it is. A change of any input, or an ISO
+// changed on the host, plans the new rendering. Seeds with write-only values
+// always follow the rendering: their inputs are not in state to compare.
+func keepWrittenSeed(ctx context.Context, req resource.ModifyPlanRequest, state *seedResourceModel, rendered string, cfg *seedResourceModel) bool {
+	if state == nil || state.SHA256.ValueString() == rendered || writeOnlyIn(cfg) || !req.Plan.Raw.Equal(req.State.Raw) {
+		return false
+	}
+	w, ok := writtenSeed(ctx, req.Private)
+	if !ok || w.SHA256 != state.SHA256.ValueString() {
+		return false
+	}
+	tflog.Info(ctx, "seed inputs unchanged and the host has the ISO this seed wrote; keeping it although this provider version renders it differently",
+		map[string]any{"name": state.Name.ValueString(), "sha256": w.SHA256, "rendered_now": rendered})
+	return true
 }
 
 // warnNoAutoWait says at plan what wait_for = "auto" on a VM will wait for
@@ -500,6 +523,7 @@ func (r *seedResource) Create(ctx context.Context, req resource.CreateRequest, r
 	if res == nil {
 		return
 	}
+	recordWrittenSeed(ctx, resp.Private, res.ISOSHA256, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
@@ -580,6 +604,7 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 	state.ID = types.StringValue(pool + "/" + name)
 	state.VolumeKey = types.StringValue(vol.Key)
 	state.VolumePath = types.StringValue(vol.Path)
+	written := state.SHA256.ValueString() // before this refresh: what the last apply wrote
 	if skip > 0 && vol.CapacityBytes > skip {
 		state.SHA256 = types.StringValue(seed.ISODigest(iso))
 	} else {
@@ -608,6 +633,15 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 			resp.Diagnostics.AddWarning("Volume is not a seed Kohaku can read", fmt.Sprintf("%s/%s: %v", pool, name, err))
 		}
 	}
+	if _, ok := writtenSeed(ctx, req.Private); !ok {
+		// A seed written by a version that recorded nothing (or imported):
+		// what it last wrote is its checksum before this refresh, or, on
+		// import, what the host has.
+		if importing || written == "" {
+			written = state.SHA256.ValueString()
+		}
+		recordWrittenSeed(ctx, resp.Private, written, &resp.Diagnostics)
+	}
 	state.dropEmptyDocuments()
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
 }
@@ -635,12 +669,14 @@ func (r *seedResource) Update(ctx context.Context, req resource.UpdateRequest, r
 		addError(&resp.Diagnostics, fmt.Sprintf("Replacing the content of seed %s/%s", pool, name), err)
 		return
 	}
-	if r.upload(ctx, c, &plan, &cfg, &resp.Diagnostics) == nil {
+	res := r.upload(ctx, c, &plan, &cfg, &resp.Diagnostics)
+	if res == nil {
 		// The old content is gone and the new one did not land: drop the
 		// resource so the next apply creates it, rather than keep a lie.
 		resp.State.RemoveResource(ctx)
 		return
 	}
+	recordWrittenSeed(ctx, resp.Private, res.ISOSHA256, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 

@@ -12,9 +12,10 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
 )
 
-// seedStateV0Rev is the last commit whose kohaku_seed wrote schema version
-// 0 (the whole user-data document in state).
-const seedStateV0Rev = "d4b07f4a5a0c10058a50c1bce527e6b617956cc8"
+// seedStateV0Rev is a commit whose kohaku_seed wrote schema version 0 (the
+// whole user-data document in state) and whose renderer differs from this
+// one's (it started qemu-guest-agent with "systemctl enable --now").
+const seedStateV0Rev = "60617384bc0513c78417180a0058790bb373a9e8"
 
 // seedInstance is one kohaku_seed instance of a state file.
 type seedInstance struct {
@@ -47,9 +48,10 @@ func seedInstanceOf(t *testing.T, state []byte) seedInstance {
 // one without touching the seed: the plan is empty, the volume on the host
 // is the same bytes, the stored state keeps the user data's digest instead
 // of the document, and a refresh after the upgrade still sees the seed
-// as it is. While the renderer is the one at seedStateV0Rev: a change to
-// what a seed renders to makes every existing seed plan an in-place update
-// for that reason alone, which this test then reports.
+// as it is. That revision renders the same inputs to another ISO: the plan
+// keeps the seed the host has (it is what the inputs made, and rewriting it
+// would give the guest a new instance id) rather than rewrite it because
+// the renderer changed.
 func TestAccSeed_upgradeFromV0(t *testing.T) {
 	acctest.NeedTerraform(t)
 	pool := acctest.Env(t, "KOHAKU_TEST_POOL")
