@@ -57,8 +57,10 @@ func DefaultCacheDir() string {
 	return filepath.Join(os.TempDir(), privateTempDir())
 }
 
-// metaVersion is the version of the sidecar format.
-const metaVersion = 1
+// metaVersion is the version of the sidecar format. Version 2 added
+// StoredSHA256; an older sidecar is no entry, so its image is downloaded
+// again rather than trusted unchecked.
+const metaVersion = 2
 
 // staleTempAge is how old a temporary file of an unlocked entry must be
 // before it is taken for the leftover of a crashed process and removed.
@@ -72,8 +74,12 @@ type entryMeta struct {
 	Digest      string `json:"digest"`
 	Format      string `json:"format"`
 	VirtualSize uint64 `json:"virtual_size"`
-	Size        int64  `json:"size"`
-	Compression string `json:"compression,omitempty"`
+	// Size and StoredSHA256 are the length and SHA-256 (hex) of the stored
+	// image file, computed while it was written; Result.Open checks the
+	// bytes it hands out against them.
+	Size         int64  `json:"size"`
+	StoredSHA256 string `json:"stored_sha256"`
+	Compression  string `json:"compression,omitempty"`
 	// ETag and LastModified are the validators the server sent with the
 	// image, for the conditional GET that revalidates a "src-" entry.
 	ETag         string `json:"etag,omitempty"`
@@ -128,7 +134,7 @@ func (f *fetcher) loadEntry(key string) *entryMeta {
 	if err != nil || !strings.HasPrefix(key, "src-") && d.key() != key {
 		return nil
 	}
-	if m.Format != FormatQCOW2 && m.Format != FormatRaw {
+	if m.Format != FormatQCOW2 && m.Format != FormatRaw || len(m.StoredSHA256) != 2*sha256.Size || !isLowerHex(m.StoredSHA256) {
 		return nil
 	}
 	fi, err := os.Lstat(f.file(key, ".img"))
@@ -313,6 +319,7 @@ func (f *fetcher) download(ctx context.Context, key string, prev *entryMeta, exp
 		Format:       fe.info.Format,
 		VirtualSize:  fe.info.VirtualSize,
 		Size:         fe.info.Size,
+		StoredSHA256: fe.sum,
 		Compression:  fe.compression,
 		ETag:         o.etag,
 		LastModified: o.lastModified,
@@ -370,7 +377,17 @@ func (f *fetcher) result(key string, m *entryMeta, expected *Digest, lk *fileLoc
 		Compression:      m.Compression,
 		Downloaded:       f.downloaded,
 		release:          lk.release,
+		stored:           &storedFile{sha256: m.StoredSHA256, evict: func() { f.evictChanged(key) }},
 	}
+}
+
+// evictChanged removes an entry whose image no longer matches its sidecar
+// (see checkedReader), so that the next Fetch downloads it again. It runs
+// under a shared lock: holders that opened the image already read through
+// their own handles, which check what they read.
+func (f *fetcher) evictChanged(key string) {
+	os.Remove(f.file(key, ".json"))
+	os.Remove(f.file(key, ".img"))
 }
 
 // evict removes leftovers of crashed Fetches and, when the cache has a size

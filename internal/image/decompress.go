@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"compress/bzip2"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -93,6 +95,8 @@ type unpacked struct {
 	compression string
 	// member is the name of the tar member that held the image.
 	member string
+	// sum is the SHA-256 of the file at path, computed as it was written.
+	sum string
 }
 
 // decompressError marks an error of the data (not of reading the source).
@@ -136,9 +140,9 @@ func unpack(src *bufio.Reader, dir, pattern string, lim Limits) (u unpacked, err
 	u.compression = kind
 	if isTar(head) {
 		u.compression = strings.TrimPrefix(kind+"+"+compTar, "+")
-		u.path, u.member, err = extractTar(br, dir, pattern, lim.withDefaults().MaxSize)
+		u.path, u.sum, u.member, err = extractTar(br, dir, pattern, lim.withDefaults().MaxSize)
 	} else {
-		u.path, err = writeTemp(br, dir, pattern)
+		u.path, u.sum, err = writeTemp(br, dir, pattern)
 	}
 	if err == nil {
 		// Read what follows (tar padding, a last block) so that the
@@ -192,9 +196,10 @@ func classifyUnpackError(kind string, err error) error {
 // second such file, before writing it: the disk image is ambiguous. Sparse
 // members (whose holes would be written out, and uploaded, in full) and
 // members declaring more than maxSize bytes are refused before a byte of
-// them is written.
-func extractTar(r io.Reader, dir, pattern string, maxSize int64) (path, member string, err error) {
-	type kept struct{ name, path string }
+// them is written. It returns the file's path and SHA-256 (see writeTemp)
+// and the member's name.
+func extractTar(r io.Reader, dir, pattern string, maxSize int64) (path, sum, member string, err error) {
+	type kept struct{ name, path, sum string }
 	var (
 		tr      = tar.NewReader(r)
 		regular []string
@@ -214,48 +219,48 @@ func extractTar(r io.Reader, dir, pattern string, maxSize int64) (path, member s
 			break
 		}
 		if err != nil {
-			return "", "", &readError{fmt.Errorf("reading tar archive: %w", err)}
+			return "", "", "", &readError{fmt.Errorf("reading tar archive: %w", err)}
 		}
 		if isSparse(hdr) {
-			return "", "", unsupported("is a tar archive whose member %q is a sparse file; sparse members are "+
+			return "", "", "", unsupported("is a tar archive whose member %q is a sparse file; sparse members are "+
 				"refused (their holes would be written and uploaded in full)", hdr.Name)
 		}
 		if hdr.Typeflag != tar.TypeReg {
 			continue
 		}
 		if hdr.Size > maxSize {
-			return "", "", fmt.Errorf("%w: tar member %q declares %s, more than %s",
+			return "", "", "", fmt.Errorf("%w: tar member %q declares %s, more than %s",
 				ErrLimit, hdr.Name, byteSize(hdr.Size), byteSize(maxSize))
 		}
 		regular = append(regular, hdr.Name)
 		disk := hasDiskExtension(hdr.Name)
 		if disk && len(disks) == 1 {
-			return "", "", unsupported("is a tar archive of at least %d files of which at least 2 end in %s, "+
+			return "", "", "", unsupported("is a tar archive of at least %d files of which at least 2 end in %s, "+
 				"so the disk image is ambiguous; it holds %s", len(regular), strings.Join(diskExtensions, ", "),
 				listNames(regular, 10))
 		}
 		// The first file may be the only one; later ones can only be
 		// chosen by their extension. Others are skipped unread.
 		if len(regular) == 1 || disk {
-			p, err := writeTemp(readTagger{tr}, dir, pattern)
+			p, h, err := writeTemp(readTagger{tr}, dir, pattern)
 			if err != nil {
-				return "", "", fmt.Errorf("extracting %q from tar archive: %w", hdr.Name, err)
+				return "", "", "", fmt.Errorf("extracting %q from tar archive: %w", hdr.Name, err)
 			}
-			files = append(files, kept{hdr.Name, p})
+			files = append(files, kept{hdr.Name, p, h})
 			if disk {
-				disks = append(disks, kept{hdr.Name, p})
+				disks = append(disks, kept{hdr.Name, p, h})
 			}
 		}
 	}
 	switch {
 	case len(regular) == 0:
-		return "", "", unsupported("is a tar archive holding no regular file")
+		return "", "", "", unsupported("is a tar archive holding no regular file")
 	case len(regular) == 1:
-		return files[0].path, files[0].name, nil
+		return files[0].path, files[0].sum, files[0].name, nil
 	case len(disks) == 1:
-		return disks[0].path, disks[0].name, nil
+		return disks[0].path, disks[0].sum, disks[0].name, nil
 	}
-	return "", "", unsupported("is a tar archive of %d files of which none end in %s, so the disk image is ambiguous; it holds %s",
+	return "", "", "", unsupported("is a tar archive of %d files of which none end in %s, so the disk image is ambiguous; it holds %s",
 		len(regular), strings.Join(diskExtensions, ", "), listNames(regular, 10))
 }
 
@@ -285,13 +290,15 @@ func hasDiskExtension(name string) bool {
 }
 
 // writeTemp copies r to a new temporary file in dir, leaving holes for
-// blocks of zeros, and returns its name. On error the file is removed. It
-// does not sync the file: that waits until the transfer is over (syncing
-// gigabytes may take longer than the stall timeout).
-func writeTemp(r io.Reader, dir, pattern string) (path string, err error) {
+// blocks of zeros, and returns its name and the SHA-256 (hex) of what it
+// wrote, holes included, computed on the way (the cache records it, and
+// checks it when the file is read back for an upload). On error the file is
+// removed. It does not sync the file: that waits until the transfer is over
+// (syncing gigabytes may take longer than the stall timeout).
+func writeTemp(r io.Reader, dir, pattern string) (path, sum string, err error) {
 	f, err := os.CreateTemp(dir, pattern)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer func() {
 		if err != nil {
@@ -300,18 +307,19 @@ func writeTemp(r io.Reader, dir, pattern string) (path string, err error) {
 		}
 	}()
 	w := newSparseWriter(f)
+	h := sha256.New()
 	// Hide io.WriterTo of r (tar.Reader has one) so the copy goes through
 	// the sparse writer's buffer.
-	if _, err = io.CopyBuffer(w, struct{ io.Reader }{r}, make([]byte, 64<<10)); err != nil {
-		return "", err
+	if _, err = io.CopyBuffer(io.MultiWriter(h, w), struct{ io.Reader }{r}, make([]byte, 64<<10)); err != nil {
+		return "", "", err
 	}
 	if err = w.Close(); err != nil {
-		return "", err
+		return "", "", err
 	}
 	if err = f.Close(); err != nil {
-		return "", err
+		return "", "", err
 	}
-	return f.Name(), nil
+	return f.Name(), hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // sparseBlock is the granularity at which sparseWriter detects zeros; it

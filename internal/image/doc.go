@@ -16,5 +16,8 @@
 // one process or from several processes, result in one download; the others
 // wait for it and share the entry. A Result holds a shared lock on its entry
 // until it is released, and the cache is trimmed to its size bound by evicting
-// the least recently used entries that nobody holds.
+// the least recently used entries that nobody holds. An entry records the
+// size and SHA-256 of its stored image, and Result.Open checks them as the
+// image is read back, so an entry changed after it was stored fails the read
+// (and is evicted) instead of being uploaded.
 package image

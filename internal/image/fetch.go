@@ -106,17 +106,31 @@ type Result struct {
 	// file is the handle a local image used in place was verified
 	// through; Open reads the image through it.
 	file *os.File
+	// stored is what the cache recorded of an entry's image, which Open
+	// checks the bytes it reads against.
+	stored *storedFile
 }
 
 // Open returns a reader of the image, to be closed by the caller before
 // Release. A local image used in place is read through the very handle it
-// was verified through (not reopened by path); a cache entry is opened
-// without following a symbolic link.
+// was verified through (not reopened by path). A cache entry is opened
+// without following a symbolic link, and read through a check of the size
+// and SHA-256 recorded when it was stored: when the bytes read differ, the
+// read that would complete the image fails with an error wrapping
+// ErrCacheEntryChanged instead (so an upload fed by it fails), and the
+// entry is evicted.
 func (r *Result) Open() (io.ReadCloser, error) {
 	if r.file != nil {
 		return io.NopCloser(io.NewSectionReader(r.file, 0, r.Size)), nil
 	}
-	return openNoFollow(r.Path)
+	fh, err := openNoFollow(r.Path)
+	if err != nil {
+		return nil, err
+	}
+	if r.stored == nil {
+		return fh, nil
+	}
+	return newCheckedReader(fh, r.Path, r.Size, r.stored), nil
 }
 
 // Release releases the Result's shared hold on its cache entry, after which
@@ -483,6 +497,7 @@ type fetched struct {
 	info        imageInfo
 	digest      Digest
 	compression string
+	sum         string // SHA-256 of the file at tmp
 }
 
 // readFail describes a failure to read the source.
@@ -573,7 +588,7 @@ func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected 
 		}
 		return fail(fmt.Errorf("image %s %w", what, err))
 	}
-	return &fetched{tmp: u.path, info: info, digest: d, compression: u.compression}, nil
+	return &fetched{tmp: u.path, info: info, digest: d, compression: u.compression, sum: u.sum}, nil
 }
 
 // loopbackURL reports whether u names this machine's loopback (localhost,

@@ -11,16 +11,18 @@ import (
 	"testing"
 )
 
-// plantEntry writes a complete-looking cache entry for d holding img, as
-// another local user would.
+// plantEntry writes a complete, well-formed cache entry for d holding img
+// (its sidecar records img's own size and SHA-256), as another local user
+// would: only the defence under test can stop it.
 func plantEntry(t *testing.T, dir string, d Digest, img []byte) {
 	t.Helper()
 	key := d.key()
 	if err := os.WriteFile(filepath.Join(dir, key+".img"), img, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	meta := `{"version":1,"key":"` + key + `","source":"planted","digest":"` + d.String() +
-		`","format":"raw","virtual_size":` + strconv.Itoa(len(img)) + `,"size":` + strconv.Itoa(len(img)) + `}`
+	meta := `{"version":2,"key":"` + key + `","source":"planted","digest":"` + d.String() +
+		`","format":"raw","virtual_size":` + strconv.Itoa(len(img)) + `,"size":` + strconv.Itoa(len(img)) +
+		`,"stored_sha256":"` + sha256Digest(img).Hex + `"}`
 	if err := os.WriteFile(filepath.Join(dir, key+".json"), []byte(meta), 0o644); err != nil {
 		t.Fatal(err)
 	}

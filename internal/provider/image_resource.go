@@ -293,6 +293,11 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		Pool: pool, Name: name, Format: res.Format, Capacity: res.VirtualSize, Length: res.Size, Source: f,
 		Progress: func(sent int64) { up(image.Progress{Done: sent, Total: res.Size}) },
 	})
+	if errors.Is(err, image.ErrCacheEntryChanged) {
+		resp.Diagnostics.AddAttributeError(path.Root("source"), "Cached image changed: "+shown, sentence(err)+
+			" Apply again: the image is downloaded and verified afresh.")
+		return
+	}
 	if err != nil {
 		addError(&resp.Diagnostics, fmt.Sprintf("Uploading image %s to %s/%s", shown, pool, name), err)
 		return

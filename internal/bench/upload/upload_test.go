@@ -5,9 +5,11 @@
 package upload
 
 import (
+	"archive/tar"
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -88,9 +90,11 @@ func status(b *testing.B, field string) int64 {
 // BenchmarkUploadImage uploads a 1 GiB raw image: floor is a bare stream
 // upload of the file on one go-libvirt connection; kohaku is what
 // kohaku_image does for a local source (the cache's checks and digest,
-// then virt.UploadImage on a connection of its own). Compare MB/s (target:
-// kohaku at least 0.8x the floor) and peak-RSS-MiB (target: at most 64 MiB
-// above the resident set before the upload).
+// then virt.UploadImage on a connection of its own); kohaku-cached is what
+// it does for an image served from the cache (the entry checked against
+// its recorded SHA-256 as it streams). Compare MB/s (target: kohaku at
+// least 0.95x the floor) and peak-RSS-MiB (target: at most 64 MiB above
+// the resident set before the upload).
 func BenchmarkUploadImage(b *testing.B) {
 	uri, pool, file := setup(b)
 	b.Run("floor", func(b *testing.B) {
@@ -110,38 +114,94 @@ func BenchmarkUploadImage(b *testing.B) {
 		b.ReportMetric(peak, "peak-RSS-MiB")
 	})
 	b.Run("kohaku", func(b *testing.B) {
-		b.SetBytes(imageBytes)
-		c, err := virt.New(virt.Settings{URI: uri})
+		uploadKohaku(b, uri, pool, file, false)
+	})
+	b.Run("kohaku-cached", func(b *testing.B) {
+		uploadKohaku(b, uri, pool, tarOf(b, file), true)
+	})
+}
+
+// uploadKohaku is what kohaku_image does: Fetch, then virt.UploadImage fed
+// by Result.Open on a connection of its own. With cached, the source is a
+// tar archive (so the image is unpacked into the cache) fetched once
+// before the clock starts: each timed Fetch is a cache hit, and the upload
+// reads the entry through the check of its recorded SHA-256.
+func uploadKohaku(b *testing.B, uri, pool, file string, cached bool) {
+	b.SetBytes(imageBytes)
+	c, err := virt.New(virt.Settings{URI: uri})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	cache := &image.Cache{Dir: b.TempDir()}
+	if cached {
+		b.StopTimer()
+		res, err := cache.Fetch(context.Background(), image.Request{Source: file})
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer c.Close()
-		cache := &image.Cache{Dir: b.TempDir()}
-		var peak float64
-		for i := 0; i < b.N; i++ {
-			name := fmt.Sprintf("kohaku-bench-image-%d.raw", i)
-			done := peakRSS(b)
-			res, err := cache.Fetch(context.Background(), image.Request{Source: file})
-			if err != nil {
-				b.Fatal(err)
-			}
-			f, err := os.Open(res.Path)
-			if err != nil {
-				b.Fatal(err)
-			}
-			_, err = c.UploadImage(context.Background(), virt.ImageUpload{Pool: pool, Name: name, Format: res.Format, Capacity: res.VirtualSize, Length: res.Size, Source: f})
-			f.Close()
-			res.Release()
-			if err != nil {
-				b.Fatal(err)
-			}
-			peak = max(peak, done())
-			b.StopTimer()
-			remove(b, uri, pool, name)
-			b.StartTimer()
+		res.Release()
+		b.StartTimer()
+	}
+	var peak float64
+	for i := 0; i < b.N; i++ {
+		name := fmt.Sprintf("kohaku-bench-image-%d.raw", i)
+		done := peakRSS(b)
+		res, err := cache.Fetch(context.Background(), image.Request{Source: file})
+		if err != nil {
+			b.Fatal(err)
 		}
-		b.ReportMetric(peak, "peak-RSS-MiB")
-	})
+		if cached && res.Downloaded {
+			b.Fatal("the timed Fetch was no cache hit")
+		}
+		f, err := res.Open()
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, err = c.UploadImage(context.Background(), virt.ImageUpload{Pool: pool, Name: name, Format: res.Format, Capacity: res.VirtualSize, Length: res.Size, Source: f})
+		f.Close()
+		res.Release()
+		if err != nil {
+			b.Fatal(err)
+		}
+		peak = max(peak, done())
+		b.StopTimer()
+		remove(b, uri, pool, name)
+		b.StartTimer()
+	}
+	b.ReportMetric(peak, "peak-RSS-MiB")
+}
+
+// tarOf writes file into a tar archive next to it and returns the
+// archive's path.
+func tarOf(b *testing.B, file string) string {
+	b.Helper()
+	out := file + ".tar"
+	src, err := os.Open(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst, err := os.Create(out)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dst.Close()
+	tw := tar.NewWriter(dst)
+	if err := tw.WriteHeader(&tar.Header{Name: "disk.raw", Mode: 0o644, Size: fi.Size(), Typeflag: tar.TypeReg}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.Copy(tw, src); err != nil {
+		b.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return out
 }
 
 func dial(uri string) (*libvirt.Libvirt, error) {
