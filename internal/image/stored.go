@@ -25,10 +25,12 @@ type storedFile struct {
 
 // checkedReader reads an entry's image file and checks, as the bytes go
 // by, that it is what was stored: no extra pass over the file, the hash
-// runs on the bytes the caller asked for. The read that reaches the
-// recorded size compares the digest and, on a mismatch, hands out nothing
-// and fails instead; a file that ends early or goes on past the size fails
-// too. The failure is sticky and evicts the entry.
+// runs on the bytes the caller asked for, on a goroutine of its own while
+// the caller sends them on (an upload is not slowed by the hash where a
+// CPU is free). The read that reaches the recorded size compares the
+// digest and, on a mismatch, hands out nothing and fails instead; a file
+// that ends early or goes on past the size fails too. The failure is
+// sticky and evicts the entry.
 type checkedReader struct {
 	f      *os.File
 	path   string
@@ -37,10 +39,52 @@ type checkedReader struct {
 	h      hash.Hash
 	n      int64
 	err    error
+
+	// The hasher goroutine takes a copy of a chunk in buf from jobs and
+	// answers on done; pending is set while it works on one.
+	buf     []byte
+	jobs    chan []byte
+	done    chan struct{}
+	pending bool
 }
+
+// maxHashChunk bounds the copy handed to the hasher (go-libvirt reads 4 MiB
+// at a time); larger reads are hashed where they are.
+const maxHashChunk = 4 << 20
 
 func newCheckedReader(f *os.File, path string, size int64, stored *storedFile) *checkedReader {
 	return &checkedReader{f: f, path: path, size: size, stored: stored, h: sha256.New()}
+}
+
+// wait waits for the hasher to finish the chunk it has.
+func (c *checkedReader) wait() {
+	if c.pending {
+		<-c.done
+		c.pending = false
+	}
+}
+
+// hash hashes b: on the hasher goroutine (from a copy, since b belongs to
+// the caller once Read returns) unless final or too large.
+func (c *checkedReader) hash(b []byte, final bool) {
+	c.wait()
+	if final || len(b) > maxHashChunk || len(b) == 0 {
+		c.h.Write(b)
+		return
+	}
+	if c.jobs == nil {
+		c.buf = make([]byte, maxHashChunk)
+		c.jobs, c.done = make(chan []byte), make(chan struct{})
+		go func() {
+			for b := range c.jobs {
+				c.h.Write(b)
+				c.done <- struct{}{}
+			}
+		}()
+	}
+	n := copy(c.buf, b)
+	c.pending = true
+	c.jobs <- c.buf[:n]
 }
 
 func (c *checkedReader) Read(p []byte) (int, error) {
@@ -56,9 +100,10 @@ func (c *checkedReader) Read(p []byte) (int, error) {
 	if c.n+int64(k) > c.size {
 		return 0, c.fail("is longer than the %d bytes recorded", c.size)
 	}
-	c.h.Write(p[:k])
 	c.n += int64(k)
-	if k > 0 && c.n == c.size {
+	final := c.n == c.size
+	c.hash(p[:k], final)
+	if final && k > 0 {
 		if got := hex.EncodeToString(c.h.Sum(nil)); got != c.stored.sha256 {
 			return 0, c.fail("has sha256 %s, not the %s recorded", got, c.stored.sha256)
 		}
@@ -82,4 +127,12 @@ func (c *checkedReader) fail(format string, args ...any) error {
 	return c.err
 }
 
-func (c *checkedReader) Close() error { return c.f.Close() }
+// Close ends the hasher and closes the file.
+func (c *checkedReader) Close() error {
+	c.wait()
+	if c.jobs != nil {
+		close(c.jobs)
+		c.jobs = nil
+	}
+	return c.f.Close()
+}

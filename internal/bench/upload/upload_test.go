@@ -13,9 +13,11 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
@@ -147,21 +149,7 @@ func uploadKohaku(b *testing.B, uri, pool, file string, cached bool) {
 	for i := 0; i < b.N; i++ {
 		name := fmt.Sprintf("kohaku-bench-image-%d.raw", i)
 		done := peakRSS(b)
-		res, err := cache.Fetch(context.Background(), image.Request{Source: file})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if cached && res.Downloaded {
-			b.Fatal("the timed Fetch was no cache hit")
-		}
-		f, err := res.Open()
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, err = c.UploadImage(context.Background(), virt.ImageUpload{Pool: pool, Name: name, Format: res.Format, Capacity: res.VirtualSize, Length: res.Size, Source: f})
-		f.Close()
-		res.Release()
-		if err != nil {
+		if err := kohakuUpload(c, cache, pool, name, file, cached); err != nil {
 			b.Fatal(err)
 		}
 		peak = max(peak, done())
@@ -170,6 +158,78 @@ func uploadKohaku(b *testing.B, uri, pool, file string, cached bool) {
 		b.StartTimer()
 	}
 	b.ReportMetric(peak, "peak-RSS-MiB")
+}
+
+// BenchmarkUploadRatio measures the three uploads of BenchmarkUploadImage
+// interleaved, round after round with the order rotated, so that a machine
+// whose load drifts (shared with other work) weighs on each alike; it
+// reports the median throughput of each and each kohaku variant's median
+// over the floor's. Run it with -benchtime=<rounds>x.
+func BenchmarkUploadRatio(b *testing.B) {
+	uri, pool, file := setup(b)
+	tarball := tarOf(b, file)
+	c, err := virt.New(virt.Settings{URI: uri})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	cache := &image.Cache{Dir: b.TempDir()}
+	if res, err := cache.Fetch(context.Background(), image.Request{Source: tarball}); err != nil {
+		b.Fatal(err)
+	} else {
+		res.Release()
+	}
+	runs := []struct {
+		name string
+		up   func(name string) error
+	}{
+		{"floor", func(name string) error { return bareUpload(uri, pool, name, file) }},
+		{"kohaku", func(name string) error { return kohakuUpload(c, cache, pool, name, file, false) }},
+		{"kohaku-cached", func(name string) error { return kohakuUpload(c, cache, pool, name, tarball, true) }},
+	}
+	secs := make([][]float64, len(runs))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range runs {
+			k := (i + j) % len(runs)
+			name := fmt.Sprintf("kohaku-bench-ratio-%s-%d.raw", runs[k].name, i)
+			start := time.Now()
+			if err := runs[k].up(name); err != nil {
+				b.Fatal(err)
+			}
+			secs[k] = append(secs[k], time.Since(start).Seconds())
+			remove(b, uri, pool, name)
+		}
+	}
+	b.StopTimer()
+	med := make([]float64, len(runs))
+	for k := range runs {
+		sort.Float64s(secs[k])
+		med[k] = secs[k][len(secs[k])/2]
+		b.ReportMetric(imageBytes/med[k]/1e6, runs[k].name+"-MB/s")
+		b.Logf("%s: %v s", runs[k].name, secs[k])
+	}
+	b.ReportMetric(med[0]/med[1], "kohaku/floor")
+	b.ReportMetric(med[0]/med[2], "cached/floor")
+}
+
+// kohakuUpload is one upload as kohaku_image makes it (see uploadKohaku).
+func kohakuUpload(c *virt.Client, cache *image.Cache, pool, name, source string, cached bool) error {
+	res, err := cache.Fetch(context.Background(), image.Request{Source: source})
+	if err != nil {
+		return err
+	}
+	defer res.Release()
+	if cached && res.Downloaded {
+		return fmt.Errorf("the Fetch of %s was no cache hit", source)
+	}
+	f, err := res.Open()
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = c.UploadImage(context.Background(), virt.ImageUpload{Pool: pool, Name: name, Format: res.Format, Capacity: res.VirtualSize, Length: res.Size, Source: f})
+	return err
 }
 
 // tarOf writes file into a tar archive next to it and returns the
