@@ -374,6 +374,7 @@ func (f *fetcher) result(key string, m *entryMeta, expected *Digest, lk *fileLoc
 		Digest:           d,
 		Verified:         f.verified(expected),
 		ChecksumOverHTTP: f.sumsOverHTTP,
+		SignedBy:         f.signedBy,
 		Compression:      m.Compression,
 		Downloaded:       f.downloaded,
 		release:          lk.release,

@@ -39,11 +39,25 @@ type Request struct {
 	// file; its line for the base name of Source is the expected digest.
 	// Optional; mutually exclusive with Checksum.
 	ChecksumURL string
-	// AllowHTTPChecksumURL lets ChecksumURL be a plain http URL. Anyone on
-	// the path can replace such a file (and the image with it), so the
-	// Result of such a Fetch is not Verified; see Result.ChecksumOverHTTP.
-	// A plain http URL on the loopback (localhost, 127.0.0.0/8, ::1) needs
-	// no permission and verifies: it never leaves the machine.
+	// ChecksumSigningKeys are ASCII-armored OpenPGP public keys (see
+	// ParseSigningKeys). When given, the checksum file must carry a valid
+	// signature by one of them, detached at ChecksumSignatureURL or inline
+	// (a clear-signed file, of which only the signed body is read); else
+	// Fetch fails with an error wrapping ErrSignature before any image
+	// byte is fetched. Optional; needs ChecksumURL.
+	ChecksumSigningKeys string
+	// ChecksumSignatureURL is the URL (or local path) of a detached
+	// OpenPGP signature of the checksum file, armored or binary, such as
+	// Debian's SHA512SUMS.sign or Ubuntu's SHA256SUMS.gpg. Optional; needs
+	// ChecksumSigningKeys. Plain http is refused as for ChecksumURL.
+	ChecksumSignatureURL string
+	// AllowHTTPChecksumURL lets ChecksumURL (and ChecksumSignatureURL) be
+	// a plain http URL. Anyone on the path can replace such a file (and
+	// the image with it), so the Result of such a Fetch is not Verified
+	// (see Result.ChecksumOverHTTP) unless a signature by one of
+	// ChecksumSigningKeys vouches for the checksum file. A plain http URL on
+	// the loopback (localhost, 127.0.0.0/8, ::1) needs no permission and
+	// verifies: it never leaves the machine.
 	AllowHTTPChecksumURL bool
 	// Client makes the HTTP requests; nil means DefaultClient. A client
 	// without CheckRedirect gets one that follows up to 10 redirects and
@@ -88,12 +102,18 @@ type Result struct {
 	// decompression): sha512 when the expected digest is sha512, else sha256.
 	Digest Digest
 	// Verified is true when an expected digest (Checksum or ChecksumURL)
-	// was given and matched, and did not itself come over plain http.
+	// was given and matched, and did not itself come over plain http
+	// unless signed.
 	Verified bool
 	// ChecksumOverHTTP is true when the expected digest came from a plain
-	// http ChecksumURL (AllowHTTPChecksumURL): it matched, which catches
-	// corruption, but proves nothing against someone on the path.
+	// http ChecksumURL (AllowHTTPChecksumURL) with no signature checked:
+	// it matched, which catches corruption, but proves nothing against
+	// someone on the path.
 	ChecksumOverHTTP bool
+	// SignedBy is the fingerprint (upper-case hex) of the primary key of
+	// the ChecksumSigningKeys entry whose signature on the checksum file
+	// was verified, or "" when no signature was checked.
+	SignedBy string
 	// Compression is "", "xz", "gzip", "zstd" or "bzip2", with "+tar"
 	// appended when a tar archive held the image ("xz+tar"), or "tar" for
 	// an uncompressed tar archive.
@@ -222,8 +242,12 @@ type fetcher struct {
 	start  time.Time
 	// downloaded is set once this Fetch stored a new image.
 	downloaded bool
-	// sumsOverHTTP is set when the expected digest came over plain http.
+	// sumsOverHTTP is set when the expected digest came over plain http,
+	// with no signature checked.
 	sumsOverHTTP bool
+	// signedBy is the fingerprint of the key whose signature on the
+	// checksum file was verified.
+	signedBy string
 }
 
 // verified reports whether a Result with this expected digest is Verified.
@@ -261,6 +285,8 @@ func (c *Cache) Fetch(ctx context.Context, req Request) (*Result, error) {
 	switch {
 	case req.Checksum != nil && req.ChecksumURL != "":
 		return nil, errors.New("checksum and checksum URL are mutually exclusive; give one of them")
+	case req.ChecksumURL == "" && (req.ChecksumSigningKeys != "" || req.ChecksumSignatureURL != ""):
+		return nil, errors.New("checksum signing keys and a checksum signature URL need a checksum URL: they check the checksum file")
 	case req.Checksum != nil:
 		d := *req.Checksum
 		d.Algorithm, d.Hex = strings.ToLower(d.Algorithm), strings.ToLower(d.Hex)
@@ -298,53 +324,130 @@ func (c *Cache) Fetch(ctx context.Context, req Request) (*Result, error) {
 }
 
 // fetchSums fetches the checksum file at loc and returns its digest for the
-// source's base name.
+// source's base name. With signing keys, the file's signature is checked
+// first (detached from ChecksumSignatureURL, or inline when the file is
+// clear-signed, and then only the signed body is read).
 func (f *fetcher) fetchSums(ctx context.Context, loc string) (Digest, error) {
 	s, err := parseSource(loc)
 	if err != nil {
 		return Digest{}, fmt.Errorf("checksum URL: %w", err)
 	}
-	var data []byte
-	if s.remote() && strings.HasPrefix(strings.ToLower(s.url), "http:") && !loopbackURL(s.url) {
-		if !f.req.AllowHTTPChecksumURL {
-			return Digest{}, fmt.Errorf("checksum URL %s is plain http: anyone on the path could replace it and "+
-				"the image with it, so it verifies nothing; use an https URL or the checksum itself, or allow "+
-				"plain http explicitly (then the image is not reported as verified)", s)
+	var keys *SigningKeys
+	if f.req.ChecksumSigningKeys != "" {
+		if keys, err = ParseSigningKeys(f.req.ChecksumSigningKeys); err != nil {
+			return Digest{}, err
 		}
-		f.sumsOverHTTP = true
+	} else if f.req.ChecksumSignatureURL != "" {
+		return Digest{}, errors.New("a checksum signature URL needs the signing keys to check it against")
 	}
-	if s.remote() {
-		t, err := startGET(ctx, f.client, s.url, nil, f.stall)
-		if err != nil {
-			return Digest{}, fmt.Errorf("fetching checksum file: %w", err)
-		}
-		defer t.close()
-		if t.resp.StatusCode == http.StatusNotModified {
-			return Digest{}, fmt.Errorf("fetching checksum file: GET %s: unexpected %s", s, t.resp.Status)
-		}
-		m := newMeter(ctx, t.resp.Body, t.resp.ContentLength, nil, t.touch)
-		data, err = io.ReadAll(io.LimitReader(m, MaxSumsSize+1))
-		if err != nil {
-			return Digest{}, fmt.Errorf("fetching checksum file: %w", t.describe(err, m.n, t.resp.ContentLength))
-		}
-	} else {
-		fh, err := os.Open(s.path)
-		if err != nil {
-			return Digest{}, fmt.Errorf("reading checksum file: %w", err)
-		}
-		defer fh.Close()
-		if data, err = io.ReadAll(io.LimitReader(fh, MaxSumsSize+1)); err != nil {
-			return Digest{}, fmt.Errorf("reading checksum file: %w", err)
-		}
+	overHTTP, err := f.plainHTTP(s, "checksum URL")
+	if err != nil {
+		return Digest{}, err
+	}
+	data, err := f.readSmall(ctx, s, MaxSumsSize, "checksum file")
+	if err != nil {
+		return Digest{}, err
 	}
 	if len(data) > MaxSumsSize {
 		return Digest{}, fmt.Errorf("checksum file %s is larger than %d bytes; is it a checksum file?", s, MaxSumsSize)
 	}
+	if keys != nil {
+		if data, err = f.verifySums(ctx, s, data, keys); err != nil {
+			return Digest{}, err
+		}
+	}
+	// A verified signature vouches for the file whatever carried it.
+	f.sumsOverHTTP = overHTTP && f.signedBy == ""
 	d, err := ParseSums(bytes.NewReader(data), f.src.name)
 	if err != nil {
 		return Digest{}, fmt.Errorf("%s: %w", s, err)
 	}
 	return d, nil
+}
+
+// verifySums checks the signature of the checksum file s (data) and returns
+// the part of data that is signed.
+func (f *fetcher) verifySums(ctx context.Context, s source, data []byte, keys *SigningKeys) ([]byte, error) {
+	now := time.Now()
+	if f.req.ChecksumSignatureURL == "" {
+		if !isClearsigned(data) {
+			return nil, fmt.Errorf("%w: checksum file %s is not clear-signed, and no signature URL was given "+
+				"(vendors publish the signature beside the file, e.g. SHA512SUMS.sign or SHA256SUMS.gpg)", ErrSignature, s)
+		}
+		body, fp, err := keys.verifyClearsigned(data, now)
+		if err != nil {
+			return nil, fmt.Errorf("checksum file %s: %w", s, err)
+		}
+		f.signedBy = fp
+		return body, nil
+	}
+	ss, err := parseSource(f.req.ChecksumSignatureURL)
+	if err != nil {
+		return nil, fmt.Errorf("checksum signature URL: %w", err)
+	}
+	if _, err := f.plainHTTP(ss, "checksum signature URL"); err != nil {
+		return nil, err
+	}
+	sig, err := f.readSmall(ctx, ss, MaxSignatureSize, "checksum signature")
+	if err != nil {
+		return nil, err
+	}
+	if len(sig) > MaxSignatureSize {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes; is it a signature?", ErrSignature, ss, MaxSignatureSize)
+	}
+	fp, err := keys.verifyDetached(data, sig, now)
+	if err != nil {
+		return nil, fmt.Errorf("checksum file %s with signature %s: %w", s, ss, err)
+	}
+	f.signedBy = fp
+	return data, nil
+}
+
+// plainHTTP reports whether s is a plain http URL off the loopback, and
+// refuses one unless plain http was allowed: anyone on the path could
+// replace what it serves.
+func (f *fetcher) plainHTTP(s source, what string) (bool, error) {
+	if !s.remote() || !strings.HasPrefix(strings.ToLower(s.url), "http:") || loopbackURL(s.url) {
+		return false, nil
+	}
+	if !f.req.AllowHTTPChecksumURL {
+		return false, fmt.Errorf("%s %s is plain http: anyone on the path could replace it and "+
+			"the image with it, so it verifies nothing; use an https URL or the checksum itself, or allow "+
+			"plain http explicitly (then the image is not reported as verified unless a signature is checked)", what, s)
+	}
+	return true, nil
+}
+
+// readSmall reads at most limit+1 bytes of a small remote or local file
+// (a checksum file, a signature): more than limit is for the caller to
+// refuse.
+func (f *fetcher) readSmall(ctx context.Context, s source, limit int64, what string) ([]byte, error) {
+	if !s.remote() {
+		fh, err := os.Open(s.path)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", what, err)
+		}
+		defer fh.Close()
+		data, err := io.ReadAll(io.LimitReader(fh, limit+1))
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", what, err)
+		}
+		return data, nil
+	}
+	t, err := startGET(ctx, f.client, s.url, nil, f.stall)
+	if err != nil {
+		return nil, fmt.Errorf("fetching %s: %w", what, err)
+	}
+	defer t.close()
+	if t.resp.StatusCode == http.StatusNotModified {
+		return nil, fmt.Errorf("fetching %s: GET %s: unexpected %s", what, s, t.resp.Status)
+	}
+	m := newMeter(ctx, t.resp.Body, t.resp.ContentLength, nil, t.touch)
+	data, err := io.ReadAll(io.LimitReader(m, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("fetching %s: %w", what, t.describe(err, m.n, t.resp.ContentLength))
+	}
+	return data, nil
 }
 
 // inPlace uses a local uncompressed image where it is. It reports false
@@ -397,6 +500,7 @@ func (f *fetcher) inPlace(ctx context.Context, expected *Digest) (*Result, bool,
 		Digest:           d,
 		Verified:         f.verified(expected),
 		ChecksumOverHTTP: f.sumsOverHTTP,
+		SignedBy:         f.signedBy,
 	}, true, nil
 }
 

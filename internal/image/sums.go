@@ -31,8 +31,10 @@ type sumsEntry struct {
 // BSD-style tagged lines ("SHA256 (name) = <hex>"), and ignores blank lines,
 // comments ("# ..."), lines it does not recognise and the wrapping of an
 // OpenPGP clear-signed file ("-----BEGIN PGP SIGNED MESSAGE-----", "Hash:"
-// armor headers, the signature block); dash-escaped lines are unescaped. The
-// signature itself is not checked. The algorithm comes from the BSD tag or,
+// armor headers, the signature block); dash-escaped lines are unescaped. It
+// does not check the signature: Fetch does, given signing keys (see
+// Request.ChecksumSigningKeys), and then passes only the signed text here.
+// The algorithm comes from the BSD tag or,
 // for GNU lines, from the length of the hex digest (64: sha256, 128: sha512).
 //
 // Names in the file may carry a leading "./" or a directory path; they match

@@ -52,6 +52,9 @@ type imageResourceModel struct {
 	Source      types.String   `tfsdk:"source"`
 	Checksum    types.String   `tfsdk:"checksum"`
 	ChecksumURL types.String   `tfsdk:"checksum_url"`
+	SigURL      types.String   `tfsdk:"checksum_signature_url"`
+	SigKeys     types.String   `tfsdk:"checksum_signing_keys"`
+	SignedBy    types.String   `tfsdk:"checksum_signed_by"`
 	AllowHTTP   types.Bool     `tfsdk:"allow_http_checksum_url"`
 	MaxGiB      types.Int64    `tfsdk:"max_decompressed_gib"`
 	MaxRatio    types.Int64    `tfsdk:"max_compression_ratio"`
@@ -156,6 +159,37 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
 					"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS`")},
 			},
+			"checksum_signature_url": schema.StringAttribute{
+				Optional: true,
+				Description: "URL (or local path) of a detached OpenPGP signature of the `checksum_url` file, " +
+					"ASCII-armored or binary, e.g. Debian's " +
+					"`https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS.sign` or Ubuntu's " +
+					"`SHA256SUMS.gpg`. The checksum file must carry a valid signature by one of " +
+					"`checksum_signing_keys` (a file signed by several keys needs one of them), else the create " +
+					"fails before the image is downloaded. Needs `checksum_url` and `checksum_signing_keys`; plain " +
+					"http is refused as for `checksum_url`. Leave it out for a clear-signed checksum file " +
+					"(`-----BEGIN PGP SIGNED MESSAGE-----`), whose signature is inline. " +
+					"A change applies to the next create and replaces nothing.",
+				Validators: []validator.String{
+					stringvalidator.RegexMatches(imageSourceRE,
+						"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS.sign`"),
+					stringvalidator.AlsoRequires(path.MatchRoot("checksum_url"), path.MatchRoot("checksum_signing_keys")),
+				},
+			},
+			"checksum_signing_keys": schema.StringAttribute{
+				Optional: true,
+				Description: "ASCII-armored OpenPGP public keys (one or more `-----BEGIN PGP PUBLIC KEY BLOCK-----` " +
+					"blocks, e.g. `file(\"debian-cloud.asc\")`) that the `checksum_url` file must be signed by: " +
+					"through `checksum_signature_url`, or inline when the file is clear-signed, and then only the " +
+					"signed text is read. A signature by another key, a checksum file changed after signing, or an " +
+					"expired or revoked key fails the create before the image is downloaded; " +
+					"`checksum_signed_by` records the key that signed. Checked at plan time. Needs `checksum_url`. " +
+					"Without it, signatures are not checked. A change applies to the next create and replaces nothing.",
+				Validators: []validator.String{
+					signingKeysValidator{},
+					stringvalidator.AlsoRequires(path.MatchRoot("checksum_url")),
+				},
+			},
 			"allow_http_checksum_url": schema.BoolAttribute{
 				Optional: true,
 				Description: "Whether `checksum_url` may be a plain `http://` URL. Default `false`: such a " +
@@ -191,7 +225,16 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			"verified": schema.BoolAttribute{
 				Computed:      true,
 				PlanModifiers: []planmodifier.Bool{boolplanmodifier.UseStateForUnknown()},
-				Description:   "Whether the digest was checked against `checksum` or an https `checksum_url` (one fetched over plain http, see `allow_http_checksum_url`, does not count).",
+				Description: "Whether the digest was checked against `checksum`, an https `checksum_url`, or a " +
+					"`checksum_url` whose signature by one of `checksum_signing_keys` was verified (one fetched " +
+					"over plain http without a verified signature, see `allow_http_checksum_url`, does not count).",
+			},
+			"checksum_signed_by": schema.StringAttribute{
+				Computed:      true,
+				PlanModifiers: keep,
+				Description: "Fingerprint (upper-case hex, 40 digits for the usual v4 keys) of the primary key, among " +
+					"`checksum_signing_keys`, whose signature on the checksum file was verified when the image " +
+					"was created; null when no signature was checked.",
 			},
 			"format": schema.StringAttribute{
 				Computed:      true,
@@ -248,7 +291,10 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 	}
 	pool, name, source := plan.Pool.ValueString(), plan.Name.ValueString(), plan.Source.ValueString()
 	shown := image.Redact(source) // for messages and logs: no password, no presigned query
-	freq := image.Request{Source: source, ChecksumURL: plan.ChecksumURL.ValueString(), AllowHTTPChecksumURL: plan.AllowHTTP.ValueBool()}
+	freq := image.Request{
+		Source: source, ChecksumURL: plan.ChecksumURL.ValueString(), AllowHTTPChecksumURL: plan.AllowHTTP.ValueBool(),
+		ChecksumSignatureURL: plan.SigURL.ValueString(), ChecksumSigningKeys: plan.SigKeys.ValueString(),
+	}
 	if !plan.MaxGiB.IsNull() {
 		freq.Limits.MaxSize = plan.MaxGiB.ValueInt64() << 30
 	}
@@ -268,6 +314,13 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 	if err != nil {
 		mismatch := errors.Is(err, image.ErrChecksumMismatch)
 		switch {
+		case errors.Is(err, image.ErrSignature):
+			at := path.Root("checksum_url")
+			if !plan.SigURL.IsNull() {
+				at = path.Root("checksum_signature_url")
+			}
+			resp.Diagnostics.AddAttributeError(at, "Checksum file signature not verified", sentence(err)+
+				" Nothing was downloaded or uploaded. Check that checksum_signing_keys holds the vendor's current key.")
 		case mismatch && plan.ChecksumURL.ValueString() != "":
 			resp.Diagnostics.AddAttributeError(path.Root("checksum_url"), "Image checksum mismatch", sentence(err)+" Nothing was uploaded.")
 		case mismatch:
@@ -303,7 +356,7 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		return
 	}
 	switch {
-	case res.ChecksumOverHTTP:
+	case res.ChecksumOverHTTP: // never with a verified signature
 		resp.Diagnostics.AddAttributeWarning(path.Root("checksum_url"), "Image checked over plain http only",
 			fmt.Sprintf("%s matched the digest in %s, which came over plain http: that catches a corrupted "+
 				"download, but someone on the path could have replaced both, so `verified` is false. Its digest "+
@@ -318,6 +371,10 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 	plan.ID = types.StringValue(imageID(plan.Host.ValueString(), pool, name))
 	plan.Digest = types.StringValue(res.Digest.String())
 	plan.Verified = types.BoolValue(res.Verified)
+	plan.SignedBy = types.StringNull()
+	if res.SignedBy != "" {
+		plan.SignedBy = types.StringValue(res.SignedBy)
+	}
 	plan.Compression = types.StringValue(res.Compression)
 	plan.Size = types.Int64Value(res.Size)
 	plan.setVolume(vol)
@@ -414,7 +471,7 @@ func (r *imageResource) Update(ctx context.Context, req resource.UpdateRequest, 
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	plan.Verified = state.Verified
+	plan.Verified, plan.SignedBy = state.Verified, state.SignedBy
 	if s := plan.Checksum.ValueString(); s != "" && strings.EqualFold(s, state.Digest.ValueString()) {
 		plan.Verified = types.BoolValue(true)
 	}

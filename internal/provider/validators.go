@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/image"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 )
 
@@ -110,5 +111,29 @@ func (pciAddressValidator) ValidateString(_ context.Context, req validator.Strin
 		// One spelling per device, so ids, imports and kohaku_vm agree.
 		resp.Diagnostics.AddAttributeError(req.Path, "PCI address not in canonical form",
 			fmt.Sprintf("Write %q as %q (lower-case hex, as lspci -D prints it).", s, a.String()))
+	}
+}
+
+// signingKeysValidator accepts ASCII-armored OpenPGP public keys.
+type signingKeysValidator struct{}
+
+var _ validator.String = signingKeysValidator{}
+
+func (signingKeysValidator) Description(context.Context) string {
+	return "one or more ASCII-armored OpenPGP public keys (-----BEGIN PGP PUBLIC KEY BLOCK-----)"
+}
+
+func (v signingKeysValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
+
+func (signingKeysValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if _, err := image.ParseSigningKeys(req.ConfigValue.ValueString()); err != nil {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid signing keys",
+			"The checksum signing keys cannot be read: "+err.Error()+". Give the vendor's public keys as "+
+				"published (ASCII armor), e.g. file(\"debian-cloud-signing-key.asc\").")
 	}
 }
