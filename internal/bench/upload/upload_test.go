@@ -164,7 +164,8 @@ func uploadKohaku(b *testing.B, uri, pool, file string, cached bool) {
 // interleaved, round after round with the order rotated, so that a machine
 // whose load drifts (shared with other work) weighs on each alike; it
 // reports the median throughput of each and each kohaku variant's median
-// over the floor's. Run it with -benchtime=<rounds>x.
+// over the floor's, and the peak RSS of each above the resident set before
+// it. Run it with -benchtime=<rounds>x.
 func BenchmarkUploadRatio(b *testing.B) {
 	uri, pool, file := setup(b)
 	tarball := tarOf(b, file)
@@ -188,16 +189,19 @@ func BenchmarkUploadRatio(b *testing.B) {
 		{"kohaku-cached", func(name string) error { return kohakuUpload(c, cache, pool, name, tarball, true) }},
 	}
 	secs := make([][]float64, len(runs))
+	peak := make([]float64, len(runs))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for j := range runs {
 			k := (i + j) % len(runs)
 			name := fmt.Sprintf("kohaku-bench-ratio-%s-%d.raw", runs[k].name, i)
+			done := peakRSS(b)
 			start := time.Now()
 			if err := runs[k].up(name); err != nil {
 				b.Fatal(err)
 			}
 			secs[k] = append(secs[k], time.Since(start).Seconds())
+			peak[k] = max(peak[k], done())
 			remove(b, uri, pool, name)
 		}
 	}
@@ -207,7 +211,8 @@ func BenchmarkUploadRatio(b *testing.B) {
 		sort.Float64s(secs[k])
 		med[k] = secs[k][len(secs[k])/2]
 		b.ReportMetric(imageBytes/med[k]/1e6, runs[k].name+"-MB/s")
-		b.Logf("%s: %v s", runs[k].name, secs[k])
+		b.ReportMetric(peak[k], runs[k].name+"-peak-RSS-MiB")
+		b.Logf("%s: %.2f s (sorted)", runs[k].name, secs[k])
 	}
 	b.ReportMetric(med[0]/med[1], "kohaku/floor")
 	b.ReportMetric(med[0]/med[2], "cached/floor")
