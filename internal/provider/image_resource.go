@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -291,46 +292,15 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 	}
 	pool, name, source := plan.Pool.ValueString(), plan.Name.ValueString(), plan.Source.ValueString()
 	shown := image.Redact(source) // for messages and logs: no password, no presigned query
-	freq := image.Request{
-		Source: source, ChecksumURL: plan.ChecksumURL.ValueString(), AllowHTTPChecksumURL: plan.AllowHTTP.ValueBool(),
-		ChecksumSignatureURL: plan.SigURL.ValueString(), ChecksumSigningKeys: plan.SigKeys.ValueString(),
-	}
-	if !plan.MaxGiB.IsNull() {
-		freq.Limits.MaxSize = plan.MaxGiB.ValueInt64() << 30
-	}
-	if !plan.MaxRatio.IsNull() {
-		freq.Limits.MaxRatio = plan.MaxRatio.ValueInt64()
-	}
-	if s := plan.Checksum.ValueString(); s != "" {
-		dg, err := image.ParseDigest(s)
-		if err != nil {
-			resp.Diagnostics.AddAttributeError(path.Root("checksum"), "Invalid checksum", err.Error())
-			return
-		}
-		freq.Checksum = &dg
+	freq, err := plan.fetchRequest()
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("checksum"), "Invalid checksum", err.Error())
+		return
 	}
 	freq.Progress = progressLogger(ctx, "downloading image", map[string]any{"source": shown})
 	res, err := r.data.images.Fetch(ctx, freq)
 	if err != nil {
-		mismatch := errors.Is(err, image.ErrChecksumMismatch)
-		switch {
-		case errors.Is(err, image.ErrSignature):
-			at := path.Root("checksum_url")
-			if !plan.SigURL.IsNull() {
-				at = path.Root("checksum_signature_url")
-			}
-			resp.Diagnostics.AddAttributeError(at, "Checksum file signature not verified", sentence(err)+
-				" Nothing was downloaded or uploaded. Check that checksum_signing_keys holds the vendor's current key.")
-		case mismatch && plan.ChecksumURL.ValueString() != "":
-			resp.Diagnostics.AddAttributeError(path.Root("checksum_url"), "Image checksum mismatch", sentence(err)+" Nothing was uploaded.")
-		case mismatch:
-			resp.Diagnostics.AddAttributeError(path.Root("checksum"), "Image checksum mismatch", sentence(err)+" Nothing was uploaded.")
-		case errors.Is(err, image.ErrLimit):
-			resp.Diagnostics.AddAttributeError(path.Root("source"), "Image refused: "+shown, sentence(err)+
-				" Nothing was uploaded. If the image is genuine, raise `max_decompressed_gib` or `max_compression_ratio`.")
-		default:
-			resp.Diagnostics.AddAttributeError(path.Root("source"), "Cannot get image "+shown, sentence(err)+" Nothing was uploaded.")
-		}
+		addFetchError(&resp.Diagnostics, &plan, shown, err)
 		return
 	}
 	defer res.Release()
@@ -355,30 +325,86 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		addError(&resp.Diagnostics, fmt.Sprintf("Uploading image %s to %s/%s", shown, pool, name), err)
 		return
 	}
+	addVerifyWarnings(&resp.Diagnostics, &plan, shown, res)
+	plan.ID = types.StringValue(imageID(plan.Host.ValueString(), pool, name))
+	plan.setFetched(res)
+	plan.setVolume(vol)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// fetchRequest is what Fetch is asked for this image.
+func (m *imageResourceModel) fetchRequest() (image.Request, error) {
+	freq := image.Request{
+		Source: m.Source.ValueString(), ChecksumURL: m.ChecksumURL.ValueString(), AllowHTTPChecksumURL: m.AllowHTTP.ValueBool(),
+		ChecksumSignatureURL: m.SigURL.ValueString(), ChecksumSigningKeys: m.SigKeys.ValueString(),
+	}
+	if !m.MaxGiB.IsNull() {
+		freq.Limits.MaxSize = m.MaxGiB.ValueInt64() << 30
+	}
+	if !m.MaxRatio.IsNull() {
+		freq.Limits.MaxRatio = m.MaxRatio.ValueInt64()
+	}
+	if s := m.Checksum.ValueString(); s != "" {
+		dg, err := image.ParseDigest(s)
+		if err != nil {
+			return image.Request{}, err
+		}
+		freq.Checksum = &dg
+	}
+	return freq, nil
+}
+
+// addFetchError reports a failed Fetch on the attribute that explains it.
+func addFetchError(diags *diag.Diagnostics, m *imageResourceModel, shown string, err error) {
+	mismatch := errors.Is(err, image.ErrChecksumMismatch)
+	switch {
+	case errors.Is(err, image.ErrSignature):
+		at := path.Root("checksum_url")
+		if !m.SigURL.IsNull() {
+			at = path.Root("checksum_signature_url")
+		}
+		diags.AddAttributeError(at, "Checksum file signature not verified", sentence(err)+
+			" Nothing was downloaded or uploaded. If the vendor now signs with another key, add it to "+
+			"checksum_signing_keys once its fingerprint is checked; otherwise the checksum file is not the vendor's.")
+	case mismatch && m.ChecksumURL.ValueString() != "":
+		diags.AddAttributeError(path.Root("checksum_url"), "Image checksum mismatch", sentence(err)+" Nothing was uploaded.")
+	case mismatch:
+		diags.AddAttributeError(path.Root("checksum"), "Image checksum mismatch", sentence(err)+" Nothing was uploaded.")
+	case errors.Is(err, image.ErrLimit):
+		diags.AddAttributeError(path.Root("source"), "Image refused: "+shown, sentence(err)+
+			" Nothing was uploaded. If the image is genuine, raise `max_decompressed_gib` or `max_compression_ratio`.")
+	default:
+		diags.AddAttributeError(path.Root("source"), "Cannot get image "+shown, sentence(err)+" Nothing was uploaded.")
+	}
+}
+
+// addVerifyWarnings warns when the uploaded image was not verified.
+func addVerifyWarnings(diags *diag.Diagnostics, m *imageResourceModel, shown string, res *image.Result) {
 	switch {
 	case res.ChecksumOverHTTP: // never with a verified signature
-		resp.Diagnostics.AddAttributeWarning(path.Root("checksum_url"), "Image checked over plain http only",
+		diags.AddAttributeWarning(path.Root("checksum_url"), "Image checked over plain http only",
 			fmt.Sprintf("%s matched the digest in %s, which came over plain http: that catches a corrupted "+
 				"download, but someone on the path could have replaced both, so `verified` is false. Its digest "+
 				"is %s; use an https checksum_url, or set checksum = %q from a source you trust.",
-				shown, image.Redact(plan.ChecksumURL.ValueString()), res.Digest, res.Digest.String()))
+				shown, image.Redact(m.ChecksumURL.ValueString()), res.Digest, res.Digest.String()))
 	case !res.Verified:
-		resp.Diagnostics.AddAttributeWarning(path.Root("checksum"), "Image not verified",
+		diags.AddAttributeWarning(path.Root("checksum"), "Image not verified",
 			fmt.Sprintf("%s was uploaded without a checksum to compare with; its digest is %s. Set checksum = "+
 				"%q (or checksum_url to the vendor's SHA256SUMS/SHA512SUMS) so that a corrupted or substituted "+
 				"download fails instead.", shown, res.Digest, res.Digest.String()))
 	}
-	plan.ID = types.StringValue(imageID(plan.Host.ValueString(), pool, name))
-	plan.Digest = types.StringValue(res.Digest.String())
-	plan.Verified = types.BoolValue(res.Verified)
-	plan.SignedBy = types.StringNull()
+}
+
+// setFetched records what Fetch found out about the image.
+func (m *imageResourceModel) setFetched(res *image.Result) {
+	m.Digest = types.StringValue(res.Digest.String())
+	m.Verified = types.BoolValue(res.Verified)
+	m.SignedBy = types.StringNull()
 	if res.SignedBy != "" {
-		plan.SignedBy = types.StringValue(res.SignedBy)
+		m.SignedBy = types.StringValue(res.SignedBy)
 	}
-	plan.Compression = types.StringValue(res.Compression)
-	plan.Size = types.Int64Value(res.Size)
-	plan.setVolume(vol)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	m.Compression = types.StringValue(res.Compression)
+	m.Size = types.Int64Value(res.Size)
 }
 
 func (m *imageResourceModel) setVolume(v *virt.VolumeDetail) {
