@@ -533,7 +533,7 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 		},
 		Warn: func(w string) { addGPUWarnings(&resp.Diagnostics, summary, []string{w}) },
 		ForcedOff: func(g time.Duration) {
-			resp.Diagnostics.AddWarning(summary+": the guest was forced off", vmlife.ForcedOffNote(g))
+			resp.Diagnostics.AddWarning(summary+": the guest was forced off", vmlife.ForcedOffNote(grace, g))
 		},
 	})
 	var ue *vmlife.UpdateError
@@ -590,7 +590,7 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 		tflog.Info(ctx, "stopping the guest for destroy", map[string]any{"name": ref.Name, "grace": done.Grace.String(), "why": done.Why})
 	}
 	if done.Forced {
-		resp.Diagnostics.AddWarning("Destroying VM "+ref.Name+": the guest was forced off", vmlife.ForcedOffNote(done.Grace))
+		resp.Diagnostics.AddWarning("Destroying VM "+ref.Name+": the guest was forced off", vmlife.ForcedOffNote(done.Grace, done.Waited))
 	}
 	for _, v := range done.Spared {
 		tflog.Warn(ctx, "not deleting a base image or seed recorded as owned", map[string]any{"volume": v.Pool + "/" + v.Volume})

@@ -29,7 +29,8 @@ import (
 // Neither has the guest agent channel, so libvirt's shutdown request is the
 // ACPI power button alone.
 //
-// The clean guest's shutdown_timeout is far longer than any TCG guest needs
+// The clean guest's shutdown_timeout (and the update and delete timeouts,
+// which bound it) is far longer than any TCG guest needs
 // to power off, however loaded the machine: the test judges what the
 // provider controls (it asks, repeats the request, returns as soon as the
 // guest is off, forces only after the timeout and warns then), not how fast
@@ -93,6 +94,8 @@ resource "kohaku_vm" %[1]q {
   destroy_shutdown  = "graceful"
   timeouts {
     create = "30m"
+    update = "40m"
+    delete = "40m"
   }
 }
 `, label, prefix, env.Pool, seedExtra, g.memory, g.running, env.Kernel, env.Initrd, env.ImagePool, env.Base, timeout.String())

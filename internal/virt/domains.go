@@ -206,6 +206,10 @@ const (
 // stopPoll is how often StopDomain checks whether the guest has powered off.
 const stopPoll = 250 * time.Millisecond
 
+// StopForceMargin is what StopDomain keeps of its context's time for the
+// forced stop: the wait for the guest ends that long before the deadline.
+const StopForceMargin = 10 * time.Second
+
 // stopResend is how often StopDomain repeats its shutdown request while it
 // waits: a request that reaches a guest before it listens (still booting,
 // systemd-logind not up yet) is lost, and one sent again once it listens is
@@ -244,8 +248,8 @@ func (c *Client) StopDomain(ctx context.Context, ref DomainRef, grace time.Durat
 	}
 	if grace > 0 && st == libvirt.DomainRunning {
 		end := time.Now().Add(grace)
-		if dl, ok := ctx.Deadline(); ok && dl.Add(-10*time.Second).Before(end) {
-			end = dl.Add(-10 * time.Second)
+		if dl, ok := ctx.Deadline(); ok && dl.Add(-StopForceMargin).Before(end) {
+			end = dl.Add(-StopForceMargin)
 		}
 		ask := func() error {
 			return c.Call(ctx, "shut down domain "+ref.String(), func(l *libvirt.Libvirt) error {

@@ -32,6 +32,9 @@ type Deleted struct {
 	// says why (0 when the domain was not there to stop).
 	Grace time.Duration
 	Why   string
+	// Waited is how long the stop could wait: Grace, or less when the
+	// operation's timeout left less (StopGrace).
+	Waited time.Duration
 	// Spared are owned volumes left alone because they are protected.
 	Spared []domain.VolumeRef
 }
@@ -64,6 +67,7 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 				}
 			}
 			out.Grace, out.Why = DestroyGrace(d.Mode, d.ShutdownTimeout, Survivors(view.Observed.Spec, owned))
+			out.Waited = StopGrace(ctx, out.Grace)
 			how, err := h.StopDomain(ctx, d.Ref, out.Grace)
 			if err != nil {
 				return out, stepErr("shut down", err)
@@ -86,10 +90,28 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 	return out, nil
 }
 
+// StopGrace is how long a stop (virt.StopDomain) will wait for the guest
+// under ctx: grace, or less when ctx ends sooner.
+func StopGrace(ctx context.Context, grace time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl) - virt.StopForceMargin; left < grace {
+			return max(left, 0)
+		}
+	}
+	return grace
+}
+
 // ForcedOffNote tells the user that a guest was forced off because it did
 // not power off within grace of the shutdown request (Deleted.Forced,
 // Change.ForcedOff), and what that means.
-func ForcedOffNote(grace time.Duration) string {
+func ForcedOffNote(grace, waited time.Duration) string {
+	if waited < grace {
+		return fmt.Sprintf("The guest did not power off within %s of the shutdown request (ACPI power button, or "+
+			"the guest agent when it answers): what was left of this operation's timeout, which is shorter than "+
+			"shutdown_timeout (%s). So it was forced off like a pulled plug: whatever it had not written to disk "+
+			"is lost. To give the guest its whole shutdown_timeout, raise the VM's timeouts (update, delete) above it.",
+			waited.Round(time.Second), grace)
+	}
 	return fmt.Sprintf("The guest did not power off within shutdown_timeout (%s) of the shutdown request "+
 		"(ACPI power button, or the guest agent when it answers), so it was forced off like a pulled plug: "+
 		"whatever it had not written to disk is lost. A guest powers off on the request when something in it "+

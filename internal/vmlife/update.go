@@ -36,9 +36,10 @@ type Change struct {
 	// Warn receives notes for the user.
 	Warn func(string)
 	// ForcedOff is told when a stop had to force the guest off because it
-	// did not power off within Grace of the shutdown request (ForcedOffNote
-	// says so to the user).
-	ForcedOff func(grace time.Duration)
+	// did not power off within Grace of the shutdown request, or within
+	// what the operation's timeout left when that was less (waited, from
+	// StopGrace; ForcedOffNote says so to the user).
+	ForcedOff func(waited time.Duration)
 }
 
 // UpdateError is an update that failed at Step.
@@ -275,9 +276,10 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 		var err error
 		if p.Stop {
 			var how virt.StopResult
+			waited := StopGrace(ctx, ch.Grace)
 			how, err = h.StopDomain(ctx, ch.Ref, ch.Grace)
 			if err == nil && how == virt.StopForced && ch.Grace > 0 && ch.ForcedOff != nil {
-				ch.ForcedOff(ch.Grace)
+				ch.ForcedOff(waited)
 			}
 		} else {
 			err = h.StartDomain(steady, ch.Ref)

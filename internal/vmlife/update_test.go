@@ -166,11 +166,42 @@ func TestUpdateSaysWhenItForcedTheGuestOff(t *testing.T) {
 			}
 		})
 	}
-	note := ForcedOffNote(7 * time.Second)
+	note := ForcedOffNote(7*time.Second, 7*time.Second)
 	for _, want := range []string{"shutdown_timeout (7s)", "forced off", "systemd-logind", "dbus"} {
 		if !strings.Contains(note, want) {
 			t.Errorf("ForcedOffNote lacks %q: %s", want, note)
 		}
+	}
+	// Cut short by the operation's timeout: the note says how long the
+	// guest had and which timeout to raise, not that shutdown_timeout ran out.
+	note = ForcedOffNote(30*time.Minute, 9*time.Minute+50*time.Second)
+	for _, want := range []string{"within 9m50s", "shorter than shutdown_timeout (30m0s)", "timeouts (update, delete)"} {
+		if !strings.Contains(note, want) {
+			t.Errorf("ForcedOffNote (cut short) lacks %q: %s", want, note)
+		}
+	}
+}
+
+// A stop waits for the guest no longer than the operation's timeout
+// allows, keeping virt.StopForceMargin for the forced stop.
+func TestStopGrace(t *testing.T) {
+	t.Parallel()
+	if g := StopGrace(context.Background(), time.Minute); g != time.Minute {
+		t.Errorf("no deadline: %s, want 1m", g)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if g := StopGrace(ctx, time.Minute); g != time.Minute {
+		t.Errorf("deadline far off: %s, want 1m", g)
+	}
+	g := StopGrace(ctx, 30*time.Minute)
+	if g > 10*time.Minute-virt.StopForceMargin || g < 10*time.Minute-virt.StopForceMargin-time.Minute {
+		t.Errorf("deadline in 10m: %s, want just under %s", g, 10*time.Minute-virt.StopForceMargin)
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel2()
+	if g := StopGrace(short, time.Minute); g != 0 {
+		t.Errorf("deadline inside the margin: %s, want 0", g)
 	}
 }
 
