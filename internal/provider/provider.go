@@ -388,10 +388,10 @@ func (p *kohakuProvider) Configure(ctx context.Context, req provider.ConfigureRe
 
 func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource {
 	return []func() resource.Resource{
-		newSeedResource,
-		newVMResource,
-		newGPUBindingResource,
-		newImageResource,
+		newSeedResourceWithIdentity,
+		newVMResourceWithIdentity,
+		newGPUBindingResourceWithIdentity,
+		newImageResourceWithIdentity,
 	}
 }
 

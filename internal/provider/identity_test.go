@@ -1,0 +1,50 @@
+package provider
+
+import "testing"
+
+// The import ID an identity makes is the one each resource's import by ID
+// documents, with the host prefix only for a host of the hosts map.
+func TestIdentityImportIDs(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		spec identitySpec
+		v    map[string]string
+		want string
+	}{
+		{vmIdentity, map[string]string{"uuid": "6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"}, "6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"},
+		{vmIdentity, map[string]string{"host": "gpu2", "uuid": "6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"}, "gpu2/6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"},
+		{volumeIdentity, map[string]string{"pool": "default", "name": "web-seed.iso"}, "default/web-seed.iso"},
+		{volumeIdentity, map[string]string{"host": "gpu2", "pool": "images", "name": "debian.qcow2"}, "gpu2/images/debian.qcow2"},
+		{gpuBindingIdentity, map[string]string{"address": "0000:41:00.0"}, "0000:41:00.0"},
+		{gpuBindingIdentity, map[string]string{"host": "gpu2", "address": "0000:41:00.0"}, "gpu2/0000:41:00.0"},
+	}
+	for _, c := range cases {
+		if got := c.spec.importID(c.v); got != c.want {
+			t.Errorf("importID(%v) = %q, want %q", c.v, got, c.want)
+		}
+		// Every identity attribute is a state attribute the import sets.
+		if names := c.spec.names(); names[0] != "host" || len(names) != len(c.spec.attrs)+1 {
+			t.Errorf("identity attributes %v do not start with host", names)
+		}
+	}
+	if host, pool, name, ok := splitVolumeID(volumeIdentity.importID(map[string]string{"host": "gpu2", "pool": "images", "name": "d.qcow2"})); !ok || host != "gpu2" || pool != "images" || name != "d.qcow2" {
+		t.Errorf("the volume import ID does not split back: %q %q %q %v", host, pool, name, ok)
+	}
+}
+
+// Each wrapper embeds the resource its constructor makes.
+func TestIdentityWrappers(t *testing.T) {
+	t.Parallel()
+	if r := newVMResourceWithIdentity().(vmWithIdentity); r.vmResource == nil {
+		t.Error("kohaku_vm: the wrapper embeds no resource")
+	}
+	if r := newSeedResourceWithIdentity().(seedWithIdentity); r.seedResource == nil {
+		t.Error("kohaku_seed: the wrapper embeds no resource")
+	}
+	if r := newImageResourceWithIdentity().(imageWithIdentity); r.imageResource == nil {
+		t.Error("kohaku_image: the wrapper embeds no resource")
+	}
+	if r := newGPUBindingResourceWithIdentity().(gpuBindingWithIdentity); r.gpuBindingResource == nil {
+		t.Error("kohaku_gpu_binding: the wrapper embeds no resource")
+	}
+}
