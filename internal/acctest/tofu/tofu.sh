@@ -4,7 +4,8 @@
 # reachable, so it is built from its Go module with the local Go toolchain:
 # `go mod download` of the pinned release, a writable copy of the module
 # directory (its one `replace` then applies), `go build ./cmd/tofu`. The
-# binary is cached outside the checkout by version.
+# binary is cached outside the checkout by version (gocli.sh, shared with
+# terraform/terraform.sh).
 #
 #   tofu.sh build   build (or find) the pinned release; print the binary's path.
 #                   A build under way elsewhere is waited for (a lock).
@@ -21,63 +22,28 @@
 #   KOHAKU_TOFU_CACHE    cache root (default /var/cache/kohaku/tofu)
 set -euo pipefail
 
+# shellcheck source=../gocli.sh
+source "${BASH_SOURCE[0]%/*}/../gocli.sh"
+
 # 1.11 brought write-only attributes to OpenTofu; the suite's core uses them.
-readonly VERSION=${KOHAKU_TOFU_VERSION:-1.12.6}
-readonly CACHE_ROOT=${KOHAKU_TOFU_CACHE:-/var/cache/kohaku/tofu}
-readonly BIN=$CACHE_ROOT/$VERSION/tofu
+CLI_NAME=OpenTofu
+CLI_MODULE=github.com/opentofu/opentofu
+CLI_VERSION=${KOHAKU_TOFU_VERSION:-1.12.6}
+CLI_CACHE=${KOHAKU_TOFU_CACHE:-/var/cache/kohaku/tofu}
+CLI_EXE=tofu
+CLI_PKG=./cmd/tofu
+CLI_LDFLAGS="-s -w -X github.com/opentofu/opentofu/version.dev=no"
 
-log() { printf 'tofu: %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
-cached() { [[ -x $BIN ]] && "$BIN" version >/dev/null 2>&1; }
-
-build() {
-	mkdir -p "$CACHE_ROOT"
-	exec 9>"$CACHE_ROOT/.lock"
-	flock 9
-	if cached; then
-		log "OpenTofu $VERSION cached: $BIN"
-		printf '%s\n' "$BIN"
-		return
-	fi
-	command -v go >/dev/null || die "go is needed on PATH"
-	local t0=$EPOCHREALTIME dir
-	log "building OpenTofu $VERSION from its Go module"
-	dir=$(GOFLAGS=-mod=mod go mod download -json "github.com/opentofu/opentofu@v$VERSION" |
-		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-	[[ -n $dir && -f $dir/go.mod ]] || die "go mod download of github.com/opentofu/opentofu@v$VERSION gave no module directory"
-	tmp=$(mktemp -d "$CACHE_ROOT/.build-XXXXXX") # global: the EXIT trap reads it
-	trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
-	cp -r "$dir/." "$tmp/src"
-	chmod -R u+w "$tmp/src"
-	(cd "$tmp/src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" -o "$tmp/tofu" ./cmd/tofu)
-	"$tmp/tofu" version >/dev/null || die "the built tofu does not run"
-	mkdir -p "${BIN%/*}"
-	mv "$tmp/tofu" "$BIN"
-	log "OpenTofu $VERSION built in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.0f", b-a}')s: $BIN"
-	printf '%s\n' "$BIN"
-}
-
-case "${1:-}" in
-build) build ;;
-build-bg)
-	if cached; then exit 0; fi
-	mkdir -p "$CACHE_ROOT"
-	setsid bash "$0" build >"$CACHE_ROOT/build.log" 2>&1 </dev/null &
-	log "building OpenTofu $VERSION in the background (pid $!, log $CACHE_ROOT/build.log)"
-	;;
-path) if [[ -x $BIN ]]; then printf '%s\n' "$BIN"; fi ;;
-env)
-	[[ -x $BIN ]] || die "OpenTofu $VERSION is not built: run '$0 build'"
+cli_env() {
 	# terraform-plugin-testing runs the CLI at TF_ACC_TERRAFORM_PATH; OpenTofu
 	# resolves an unqualified provider to registry.opentofu.org, so the
 	# in-process provider is served under that address.
-	printf 'export TF_ACC_TERRAFORM_PATH=%q\nexport TF_ACC_PROVIDER_HOST=registry.opentofu.org\nexport TF_ACC_PROVIDER_NAMESPACE=hashicorp\n' "$BIN"
+	printf 'export TF_ACC_TERRAFORM_PATH=%q\nexport TF_ACC_PROVIDER_HOST=registry.opentofu.org\nexport TF_ACC_PROVIDER_NAMESPACE=hashicorp\n' "$1"
 	# A CLI config of its own (empty): when TF_CLI_CONFIG_FILE names a missing
 	# file OpenTofu warns on stdout, before its version (Terraform warns on
 	# stderr), and terraform-exec then cannot parse `tofu version`.
-	: >"$CACHE_ROOT/empty.tofurc"
-	printf 'export TF_CLI_CONFIG_FILE=%q\n' "$CACHE_ROOT/empty.tofurc"
-	;;
-*) sed -n '2,22p' "$0" >&2; exit 2 ;;
-esac
+	: >"$CLI_CACHE/empty.tofurc"
+	printf 'export TF_CLI_CONFIG_FILE=%q\n' "$CLI_CACHE/empty.tofurc"
+}
+
+gocli_main "$0" "$@"
