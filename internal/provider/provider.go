@@ -384,6 +384,8 @@ func (p *kohakuProvider) Configure(ctx context.Context, req provider.ConfigureRe
 	data := &providerData{fleet: fleet, phoneHome: ph, images: cache}
 	resp.DataSourceData = data
 	resp.ResourceData = data
+	resp.ActionData = data
+	resp.ListResourceData = data
 }
 
 func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource {
