@@ -12,6 +12,8 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/action"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/list"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 )
 
@@ -110,5 +112,28 @@ func TestCLIDocsActions(t *testing.T) {
 			"Actions need Terraform 1.14 or later: older Terraform versions and OpenTofu refuse an `action` block, so keep actions in configurations that Terraform 1.14 or later runs.",
 			"terraform", readExample(t, filepath.Join("actions", meta.TypeName, "action.tf")), attrs)
 		checkCLIPage(t, filepath.Join("actions", short+".md"), page)
+	}
+}
+
+// Each list resource's page says what its schema says, with its example.
+func TestCLIDocsListResources(t *testing.T) {
+	ctx := context.Background()
+	p := &kohakuProvider{}
+	for _, newList := range p.ListResources(ctx) {
+		l := newList()
+		var meta resource.MetadataResponse
+		l.Metadata(ctx, resource.MetadataRequest{ProviderTypeName: "kohaku"}, &meta)
+		var s list.ListResourceSchemaResponse
+		l.ListResourceConfigSchema(ctx, list.ListResourceSchemaRequest{}, &s)
+		var attrs []docAttr
+		for name, at := range s.Schema.Attributes {
+			attrs = append(attrs, docAttr{name: name, description: at.GetDescription(), required: at.IsRequired(), typ: at.GetType()})
+		}
+		short := strings.TrimPrefix(meta.TypeName, "kohaku_")
+		page := cliPage(meta.TypeName, "List Resource", s.Schema.Description,
+			"List resources need Terraform 1.14 or later (`terraform query`, with the `list` blocks in `.tfquery.hcl` files); "+
+				"older Terraform versions and OpenTofu do not read those files, so they can sit beside any configuration.",
+			"terraform", readExample(t, filepath.Join("list-resources", meta.TypeName, "list-resource.tfquery.hcl")), attrs)
+		checkCLIPage(t, filepath.Join("list-resources", short+".md"), page)
 	}
 }
