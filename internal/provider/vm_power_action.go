@@ -8,13 +8,17 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/action"
 	"github.com/hashicorp/terraform-plugin-framework/action/schema"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
-var _ action.ActionWithConfigure = (*vmPowerAction)(nil)
+var (
+	_ action.ActionWithConfigure      = (*vmPowerAction)(nil)
+	_ action.ActionWithValidateConfig = (*vmPowerAction)(nil)
+)
 
 // vmPowerAction starts, shuts down, reboots or resets a VM (Terraform 1.14
 // and later), through vmlife.RunPower.
@@ -74,9 +78,11 @@ func (a *vmPowerAction) Schema(_ context.Context, _ action.SchemaRequest, resp *
 			},
 			"wait_for_report": schema.BoolAttribute{
 				Optional: true,
-				Description: "For `start`, `reboot` and `reset`: then wait until the guest writes a report or a " +
+				Description: "For `start` and `reset`: then wait until the guest writes a report or a " +
 					"heartbeat to its report channel (the seed's reporter, or the health agent), within the " +
-					"timeout, printing a progress line every 10 seconds. Default `false`.",
+					"timeout, printing a progress line every 10 seconds. Default `false`. Not for `reboot`: " +
+					"the guest shuts down in its own time, and a heartbeat from before it does cannot be told " +
+					"from one after; to wait, invoke `shutdown` and then `start` with `wait_for_report`.",
 			},
 			"timeout": schema.StringAttribute{
 				Optional: true,
@@ -85,6 +91,27 @@ func (a *vmPowerAction) Schema(_ context.Context, _ action.SchemaRequest, resp *
 				Validators: []validator.String{positiveDuration},
 			},
 		},
+	}
+}
+
+// ValidateConfig refuses, on their own lines, the options the operation
+// does not take.
+func (a *vmPowerAction) ValidateConfig(ctx context.Context, req action.ValidateConfigRequest, resp *action.ValidateConfigResponse) {
+	var m vmPowerModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() || m.Operation.IsUnknown() || m.Operation.IsNull() {
+		return
+	}
+	op := vmlife.PowerOp(m.Operation.ValueString())
+	if m.Force.ValueBool() && op != vmlife.PowerShutdown {
+		resp.Diagnostics.AddAttributeError(path.Root("force"), "force is for shutdown only",
+			fmt.Sprintf("operation %q does not force anything: remove force, or use operation = \"shutdown\".", op))
+	}
+	if m.WaitForReport.ValueBool() && op != vmlife.PowerStart && op != vmlife.PowerReset {
+		resp.Diagnostics.AddAttributeError(path.Root("wait_for_report"), "wait_for_report is for start and reset only",
+			fmt.Sprintf("After %q a report from the guest cannot be told from one it wrote before the operation took "+
+				"effect. To reboot and wait, invoke operation = \"shutdown\" and then operation = \"start\" with "+
+				"wait_for_report = true.", op))
 	}
 }
 
