@@ -2,6 +2,7 @@ package acctest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -155,4 +156,55 @@ func DefineByHand(t testing.TB, env VMEnv, name string) {
 	if out, err := Virsh(env.URI, "define", f); err != nil {
 		t.Fatalf("defining %s by hand: %v\n%s", name, err, out)
 	}
+}
+
+// GuestExec runs argv in a running guest through its QEMU guest agent
+// (virsh qemu-agent-command guest-exec, then guest-exec-status until it
+// exits, at most a minute) and returns what it wrote to stdout. A non-zero
+// exit is an error carrying stdout and stderr.
+func GuestExec(uri, domain string, argv ...string) (string, error) {
+	req, err := json.Marshal(map[string]any{"execute": "guest-exec", "arguments": map[string]any{
+		"path": argv[0], "arg": argv[1:], "capture-output": true,
+	}})
+	if err != nil {
+		return "", err
+	}
+	out, err := Virsh(uri, "qemu-agent-command", domain, string(req))
+	if err != nil {
+		return "", err
+	}
+	var started struct {
+		Return struct {
+			PID int `json:"pid"`
+		} `json:"return"`
+	}
+	if err := json.Unmarshal([]byte(out), &started); err != nil {
+		return "", fmt.Errorf("guest-exec answered %q: %w", out, err)
+	}
+	status := fmt.Sprintf(`{"execute":"guest-exec-status","arguments":{"pid":%d}}`, started.Return.PID)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		out, err := Virsh(uri, "qemu-agent-command", domain, status)
+		if err != nil {
+			return "", err
+		}
+		var st struct {
+			Return struct {
+				Exited   bool   `json:"exited"`
+				ExitCode int    `json:"exitcode"`
+				Out      []byte `json:"out-data"`
+				Err      []byte `json:"err-data"`
+			} `json:"return"`
+		}
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			return "", fmt.Errorf("guest-exec-status answered %q: %w", out, err)
+		}
+		if !st.Return.Exited {
+			continue
+		}
+		if st.Return.ExitCode != 0 {
+			return string(st.Return.Out), fmt.Errorf("%s in %s exited %d: %s%s", strings.Join(argv, " "), domain, st.Return.ExitCode, st.Return.Out, st.Return.Err)
+		}
+		return string(st.Return.Out), nil
+	}
+	return "", fmt.Errorf("%s in %s did not exit within a minute", strings.Join(argv, " "), domain)
 }

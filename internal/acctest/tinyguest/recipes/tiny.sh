@@ -11,8 +11,9 @@ die() { echo "tinyguest: $*" >&2; exit 1; }
 
 # Modules: the virtio console for the report channel, the CD-ROM on any of
 # the seed's buses (sata/ahci on q35, ide/ata_piix on pc, virtio-scsi) and
-# ISO 9660. Their dependencies come from the image's modules.dep.
-TINY_MODULES=(virtio_pci virtio_console ahci ata_piix virtio_scsi sr_mod isofs)
+# ISO 9660, and virtio disks (init names data disks on the console). Their
+# dependencies come from the image's modules.dep.
+TINY_MODULES=(virtio_pci virtio_console virtio_blk ahci ata_piix virtio_scsi sr_mod isofs)
 TINY_PACKAGES=(busybox-static)
 
 # modules_closure MODULES_DEP NAME...: load order, dependencies first.
