@@ -24,8 +24,9 @@ import (
 // prefix), and the next apply converges.
 
 // StateObjects lists, in Leftovers' words, the host objects the resources
-// in a state record: each kohaku_vm's domain and overlay volume, each
-// kohaku_seed's and kohaku_image's volume.
+// in a state record: each kohaku_vm's domain, overlay volume and the
+// volumes of its new data disks, each kohaku_seed's and kohaku_image's
+// volume.
 func StateObjects(resources []StateResource) []string {
 	var want []string
 	for _, r := range resources {
@@ -35,6 +36,18 @@ func StateObjects(resources []StateResource) []string {
 			want = append(want, "domain "+name)
 			if ov, _ := r.Values["overlay_volume"].(string); ov != "" {
 				want = append(want, "volume "+ov)
+			}
+			// New data disks' volumes, named as kohaku_vm names them.
+			disks, _ := r.Values["data_disks"].([]any)
+			for _, d := range disks {
+				d, _ := d.(map[string]any)
+				if d["size_gib"] == nil {
+					continue // an existing volume: not the VM's
+				}
+				pool, _ := d["pool"].(string)
+				disk, _ := d["name"].(string)
+				format, _ := d["format"].(string)
+				want = append(want, fmt.Sprintf("volume %s/%s-%s.%s", pool, name, disk, format))
 			}
 		case "kohaku_seed", "kohaku_image":
 			id, _ := r.Values["id"].(string)

@@ -75,25 +75,41 @@ func dataDiskDiff(want []domain.DataDisk, obs domain.Observed) diskDiff {
 func (d diskDiff) empty() bool { return len(d.added) == 0 && len(d.removed) == 0 }
 
 // createDataVolumes makes the volumes of the planned new data disks that do
-// not exist yet. One that exists is used as it is: it is the one an earlier,
-// interrupted apply made.
-func createDataVolumes(ctx context.Context, h Host, disks []NewDisk) error {
+// not exist yet, and returns those it made (also when it fails midway). One
+// that exists is used as it is.
+func createDataVolumes(ctx context.Context, h Host, disks []NewDisk) ([]domain.VolumeRef, error) {
+	var made []domain.VolumeRef
 	for _, d := range disks {
 		_, err := h.VolumeInfo(ctx, d.Volume.Pool, d.Volume.Volume)
 		if err == nil {
 			continue
 		}
 		if !errors.Is(err, virt.ErrNotFound) {
-			return err
+			return made, err
 		}
 		if _, err := h.CreateVolume(ctx, d.Volume.Pool, d.Volume.Volume, string(d.Format), d.SizeBytes); err != nil {
 			var exists *virt.OverlayExistsError
 			if !errors.As(err, &exists) {
-				return err
+				return made, err
 			}
+			continue
+		}
+		made = append(made, d.Volume)
+	}
+	return made, nil
+}
+
+// unattached are the volumes of made that no data disk of the domain's
+// definition (as obs reads it) uses: those an update that failed made for
+// nothing, and so deletes, since no state records them.
+func unattached(made []domain.VolumeRef, obs domain.Observed) []domain.VolumeRef {
+	var out []domain.VolumeRef
+	for _, v := range made {
+		if !slices.ContainsFunc(obs.Spec.DataDisks, func(d domain.DataDisk) bool { return d.Pool == v.Pool && d.Volume == v.Volume }) {
+			out = append(out, v)
 		}
 	}
-	return nil
+	return out
 }
 
 // hotplug attaches the added data disks to a running domain and detaches

@@ -148,3 +148,37 @@ func TestCreateRollsBackDataDisks(t *testing.T) {
 		t.Errorf("after the failed create:\n%s\nwant:\n%s", got, baseOnly)
 	}
 }
+
+// An update that fails after making a data disk's volume deletes it again
+// when the domain's definition does not use it (no state records it), and
+// keeps it when the definition does (the attach went through).
+func TestUpdateFailureDeletesVolumesItMade(t *testing.T) {
+	t.Parallel()
+	h := newFakeHost()
+	ch := existing(t, h)
+	scratch, newScratch := scratchDisk("scratch", false)
+	ch.Want.Spec.DataDisks, ch.NewDisks = []domain.DataDisk{scratch}, []NewDisk{newScratch}
+	h.fail["AttachDisk"] = errors.New("libvirt did not answer")
+	_, err := Update(context.Background(), h, ch)
+	var ue *UpdateError
+	if !errors.As(err, &ue) || ue.Step != StepAttach || ue.View == nil {
+		t.Fatalf("Update = %v, want an UpdateError at %q with the domain read anew", err, StepAttach)
+	}
+	if hasVolume(h, "vm-scratch.qcow2") {
+		t.Errorf("the failed attach left its new volume: %s", h.state())
+	}
+	if got := attached(t, h); len(got) != 0 {
+		t.Errorf("attached %v", got)
+	}
+
+	// Attached, then a later step fails: the volume is the domain's now.
+	delete(h.fail, "AttachDisk")
+	ch.Want.Spec.VCPU++ // a redefine and a restart after the hot-plug
+	h.fail["StartDomain"] = errors.New("start refused")
+	if _, err := Update(context.Background(), h, ch); !errors.As(err, &ue) {
+		t.Fatalf("Update = %v, want an UpdateError", err)
+	}
+	if !hasVolume(h, "vm-scratch.qcow2") || !slices.Equal(attached(t, h), []string{"scratch"}) {
+		t.Errorf("after a failure past the attach: %s, attached %v", h.state(), attached(t, h))
+	}
+}

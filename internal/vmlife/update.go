@@ -170,11 +170,22 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 		warn = func(string) {}
 	}
 	groups := ch.Recorded
+	// made are the data volumes this update created. When it fails, those
+	// the domain's definition does not use are deleted again: no state
+	// would record them. One whose attach may have happened (the call's
+	// answer was lost) is kept when the definition, read anew, has it, and
+	// also when that read fails.
+	var made []domain.VolumeRef
 	fail := func(step string, err error) error {
 		e := &UpdateError{Step: step, Err: err}
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), storyReadTimeout)
 		defer rcancel()
 		if view, rerr := Read(rctx, h, ch.Ref, ch.Overlay, false); rerr == nil {
+			for _, v := range unattached(made, view.Observed) {
+				if derr := h.RemoveVolume(rctx, v.Pool, v.Volume); derr != nil {
+					e.Err = fmt.Errorf("%w; the new data disk's volume %s/%s could not be deleted again (%v): delete it with virsh vol-delete --pool %s %s", e.Err, v.Pool, v.Volume, derr, v.Pool, v.Volume)
+				}
+			}
 			view.GPUGroups = groups
 			e.View = view
 		}
@@ -221,7 +232,8 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	// are hot-plugged (live and in the definition), so only other hardware
 	// changes restart it.
 	diff := dataDiskDiff(domain.Normalize(want).DataDisks, view.Observed)
-	if err := createDataVolumes(steady, h, ch.NewDisks); err != nil {
+	made, err = createDataVolumes(steady, h, ch.NewDisks)
+	if err != nil {
 		return nil, fail(StepDataDisks, err)
 	}
 	wantHW, priorHW := want, prior
