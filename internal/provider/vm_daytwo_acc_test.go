@@ -1,8 +1,10 @@
 package provider
 
 import (
+	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/compare"
 	tfacctest "github.com/hashicorp/terraform-plugin-testing/helper/acctest"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
@@ -56,6 +59,31 @@ func checkGuestSees(env acctest.VMEnv, dom, script, want string) resource.TestCh
 	}
 }
 
+// logAgentCost times the call a refresh adds per running VM, libvirt's
+// interface addresses through the guest agent, on a guest whose agent
+// answers and on one whose agent channel nobody serves (median of 20).
+func logAgentCost(t *testing.T, env acctest.VMEnv, names ...string) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		c := vmClient(t, env.URI)
+		for _, n := range names {
+			ref, err := c.LookupDomain(context.Background(), n)
+			if err != nil {
+				return err
+			}
+			var took []time.Duration
+			var last error
+			for range 20 {
+				start := time.Now()
+				_, last = c.GuestInterfaces(context.Background(), ref)
+				took = append(took, time.Since(start))
+			}
+			slices.Sort(took)
+			t.Logf("guest addresses of %s through the agent: median %s, max %s (last error: %v)", n, took[10], took[19], last)
+		}
+		return nil
+	}
+}
+
 // checkConsoleSays waits up to a minute for the domain's console log to
 // match re.
 func checkConsoleSays(name string, re *regexp.Regexp) resource.TestCheckFunc {
@@ -75,7 +103,8 @@ func checkConsoleSays(name string, re *regexp.Regexp) resource.TestCheckFunc {
 // Day two on a real cloud-init guest, in one boot: its boot disk grows in
 // place while it runs, and what it wrote before is still there; it sees the
 // new size at once; the domain and its overlay are the same ones; a
-// smaller size is refused at plan. A data
+// smaller size is refused at plan. An address it gains later is read fresh
+// by the next refresh through its guest agent. A data
 // disk hot-plugged into it is written by the guest, unplugged (kept), then
 // plugged into a second VM, the tiny guest, which reads back what the first
 // wrote. Destroy keeps the kept volume and deletes the one Kohaku made.
@@ -144,6 +173,37 @@ func TestAccVM_dayTwoRealGuest(t *testing.T) {
 			{
 				Config:      dayTwoConfig(t, env, prefix, share, 4, "", ""),
 				ExpectError: regexp.MustCompile(`(?s)Disk cannot shrink.*would be lost`),
+			},
+			{
+				// An address the guest gained after create: the refresh
+				// reads it through the agent into guest.addresses, and
+				// kohaku_vm_health reports it too; the tiny guest, whose
+				// agent channel nobody serves, reads as null at once.
+				PreConfig: func() {
+					if _, err := acctest.GuestExec(env.URI, r, "/bin/sh", "-c",
+						"ip addr add 10.0.2.99/24 dev $(ip -o -4 addr show | awk '/10.0.2.15/ {print $2}')"); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: dayTwoConfig(t, env, prefix, share, 5, "", "") + `
+data "kohaku_vm_health" "r" {
+  name = kohaku_vm.r.name
+}
+
+data "kohaku_vm_health" "b" {
+  name         = kohaku_vm.b.name
+  timeout      = "2s"
+  allow_silent = true
+}
+`,
+				ConfigStateChecks: append(same(),
+					statecheck.ExpectKnownValue("data.kohaku_vm_health.b", tfjsonpath.New("addresses"), knownvalue.Null())),
+				Check: resource.ComposeTestCheckFunc(
+					resource.TestCheckTypeSetElemNestedAttrs("kohaku_vm.r", "guest.addresses.*", map[string]string{"address": "10.0.2.99/24"}),
+					resource.TestCheckTypeSetElemNestedAttrs("kohaku_vm.r", "guest.addresses.*", map[string]string{"address": "10.0.2.15/24"}),
+					resource.TestCheckTypeSetElemNestedAttrs("data.kohaku_vm_health.r", "addresses.*", map[string]string{"address": "10.0.2.99/24"}),
+					logAgentCost(t, env, r, b),
+				),
 			},
 			{
 				// Two data disks plugged in while it runs; the guest writes

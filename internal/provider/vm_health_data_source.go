@@ -13,8 +13,10 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/guestaddr"
 	"github.com/kohaku/terraform-provider-kohaku/internal/health"
 	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 var _ datasource.DataSourceWithConfigure = (*vmHealthDataSource)(nil)
@@ -53,6 +55,7 @@ type vmHealthModel struct {
 	AgentCPUSeconds    types.Float64 `tfsdk:"agent_cpu_seconds"`
 	AgentStartedAt     types.String  `tfsdk:"agent_started_at"`
 	HeartbeatBytes     types.Int64   `tfsdk:"heartbeat_bytes"`
+	Addresses          types.List    `tfsdk:"addresses"`
 }
 
 var healthGPUType = types.ObjectType{AttrTypes: map[string]attr.Type{
@@ -134,6 +137,17 @@ func (d *vmHealthDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 			"agent_cpu_seconds": schema.Float64Attribute{Computed: true, Description: "CPU time the health agent has used in the guest since it started: what the heartbeats cost the guest."},
 			"agent_started_at":  schema.StringAttribute{Computed: true, Description: "When the agent started, by the guest's clock (RFC 3339)."},
 			"heartbeat_bytes":   schema.Int64Attribute{Computed: true, Description: "Size of the heartbeat line as written, bytes."},
+			"addresses": schema.ListNestedAttribute{
+				Computed: true,
+				Description: "Addresses on the guest's interfaces but loopback, read through the QEMU guest agent " +
+					"(not the heartbeat), asked for at most 2 seconds; null when the agent does not answer, " +
+					"whether or not a heartbeat came.",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"interface": schema.StringAttribute{Computed: true, Description: "Interface name in the guest."},
+					"mac":       schema.StringAttribute{Computed: true, Description: "Its MAC address."},
+					"address":   schema.StringAttribute{Computed: true, Description: "Address with prefix length, e.g. `10.0.2.15/24`."},
+				}},
+			},
 		},
 	}
 }
@@ -161,7 +175,9 @@ func (d *vmHealthDataSource) Read(ctx context.Context, req datasource.ReadReques
 	var silent *health.SilentError
 	switch {
 	case errors.As(err, &silent) && m.AllowSilent.ValueBool():
-		resp.Diagnostics.Append(resp.State.Set(ctx, silentHealth(m))...)
+		out := silentHealth(m)
+		out.Addresses = healthAddresses(ctx, c, name)
+		resp.Diagnostics.Append(resp.State.Set(ctx, out)...)
 		return
 	case errors.As(err, &silent):
 		resp.Diagnostics.AddAttributeError(path.Root("name"), "No heartbeat from VM "+name,
@@ -173,7 +189,25 @@ func (d *vmHealthDataSource) Read(ctx context.Context, req datasource.ReadReques
 	}
 	out, diags := healthModel(m, hb)
 	resp.Diagnostics.Append(diags...)
+	out.Addresses = healthAddresses(ctx, c, name)
 	resp.Diagnostics.Append(resp.State.Set(ctx, out)...)
+}
+
+// healthAddresses reads the guest's addresses through its agent, within
+// guestaddr.DefaultBound; null when the agent does not answer.
+func healthAddresses(ctx context.Context, c *virt.Client, name string) types.List {
+	null := types.ListNull(types.ObjectType{AttrTypes: guestAddressAttrTypes})
+	ref, err := c.LookupDomain(ctx, name)
+	if err != nil {
+		return null
+	}
+	addrs, ok := guestaddr.Read(ctx, guestaddr.DefaultBound, func(ctx context.Context) ([]guestaddr.Interface, error) {
+		return c.GuestInterfaces(ctx, ref)
+	})
+	if !ok {
+		return null
+	}
+	return guestAddressList(addrs)
 }
 
 // silentHealth is the result for a VM that sent nothing: the inputs, with

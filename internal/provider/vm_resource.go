@@ -433,6 +433,11 @@ func (r *vmResource) Read(ctx context.Context, req resource.ReadRequest, resp *r
 	view.GPUGroups = gpuGroupsFromPrivate(recorded)
 	var m vmModel
 	m.fromDomain(ctx, view, &state, &resp.Diagnostics)
+	// The addresses are read fresh where the guest agent answers, within a
+	// short bound; otherwise what create recorded stays.
+	if addrs, ok := vmlife.GuestAddresses(ctx, c, view); ok {
+		m.Guest = withGuestAddresses(m.Guest, addrs)
+	}
 	if importing {
 		addAdoptionWarnings(&resp.Diagnostics, view)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/guestaddr"
 	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 	"github.com/kohaku/terraform-provider-kohaku/internal/ready"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
@@ -118,7 +120,9 @@ func waitSchema() map[string]schema.Attribute {
 		"guest": schema.SingleNestedAttribute{
 			Computed:      true,
 			PlanModifiers: []planmodifier.Object{objectplanmodifier.UseStateForUnknown()},
-			Description:   "What the guest reported when it became ready (set by create; refresh does not ask the guest). Null when create did not wait.",
+			Description: "What the guest reported when it became ready, set by create. Refresh renews `addresses` " +
+				"through the guest agent where it answers; the rest stays as create recorded it. Null when create did " +
+				"not wait and no agent has answered a refresh since (then only `addresses` is set once one does).",
 			Attributes: map[string]schema.Attribute{
 				"ready_via":        schema.StringAttribute{Computed: true, Description: "`channel`, `phone_home` or `guest_agent`."},
 				"seconds_to_ready": schema.Float64Attribute{Computed: true, Description: "Seconds from starting the domain to the guest's report."},
@@ -131,7 +135,10 @@ func waitSchema() map[string]schema.Attribute {
 					"guest reported it (`done`, `degraded done`, ...); empty with cloud-init's own phone_home " +
 					"module, which reports none."},
 				"cloud_init_errors": schema.ListAttribute{Computed: true, ElementType: types.StringType, Description: "Recoverable errors cloud-init reported (warnings, deprecations)."},
-				"addresses": schema.ListNestedAttribute{Computed: true, Description: "Addresses on the guest's interfaces, as the first-boot reporter saw them.",
+				"addresses": schema.ListNestedAttribute{Computed: true, Description: "Addresses on the guest's interfaces " +
+					"but loopback: as the first-boot reporter saw them, then as the guest agent tells them on each refresh " +
+					"of a running VM (asked for at most 2 seconds, so an agent that does not answer never slows a plan; " +
+					"the previous value stays then).",
 					NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 						"interface": schema.StringAttribute{Computed: true, Description: "Interface name in the guest."},
 						"mac":       schema.StringAttribute{Computed: true, Description: "Its MAC address."},
@@ -362,3 +369,33 @@ func guestValue(mode ready.Mode, out *ready.Outcome) types.Object {
 }
 
 func nullGuest() types.Object { return types.ObjectNull(guestAttrTypes) }
+
+// guestAddressList is the guest.addresses value of addresses.
+func guestAddressList(addrs []guestaddr.Address) types.List {
+	vals := make([]attr.Value, 0, len(addrs))
+	for _, a := range addrs {
+		vals = append(vals, types.ObjectValueMust(guestAddressAttrTypes, map[string]attr.Value{
+			"interface": types.StringValue(a.Interface), "mac": types.StringValue(a.MAC), "address": types.StringValue(a.Address),
+		}))
+	}
+	return types.ListValueMust(types.ObjectType{AttrTypes: guestAddressAttrTypes}, vals)
+}
+
+// withGuestAddresses is guest with addresses read fresh (a refresh through
+// the guest agent). A guest create did not wait for (null) gets an object
+// with only its addresses known.
+func withGuestAddresses(guest types.Object, addrs []guestaddr.Address) types.Object {
+	attrs := map[string]attr.Value{
+		"ready_via": types.StringNull(), "seconds_to_ready": types.Float64Null(), "hostname": types.StringNull(),
+		"fqdn": types.StringNull(), "instance_id": types.StringNull(), "remote_address": types.StringNull(),
+		"ssh_host_keys": types.MapNull(types.StringType), "cloud_init_status": types.StringNull(),
+		"cloud_init_errors": types.ListNull(types.StringType), "dns_servers": types.ListNull(types.StringType),
+		"gpus":   types.ListNull(types.ObjectType{AttrTypes: guestGPUAttrTypes}),
+		"routes": types.ListNull(types.ObjectType{AttrTypes: guestRouteAttrTypes}),
+	}
+	if !guest.IsNull() && !guest.IsUnknown() {
+		maps.Copy(attrs, guest.Attributes())
+	}
+	attrs["addresses"] = guestAddressList(addrs)
+	return types.ObjectValueMust(guestAttrTypes, attrs)
+}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 
 	"github.com/digitalocean/go-libvirt"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/guestaddr"
 )
 
 // ErrAgentFileMissing says the guest agent answered but the file is not there (yet).
@@ -122,4 +124,43 @@ func stateName(s libvirt.DomainState) string {
 		return "suspended"
 	}
 	return "unknown"
+}
+
+// GuestInterfaces asks the domain's QEMU guest agent for the guest's
+// network interfaces and their addresses (libvirt's interface addresses
+// with the agent as source): one call, with no lookup. It fails at once
+// when the agent is not connected; ctx bounds the wait for one that is
+// connected but slow, and the connection stays usable after (the late
+// answer is dropped).
+func (c *Client) GuestInterfaces(ctx context.Context, ref DomainRef) ([]guestaddr.Interface, error) {
+	dom, err := ref.handle()
+	if err != nil {
+		return nil, err
+	}
+	// Handed over through a channel: a call abandoned at ctx's end still
+	// returns later, and must not write what the caller reads.
+	got := make(chan []guestaddr.Interface, 1)
+	err = c.Call(ctx, "read the guest's addresses of domain "+ref.String()+" through the guest agent", func(l *libvirt.Libvirt) error {
+		ifaces, err := l.DomainInterfaceAddresses(dom, uint32(libvirt.DomainInterfaceAddressesSrcAgent), 0)
+		if err != nil {
+			return err
+		}
+		var out []guestaddr.Interface
+		for _, i := range ifaces {
+			g := guestaddr.Interface{Name: i.Name}
+			if len(i.Hwaddr) > 0 {
+				g.MAC = i.Hwaddr[0]
+			}
+			for _, a := range i.Addrs {
+				g.IPs = append(g.IPs, guestaddr.IP{Addr: a.Addr, Prefix: uint(a.Prefix)})
+			}
+			out = append(out, g)
+		}
+		got <- out
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return <-got, nil
 }
