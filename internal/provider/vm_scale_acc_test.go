@@ -15,8 +15,10 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
-// vmReadRPCs is how many libvirt calls refreshing one VM takes: the
-// definition, the run state and the autostart flag, with no lookup.
+// vmReadRPCs is how many libvirt calls refreshing one stopped VM takes:
+// the definition, the run state and the autostart flag, with no lookup. A
+// running VM with the guest agent's channel takes one more, for its
+// addresses.
 const vmReadRPCs = 3
 
 // Twenty VMs in one apply, ten at a time (Terraform's default parallelism)
@@ -107,6 +109,9 @@ func vmCheckReadRPCs(t *testing.T, env acctest.VMEnv, n int) resource.TestCheckF
 			view, err := vmlife.Read(ctx, c, virt.DomainRef{UUID: a["uuid"], Name: a["name"]}, volumeRef(prior.OverlayVolume), false)
 			if err != nil {
 				return err
+			}
+			if _, asked := vmlife.GuestAddresses(ctx, c, view); asked {
+				return fmt.Errorf("%s: a stopped VM's guest agent answered", a["name"])
 			}
 			if got := c.RPCs() - before; got != vmReadRPCs {
 				return fmt.Errorf("refreshing %s took %d libvirt calls, want %d", a["name"], got, vmReadRPCs)

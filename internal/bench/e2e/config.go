@@ -10,15 +10,23 @@ import (
 // hostEnv is the acceptance host the benchmark runs against.
 type hostEnv struct {
 	URI, Pool, ImagePool, Base, Kernel, Initrd string
+	// Running starts the VMs (Kernel and Initrd are then the tiny test
+	// guest's), so a refresh asks each one's guest agent as well.
+	Running bool
 }
 
 // kohakuConfig is n seeds and n VMs, each VM on its seed: defined, not
-// started, with a qcow2 overlay on the test image and direct kernel boot.
+// started (unless h.Running: then 96 MiB tiny guests, ready over their
+// channel), with a qcow2 overlay on the test image and direct kernel boot.
 // The seed is the README's typical one (login user with a key, static
 // address on a MAC derived from the seed's name, a shared folder it
 // mounts); the VM's NIC takes that MAC from the seed, and the VM exports
 // the share (/tmp: a local host's source must exist).
 func kohakuConfig(h hostEnv, prefix string, n int) string {
+	memory, cmdline := 128, "root=/dev/vda rw console=ttyS0"
+	if h.Running {
+		memory, cmdline = 96, "console=ttyS0 quiet mitigations=off no_timer_check panic=1"
+	}
 	return fmt.Sprintf(`terraform {
   required_providers {
     kohaku = { source = "kohaku/kohaku" }
@@ -58,12 +66,12 @@ resource "kohaku_vm" "v" {
   count      = %[2]d
   name       = "%[3]s${count.index}"
   type       = "qemu"
-  memory_mib = 128
-  running    = false
+  memory_mib = %[11]d
+  running    = %[10]t
 
   kernel  = %[7]q
   initrd  = %[8]q
-  cmdline = "root=/dev/vda rw console=ttyS0"
+  cmdline = %[12]q
 
   disk = {
     base_pool   = %[5]q
@@ -75,7 +83,7 @@ resource "kohaku_vm" "v" {
   network_interface = [{ type = "user" }]
   shared_folder     = [{ source = "/tmp", tag = "kohaku_shared" }]
 }
-`, h.URI, n, prefix, h.Pool, h.ImagePool, h.Base, h.Kernel, h.Initrd, sshKey)
+`, h.URI, n, prefix, h.Pool, h.ImagePool, h.Base, h.Kernel, h.Initrd, sshKey, h.Running, memory, cmdline)
 }
 
 // terraformFloorConfig is the same graph in terraform_data: n "seeds" and n

@@ -173,7 +173,7 @@ var procNames = map[uint32]string{
 	157: "ConnectGetLibVersion", 208: "StorageVolUpload", 209: "StorageVolDownload", 212: "DomainGetState",
 	231: "DomainUndefineFlags", 273: "ConnectListAllDomains", 281: "ConnectListAllStoragePools",
 	282: "StoragePoolListAllVolumes", 316: "ConnectDomainEventCallbackRegisterAny", 350: "DomainDefineXMLFlags",
-	360: "ConnectRegisterCloseCallback",
+	353: "DomainInterfaceAddresses", 360: "ConnectRegisterCloseCallback",
 }
 
 func procName(p uint32) string {
