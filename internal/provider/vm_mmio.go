@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -127,6 +128,23 @@ func (r *vmResource) applyMMIO(ctx context.Context, plan *vmModel, summary strin
 		return
 	}
 	w, err := vmlife.SizeMMIO(ctx, c, gpus, hostdevs)
+	var absent *vmlife.AbsentFunctionError
+	var entry *vmlife.GPUEntryError
+	switch {
+	case errors.As(err, &entry):
+		// A gpus entry the host lacks: the GPU check that follows says so,
+		// naming the binding to make.
+		plan.PCIMMIO64GiB = types.Int64Null()
+		return
+	case errors.As(err, &absent):
+		// A hostdev not on the host (yet): the domain is defined as before
+		// and cannot start until it is there; nothing to size it from.
+		plan.PCIMMIO64GiB = types.Int64Null()
+		diags.AddAttributeWarning(path.Root("pci_mmio64_gib"), summary+": 64-bit PCI window not sized",
+			fmt.Sprintf("%v. The VM keeps the firmware's default 32 GiB window: set pci_mmio64_gib if a BAR "+
+				"of that function is larger.", err))
+		return
+	}
 	if err != nil {
 		diags.AddAttributeError(path.Root("pci_mmio64_gib"), summary+" failed: cannot size the 64-bit PCI window",
 			fmt.Sprintf("%v. Nothing was changed. Set pci_mmio64_gib to size it by hand.", err))

@@ -84,11 +84,20 @@ func SizeMMIO(ctx context.Context, h MMIOHost, gpus, hostdevs []string) (vfio.Wi
 	for _, a := range addrs {
 		f, ok := fns[a]
 		if !ok {
-			return vfio.Window{}, fmt.Errorf("the host has no %s, so the BARs of %s are unknown", vfio.ResourcePath(a), a)
+			return vfio.Window{}, &AbsentFunctionError{Address: a}
 		}
 		bars[a] = f.BARs
 	}
 	return vfio.MMIOWindow(bars), nil
+}
+
+// AbsentFunctionError is SizeMMIO's answer when a function the VM passes
+// through is not on the host: its BARs are unknown, and the domain cannot
+// start with it until it is there.
+type AbsentFunctionError struct{ Address vfio.Address }
+
+func (e *AbsentFunctionError) Error() string {
+	return fmt.Sprintf("the host has no %s, so the BARs of %s are unknown", vfio.ResourcePath(e.Address), e.Address)
 }
 
 func addrList(addrs []vfio.Address) string {
