@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -15,35 +14,23 @@ import (
 // an earlier build wrote: BuildRevision builds the provider at a git
 // revision of this repository, and NewWorkspaceWith serves that build.
 
-var revisionBuilds sync.Map // revision -> *revisionBuild
-
-type revisionBuild struct {
-	once sync.Once
-	rc   string
-	err  error
-}
-
 // BuildRevision builds the provider at rev (a commit of this repository,
-// exported with git archive, so the working tree is not touched) once per
-// test binary, and returns a CLI config file whose dev_overrides serve
-// that build. It needs git and the repository's history.
+// exported with git archive, so the working tree is not touched) into the
+// test's temporary directory, removed when the test ends, and returns a CLI
+// config file whose dev_overrides serve that build. It needs git and the
+// repository's history.
 func BuildRevision(t testing.TB, rev string) string {
 	t.Helper()
-	v, _ := revisionBuilds.LoadOrStore(rev, &revisionBuild{})
-	b, ok := v.(*revisionBuild)
-	if !ok {
-		t.Fatalf("revision build of %s: unexpected %T", rev, v)
-	}
-	b.once.Do(func() { b.rc, b.err = buildRevision(rev) })
-	if b.err != nil && shallowClone() {
+	rc, err := buildRevision(rev, t.TempDir())
+	if err != nil && shallowClone() {
 		// A shallow clone (CI systems often make one) lacks older
 		// commits: nothing to build, which is not a failure of the code.
-		t.Skipf("skipped: this is a shallow clone, so the provider at %s cannot be built (%v); run it in a clone with history", rev, b.err)
+		t.Skipf("skipped: this is a shallow clone, so the provider at %s cannot be built (%v); run it in a clone with history", rev, err)
 	}
-	if b.err != nil {
-		t.Fatal(b.err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return b.rc
+	return rc
 }
 
 // shallowClone says whether this repository is a shallow clone.
@@ -53,16 +40,12 @@ func shallowClone() bool {
 	return err == nil && strings.TrimSpace(string(out)) == "true"
 }
 
-func buildRevision(rev string) (string, error) {
+func buildRevision(rev, dir string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	if out, err := exec.Command("git", "-C", root, "cat-file", "-e", rev+"^{commit}").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("commit %s is not in this repository (%v: %s): the test builds the provider at it, "+
 			"so it needs a clone with history (not a shallow one) and git", rev, err, strings.TrimSpace(string(out)))
-	}
-	dir, err := os.MkdirTemp("", "kohaku-provider-"+rev[:min(len(rev), 12)]+"-")
-	if err != nil {
-		return "", err
 	}
 	src := filepath.Join(dir, "src")
 	if err := os.Mkdir(src, 0o755); err != nil {
