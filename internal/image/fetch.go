@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -100,10 +101,13 @@ type Result struct {
 	Size int64
 	// Digest is the digest of the source bytes as downloaded (before
 	// decompression): sha512 when the expected digest is sha512, else sha256.
+	// For a local image used in place it is set once a reader from Open has
+	// read the whole image (see Open), and is zero until then.
 	Digest Digest
 	// Verified is true when an expected digest (Checksum or ChecksumURL)
 	// was given and matched, and did not itself come over plain http
-	// unless signed.
+	// unless signed. For a local image used in place the match is checked
+	// as Open's reader reads it, which fails when it does not match.
 	Verified bool
 	// ChecksumOverHTTP is true when the expected digest came from a plain
 	// http ChecksumURL (AllowHTTPChecksumURL) with no signature checked:
@@ -123,9 +127,12 @@ type Result struct {
 	Downloaded bool
 
 	release func() // idempotent
-	// file is the handle a local image used in place was verified
-	// through; Open reads the image through it.
-	file *os.File
+	// file is the handle a local image used in place was inspected
+	// through; Open reads the image through it, and computes its digest
+	// (checked against expected, when there is one) as it goes.
+	file     *os.File
+	expected *Digest
+	src      source
 	// stored is what the cache recorded of an entry's image, which Open
 	// checks the bytes it reads against.
 	stored *storedFile
@@ -133,7 +140,11 @@ type Result struct {
 
 // Open returns a reader of the image, to be closed by the caller before
 // Release. A local image used in place is read through the very handle it
-// was verified through (not reopened by path). A cache entry is opened
+// was inspected through (not reopened by path), and its digest is computed
+// as the reader reads it, in the same pass (not in one of its own before
+// the upload): the read that completes the image sets Digest or, when the
+// digest is not the one expected, hands out nothing and fails with an
+// error wrapping ErrChecksumMismatch, so an upload fed by it fails. A cache entry is opened
 // without following a symbolic link, and read through a check of the size
 // and SHA-256 recorded when it was stored: when the bytes read differ, the
 // read that would complete the image fails with an error wrapping
@@ -141,7 +152,7 @@ type Result struct {
 // entry is evicted.
 func (r *Result) Open() (io.ReadCloser, error) {
 	if r.file != nil {
-		return io.NopCloser(io.NewSectionReader(r.file, 0, r.Size)), nil
+		return newVerifyingReader(r), nil
 	}
 	fh, err := openNoFollow(r.Path)
 	if err != nil {
@@ -261,7 +272,10 @@ func (f *fetcher) verified(expected *Digest) bool { return expected != nil && !f
 // backing file, external data file or encryption) and raw disk images (with
 // an MBR or GPT partition table) are accepted; other images give errors
 // wrapping ErrUnsupportedImage. A digest mismatch gives an error wrapping
-// ErrChecksumMismatch. On any error, nothing new is left in the cache.
+// ErrChecksumMismatch: from Fetch for an image that is downloaded or
+// decompressed, and from the last read of Open's reader for a local
+// uncompressed image used in place, whose digest is computed in the same
+// pass that uploads it. On any error, nothing new is left in the cache.
 //
 // Concurrent Fetches of the same entry, in this process or others sharing
 // the cache directory, download it once; the others wait and share it.
@@ -303,7 +317,7 @@ func (c *Cache) Fetch(ctx context.Context, req Request) (*Result, error) {
 	}
 
 	if !src.remote() {
-		if r, ok, err := f.inPlace(ctx, expected); ok || err != nil {
+		if r, ok, err := f.inPlace(expected); ok || err != nil {
 			return r, err
 		}
 	}
@@ -453,7 +467,7 @@ func (f *fetcher) readSmall(ctx context.Context, s source, limit int64, what str
 // inPlace uses a local uncompressed image where it is. It reports false
 // (and no error) when the file is compressed or a tar archive and must be
 // unpacked into the cache.
-func (f *fetcher) inPlace(ctx context.Context, expected *Digest) (*Result, bool, error) {
+func (f *fetcher) inPlace(expected *Digest) (*Result, bool, error) {
 	fh, err := os.Open(f.src.path)
 	if err != nil {
 		return nil, false, fmt.Errorf("source: %w", err)
@@ -484,43 +498,44 @@ func (f *fetcher) inPlace(ctx context.Context, expected *Digest) (*Result, bool,
 	if err != nil {
 		return nil, false, fmt.Errorf("image %s %w", f.src.path, err)
 	}
-	d, err := f.hashLocal(ctx, fh, fi.Size(), expected)
-	if err != nil {
-		return nil, false, err
-	}
 	keep = true
 	var once sync.Once
 	return &Result{
 		file:             fh,
+		expected:         expected,
+		src:              f.src,
 		release:          func() { once.Do(func() { fh.Close() }) },
 		Path:             f.src.path,
 		Format:           info.Format,
 		VirtualSize:      info.VirtualSize,
 		Size:             info.Size,
-		Digest:           d,
 		Verified:         f.verified(expected),
 		ChecksumOverHTTP: f.sumsOverHTTP,
 		SignedBy:         f.signedBy,
 	}, true, nil
 }
 
-// hashLocal computes the digest of a local file and checks it.
-func (f *fetcher) hashLocal(ctx context.Context, fh *os.File, size int64, expected *Digest) (Digest, error) {
+// newVerifyingReader reads a local image used in place and computes its
+// digest as it goes (see Result.Open).
+func newVerifyingReader(r *Result) *checkedReader {
 	alg := SHA256
-	if expected != nil {
-		alg = expected.Algorithm
+	if r.expected != nil {
+		alg = r.expected.Algorithm
 	}
-	h := Digest{Algorithm: alg}.newHash()
-	m := newMeter(ctx, io.NewSectionReader(fh, 0, size), size, f.req.Progress, nil)
-	if _, err := io.CopyBuffer(h, m, make([]byte, streamBufSize)); err != nil {
-		return Digest{}, fmt.Errorf("reading %s: %w", f.src.path, err)
+	return &checkedReader{
+		r: io.NewSectionReader(r.file, 0, r.Size), path: r.Path, size: r.Size, h: Digest{Algorithm: alg}.newHash(),
+		verdict: func(sum []byte) error {
+			d := Digest{Algorithm: alg, Hex: hex.EncodeToString(sum)}
+			if r.expected != nil && d != *r.expected {
+				return mismatch(r.src, *r.expected, d)
+			}
+			r.Digest = d
+			return nil
+		},
+		bad: func(format string, args ...any) error {
+			return fmt.Errorf("image %s changed while it was read: it %s", r.Path, fmt.Sprintf(format, args...))
+		},
 	}
-	m.finish()
-	d := digestOf(alg, h)
-	if expected != nil && d != *expected {
-		return Digest{}, mismatch(f.src, *expected, d)
-	}
-	return d, nil
 }
 
 // mismatch returns the error for a digest mismatch.

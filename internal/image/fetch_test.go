@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha512"
 	"errors"
 	"fmt"
 	"io"
@@ -535,25 +536,80 @@ func TestFetchLocal(t *testing.T) {
 	}
 	for _, source := range []string{p, "file://" + filepath.ToSlash(p), rel} {
 		r := mustFetch(t, c, Request{Source: source, Checksum: &d})
-		if r.Path != p || r.Downloaded || !r.Verified || r.Digest != d || r.Format != FormatQCOW2 || r.VirtualSize != 2<<30 || r.Compression != "" {
+		if r.Path != p || r.Downloaded || !r.Verified || r.Format != FormatQCOW2 || r.VirtualSize != 2<<30 || r.Compression != "" {
 			t.Fatalf("%s: got %+v", source, r)
+		}
+		// The digest is computed in the pass that reads the image (the
+		// upload's), not in one of its own before it: unknown until read.
+		if r.Digest != (Digest{}) {
+			t.Fatalf("%s: digest %v known before the image was read", source, r.Digest)
+		}
+		for range 2 { // each reader reads the whole image from its start
+			if got := readAllOpen(t, r); !bytes.Equal(got, img) {
+				t.Fatalf("%s: read %d bytes, not the image's %d", source, len(got), len(img))
+			}
+			if r.Digest != d {
+				t.Fatalf("%s: digest after reading %v, want %v", source, r.Digest, d)
+			}
 		}
 		r.Release()
 	}
 	// Without a checksum it is still used in place, with its digest.
 	r := mustFetch(t, c, Request{Source: p})
+	readAllOpen(t, r)
 	if r.Path != p || r.Verified || r.Digest != d {
 		t.Fatalf("got %+v", r)
 	}
+	r.Release()
+	// sha512 when that is what is expected.
+	d512 := Digest{Algorithm: SHA512, Hex: fmt.Sprintf("%x", sha512.Sum512(img))}
+	r = mustFetch(t, c, Request{Source: p, Checksum: &d512})
+	readAllOpen(t, r)
+	if r.Digest != d512 || !r.Verified {
+		t.Fatalf("sha512: got %+v", r)
+	}
+	r.Release()
 	if names := cacheFiles(t, cache); len(names) != 0 {
 		t.Errorf("in-place use wrote %v to the cache", names)
 	}
+	// A wrong digest: the read that would complete the image hands out
+	// nothing and fails, so an upload fed by it fails.
 	wrong := sha256Digest(nil)
-	_, err = fetch(t, c, Request{Source: p, Checksum: &wrong})
+	r = mustFetch(t, c, Request{Source: p, Checksum: &wrong})
+	rc, err := r.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, rc)
+	rc.Close()
+	r.Release()
 	if !errors.Is(err, ErrChecksumMismatch) {
 		t.Fatalf("error %v is not a mismatch", err)
 	}
 	errContains(t, err, p)
+	if n >= int64(len(img)) {
+		t.Errorf("the mismatching image was handed out whole (%d bytes)", n)
+	}
+	if r.Digest != (Digest{}) {
+		t.Errorf("digest %v set for a mismatching image", r.Digest)
+	}
+	// A file that shrinks under the reader fails the read.
+	grow := filepath.Join(src, "grow.qcow2")
+	if err := os.WriteFile(grow, img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = mustFetch(t, c, Request{Source: grow})
+	if err := os.Truncate(grow, int64(len(img)/2)); err != nil {
+		t.Fatal(err)
+	}
+	rc, err = r.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.Copy(io.Discard, rc)
+	rc.Close()
+	r.Release()
+	errContains(t, err, "changed while it was read", "ends after")
 
 	vmdk := filepath.Join(src, "x.vmdk")
 	if err := os.WriteFile(vmdk, append([]byte("KDMV"), make([]byte, 4096)...), 0o644); err != nil {
@@ -608,4 +664,19 @@ func TestReleaseIdempotent(t *testing.T) {
 	r.Release()
 	var nilResult *Result
 	nilResult.Release()
+}
+
+// readAllOpen reads the whole image through a reader from r.Open.
+func readAllOpen(t *testing.T, r *Result) []byte {
+	t.Helper()
+	rc, err := r.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

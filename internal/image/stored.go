@@ -23,22 +23,36 @@ type storedFile struct {
 	evict func()
 }
 
-// checkedReader reads an entry's image file and checks, as the bytes go
-// by, that it is what was stored: no extra pass over the file, the hash
-// runs on the bytes the caller asked for, on a goroutine of its own while
-// the caller sends them on (an upload is not slowed by the hash where a
-// CPU is free). The read that reaches the recorded size compares the
-// digest and, on a mismatch, hands out nothing and fails instead; a file
-// that ends early or goes on past the size fails too. The failure is
-// sticky and evicts the entry.
+// changed evicts the entry and returns the error a reader of its image
+// fails with from then on.
+func (s *storedFile) changed(path, format string, args ...any) error {
+	s.evict()
+	return fmt.Errorf("%w: %s %s; the entry was evicted, so the image is downloaded again the next time",
+		ErrCacheEntryChanged, path, fmt.Sprintf(format, args...))
+}
+
+// checkedReader reads an image file and checks, as the bytes go by, that
+// it is what it should be: no extra pass over the file, the hash runs on
+// the bytes the caller asked for, on a goroutine of its own while the
+// caller sends them on (an upload is not slowed by the hash where a CPU is
+// free). The read that reaches the expected size hands the digest to
+// verdict and, when verdict refuses it, hands out nothing and fails
+// instead; a file that ends early or goes on past the size fails too (with
+// the error bad returns). Failures are sticky.
+//
+// A cache entry is checked against the SHA-256 recorded when it was stored
+// (newCheckedReader); a local image used in place against the digest the
+// user expects, computed here for the first time (newVerifyingReader).
 type checkedReader struct {
-	f      *os.File
-	path   string
-	size   int64
-	stored *storedFile
-	h      hash.Hash
-	n      int64
-	err    error
+	r       io.Reader
+	closer  func() error
+	path    string
+	size    int64
+	h       hash.Hash
+	verdict func(sum []byte) error
+	bad     func(format string, args ...any) error
+	n       int64
+	err     error
 
 	// The hasher goroutine takes a copy of a chunk in buf from jobs and
 	// answers on done; pending is set while it works on one.
@@ -52,8 +66,20 @@ type checkedReader struct {
 // at a time); larger reads are hashed where they are.
 const maxHashChunk = 4 << 20
 
+// newCheckedReader reads a cache entry's image through f and checks it
+// against the size and SHA-256 stored recorded; a mismatch evicts the
+// entry and fails with ErrCacheEntryChanged.
 func newCheckedReader(f *os.File, path string, size int64, stored *storedFile) *checkedReader {
-	return &checkedReader{f: f, path: path, size: size, stored: stored, h: sha256.New()}
+	return &checkedReader{
+		r: f, closer: f.Close, path: path, size: size, h: sha256.New(),
+		verdict: func(sum []byte) error {
+			if got := hex.EncodeToString(sum); got != stored.sha256 {
+				return stored.changed(path, "has sha256 %s, not the %s recorded", got, stored.sha256)
+			}
+			return nil
+		},
+		bad: func(format string, args ...any) error { return stored.changed(path, format, args...) },
+	}
 }
 
 // wait waits for the hasher to finish the chunk it has.
@@ -96,35 +122,28 @@ func (c *checkedReader) Read(p []byte) (int, error) {
 	if rest := c.size + 1 - c.n; int64(len(p)) > rest {
 		p = p[:rest]
 	}
-	k, err := c.f.Read(p)
+	k, err := c.r.Read(p)
 	if c.n+int64(k) > c.size {
-		return 0, c.fail("is longer than the %d bytes recorded", c.size)
+		c.err = c.bad("is longer than the %d bytes recorded", c.size)
+		return 0, c.err
 	}
 	c.n += int64(k)
 	final := c.n == c.size
 	c.hash(p[:k], final)
 	if final && k > 0 {
-		if got := hex.EncodeToString(c.h.Sum(nil)); got != c.stored.sha256 {
-			return 0, c.fail("has sha256 %s, not the %s recorded", got, c.stored.sha256)
+		if c.err = c.verdict(c.h.Sum(nil)); c.err != nil {
+			return 0, c.err
 		}
 	}
 	switch {
 	case errors.Is(err, io.EOF) && c.n < c.size:
-		return 0, c.fail("ends after %d of the %d bytes recorded", c.n, c.size)
+		c.err = c.bad("ends after %d of the %d bytes recorded", c.n, c.size)
+		return 0, c.err
 	case err != nil && !errors.Is(err, io.EOF):
-		c.err = fmt.Errorf("reading cached image %s: %w", c.path, err)
+		c.err = fmt.Errorf("reading image %s: %w", c.path, err)
 		return k, c.err
 	}
 	return k, err
-}
-
-// fail makes the reader fail from now on with ErrCacheEntryChanged, and
-// evicts the entry so that the next Fetch downloads the image again.
-func (c *checkedReader) fail(format string, args ...any) error {
-	c.err = fmt.Errorf("%w: %s %s; the entry was evicted, so the image is downloaded again the next time",
-		ErrCacheEntryChanged, c.path, fmt.Sprintf(format, args...))
-	c.stored.evict()
-	return c.err
 }
 
 // Close ends the hasher and closes the file.
@@ -134,5 +153,8 @@ func (c *checkedReader) Close() error {
 		close(c.jobs)
 		c.jobs = nil
 	}
-	return c.f.Close()
+	if c.closer == nil {
+		return nil
+	}
+	return c.closer()
 }

@@ -316,6 +316,12 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		Pool: pool, Name: name, Format: res.Format, Capacity: res.VirtualSize, Length: res.Size, Source: f,
 		Progress: func(sent int64) { up(image.Progress{Done: sent, Total: res.Size}) },
 	})
+	if errors.Is(err, image.ErrChecksumMismatch) {
+		// A local image used in place is hashed as it uploads: the
+		// upload failed at its last chunk and its volume was deleted.
+		addFetchError(&resp.Diagnostics, &plan, shown, err)
+		return
+	}
 	if errors.Is(err, image.ErrCacheEntryChanged) {
 		resp.Diagnostics.AddAttributeError(path.Root("source"), "Cached image changed: "+shown, sentence(err)+
 			" Apply again: the image is downloaded and verified afresh.")
@@ -367,14 +373,14 @@ func addFetchError(diags *diag.Diagnostics, m *imageResourceModel, shown string,
 			" Nothing was downloaded or uploaded. If the vendor now signs with another key, add it to "+
 			"checksum_signing_keys once its fingerprint is checked; otherwise the checksum file is not the vendor's.")
 	case mismatch && m.ChecksumURL.ValueString() != "":
-		diags.AddAttributeError(path.Root("checksum_url"), "Image checksum mismatch", sentence(err)+" Nothing was uploaded.")
+		diags.AddAttributeError(path.Root("checksum_url"), "Image checksum mismatch", sentence(err)+" Nothing was left in the pool.")
 	case mismatch:
-		diags.AddAttributeError(path.Root("checksum"), "Image checksum mismatch", sentence(err)+" Nothing was uploaded.")
+		diags.AddAttributeError(path.Root("checksum"), "Image checksum mismatch", sentence(err)+" Nothing was left in the pool.")
 	case errors.Is(err, image.ErrLimit):
 		diags.AddAttributeError(path.Root("source"), "Image refused: "+shown, sentence(err)+
-			" Nothing was uploaded. If the image is genuine, raise `max_decompressed_gib` or `max_compression_ratio`.")
+			" Nothing was left in the pool. If the image is genuine, raise `max_decompressed_gib` or `max_compression_ratio`.")
 	default:
-		diags.AddAttributeError(path.Root("source"), "Cannot get image "+shown, sentence(err)+" Nothing was uploaded.")
+		diags.AddAttributeError(path.Root("source"), "Cannot get image "+shown, sentence(err)+" Nothing was left in the pool.")
 	}
 }
 

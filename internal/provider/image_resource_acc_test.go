@@ -324,6 +324,13 @@ resource "kohaku_vm" "wrong_host" {
 				ExpectError: regexp.MustCompile(`(?s)mismatch.*` + strings.Repeat("0", 64) + `.*` + sums["disk.qcow2"]),
 			},
 			{
+				// A local file is hashed as it uploads: the mismatch fails
+				// the upload at its end, and the volume goes with it.
+				PreConfig:   noBad,
+				Config:      bad(filepath.Join(dir, "disk.qcow2"), `checksum = "sha256:`+strings.Repeat("0", 64)+`"`),
+				ExpectError: regexp.MustCompile(`(?s)mismatch.*` + strings.Repeat("0", 64) + `.*` + sums["disk.qcow2"] + `.*left in the pool`),
+			},
+			{
 				PreConfig:   noBad,
 				Config:      bad(srv.URL+"/backed.qcow2", ""),
 				ExpectError: regexp.MustCompile(`(?i)backing\s+file`),
