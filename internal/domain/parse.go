@@ -69,7 +69,7 @@ func ParseDomain(dom *libvirtxml.Domain) (Observed, error) {
 	if dom.CPU != nil {
 		s.CPUMode = CPUMode(dom.CPU.Mode)
 		if s.CPUMode == "" {
-			s.CPUMode = "custom" // libvirt's default mode
+			s.CPUMode = CPUCustom // libvirt's default mode
 		}
 	}
 	s.Firmware = FirmwareBIOS

@@ -55,6 +55,12 @@ const (
 	// CPUMaximum is QEMU's "max" CPU: everything the accelerator can offer. Under
 	// TCG it gives the guest x86-64-v2 and newer features that qemu64 lacks.
 	CPUMaximum CPUMode = "maximum"
+	// CPUCustom is libvirt's default mode: a named model (with its
+	// features). It is how libvirt reads back a domain made without <cpu>
+	// or with a model of its own; Kohaku keeps such a CPU as it is, and a
+	// new domain asking for it gets the hypervisor's default model
+	// (qemu64 under QEMU).
+	CPUCustom CPUMode = "custom"
 )
 
 // Source names where a disk or CD-ROM image lives on the host: either a Path

@@ -121,13 +121,13 @@ func (v *validator) hardware(s Spec) {
 		v.add("firmware", `"bios" or "uefi"`, "unknown firmware %q", s.Firmware)
 	}
 	switch s.CPUMode {
-	case "", CPUHostModel, CPUMaximum:
+	case "", CPUHostModel, CPUMaximum, CPUCustom:
 	case CPUHostPassthrough:
 		if s.Type == TypeQEMU {
 			v.add("cpu_mode", `"maximum"`, "host-passthrough needs KVM; QEMU refuses it under TCG (type \"qemu\")")
 		}
 	default:
-		v.add("cpu_mode", `"host-passthrough", "host-model" or "maximum"`, "unknown CPU mode %q", s.CPUMode)
+		v.add("cpu_mode", `"host-passthrough", "host-model", "maximum" or "custom"`, "unknown CPU mode %q", s.CPUMode)
 	}
 	if s.PCIMMIO64GiB < 0 || s.PCIMMIO64GiB > MaxPCIMMIO64GiB {
 		v.add("pci_mmio64_gib", "256", "%d GiB is outside 0..%d (0 keeps the firmware's default)", s.PCIMMIO64GiB, MaxPCIMMIO64GiB)

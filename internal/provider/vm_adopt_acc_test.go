@@ -74,7 +74,7 @@ func TestAccVM_adopt(t *testing.T) {
 		t.Fatalf("defining %s by hand: %v\n%s", name, err, out)
 	}
 
-	config := func(memory, vcpu int) string {
+	config := func(memory, vcpu int, extra ...string) string {
 		return providerBlock(env.URI) + fmt.Sprintf(`
 import {
   to = kohaku_vm.adopted
@@ -93,8 +93,9 @@ resource "kohaku_vm" "adopted" {
   }
 
   network_interface = [{ type = "user", mac = "52:54:00:ad:00:01" }]
+  %s
 }
-`, name, name, vcpu, memory, env.Pool, root)
+`, name, name, vcpu, memory, env.Pool, root, strings.Join(extra, "\n  "))
 	}
 	var before string
 	resource.Test(t, resource.TestCase{
@@ -149,6 +150,18 @@ resource "kohaku_vm" "adopted" {
 						return adoptDiff(before, after)
 					},
 				),
+			},
+			{
+				// Written out as generated configuration writes it, the
+				// CPU libvirt gave a domain made without <cpu> reads
+				// "custom": accepted, and it plans nothing.
+				Config: config(256, 2, `cpu_mode = "custom"`),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionNoop),
+				}},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("cpu_mode"), knownvalue.StringExact("custom")),
+				},
 			},
 		},
 	})

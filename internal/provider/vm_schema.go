@@ -106,11 +106,14 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			"cpu_mode": schema.StringAttribute{
 				Optional: true,
 				Computed: true,
-				Description: "CPU model the guest sees: `host-passthrough` (the default for `kvm`), `host-model`, or `maximum` " +
-					"(everything the accelerator offers; the default for `qemu`, which cannot pass the host CPU through). " +
-					"Unset keeps the mode the domain has while `type` stays the same, so an imported domain keeps its own " +
-					"(read back as it is, e.g. `custom` with the model, features and cache libvirt stores, which Kohaku " +
-					"keeps as they are). Changed in place: the domain is redefined and, if it runs, restarted.",
+				Description: "CPU model the guest sees: `host-passthrough` (the default for `kvm`), `host-model`, `maximum` " +
+					"(everything the accelerator offers; the default for `qemu`, which cannot pass the host CPU through), or " +
+					"`custom` (libvirt's own mode: a named model; a new VM gets the hypervisor's default model, `qemu64` " +
+					"under QEMU). Unset keeps the mode the domain has while `type` stays the same, so an imported domain keeps " +
+					"its own (read back as it is: a domain made without `<cpu>`, or with a model of its own, reads `custom`, " +
+					"and its model, features and cache are kept as they are, also when `custom` is written in the " +
+					"configuration, as generated configuration does). Changed in place: the domain is redefined and, if it " +
+					"runs, restarted.",
 			},
 			"disk": schema.SingleNestedAttribute{
 				Optional: true,
