@@ -30,6 +30,8 @@
 //
 //	eval "$(bash internal/acctest/testhost/testhost.sh env)"
 //	go run ./internal/bench/e2e -n 10,50,200 -repeats 3
+//
+// With -svg it also draws the wall times as a chart (internal/bench/chart).
 package main
 
 import (
@@ -47,6 +49,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/bench/chart"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
@@ -58,6 +61,7 @@ type options struct {
 	repo        string
 	terraform   string
 	out         string
+	svg         string
 	keep        bool
 	profile     string
 	rev         string
@@ -103,6 +107,7 @@ func main() {
 	flag.StringVar(&o.rev, "rev", "", "build from this git revision of -repo (git archive into the work directory) instead of the working tree")
 	flag.StringVar(&o.terraform, "terraform", "terraform", "terraform CLI")
 	flag.StringVar(&o.out, "out", "", "also write the report (markdown) to this file")
+	flag.StringVar(&o.svg, "svg", "", "also write a chart of the wall times (SVG: seconds against N for kohaku and the same-schema and Terraform floors, per step) to this file")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, states, logs)")
 	flag.StringVar(&o.profile, "profile", "", "build internal/bench/profprovider instead and write each provider process's CPU and allocation profiles to this directory (timings then include profiling)")
 	flag.StringVar(&o.host.URI, "uri", envOr("KOHAKU_URI", "qemu:///system"), "libvirt URI of the acceptance host (unix transport)")
@@ -170,6 +175,11 @@ func run(o options) (rc int) {
 		if o.out != "" {
 			if werr := os.WriteFile(o.out, []byte(report), 0o644); werr != nil {
 				fmt.Fprintln(os.Stderr, "e2e:", werr)
+			}
+		}
+		if o.svg != "" {
+			if werr := writeChart(o.svg, report); werr != nil {
+				fmt.Fprintln(os.Stderr, "e2e: chart:", werr)
 			}
 		}
 		raw, _ := json.MarshalIndent(ms, "", "  ")
@@ -628,6 +638,19 @@ func (h *harness) report(ms []measurement) string {
 		}
 	}
 	return b.String()
+}
+
+// writeChart draws the report's wall-time table into an SVG file.
+func writeChart(path, report string) error {
+	panels, err := chart.FromMarkdown(report)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	if err := chart.WriteSVG(&b, chart.DefaultTitle, panels); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // fileSize is the size of the file at p, 0 when it cannot be read.
