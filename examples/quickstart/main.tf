@@ -1,13 +1,16 @@
-# Kohaku quick start: a vendor's cloud image, from its URL to a VM that is
-# ready when apply returns.
+# Kohaku quick start: a vendor's cloud image, from its URL to a VM you can
+# log in to, ready when apply returns.
 #
-# Run `make quickstart` from the repository root: it brings a throwaway libvirt
-# host up on this machine (internal/acctest/testhost/testhost.sh), builds the
-# provider and applies this configuration with the test host's vendor-style
-# Debian 12 cloud image, served on loopback with its SHA256SUMS like a vendor's
-# mirror. The image is verified, uploaded through libvirt and booted through
-# UEFI by its own boot loader. Elsewhere the defaults take Debian's own image.
-# `make quickstart-destroy` removes it again.
+# Run `make quickstart` from the repository root: it brings up a throwaway
+# libvirt host on this machine (internal/acctest/testhost/testhost.sh
+# quickstart) with the kohaku-quickstart network (192.168.123.0/24, DHCP,
+# reachable from this machine), builds the provider and applies this
+# configuration with the test host's vendor-style Debian 12 cloud image,
+# served on loopback with its SHA256SUMS like a vendor's mirror. The image is
+# verified, uploaded through libvirt and booted through UEFI by its own boot
+# loader. Then it logs in once with the `ssh` output, checking the host keys
+# the guest reported. Elsewhere the defaults take Debian's own image and
+# libvirt's default network. `make quickstart-destroy` removes it again.
 terraform {
   required_version = ">= 1.11"
   required_providers {
@@ -53,10 +56,16 @@ variable "domain_type" {
   default     = "qemu"
 }
 
-variable "ssh_public_key" {
-  description = "Key that may log in as kohaku."
+variable "network" {
+  description = "libvirt network the VM joins, with DHCP; it must be reachable from where you run ssh."
   type        = string
-  default     = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJfaz/mJ/6BFYscLuJLZ6JlVggOhzDZ+dRREhnzJc1sZ you@laptop"
+  default     = "default"
+}
+
+variable "ssh_public_key_file" {
+  description = "Your SSH public key; it may log in as the user kohaku. The private key is the same path without .pub."
+  type        = string
+  default     = "~/.ssh/id_ed25519.pub"
 }
 
 # No phone_home block: the guest reports ready over its libvirt channel
@@ -82,14 +91,19 @@ resource "kohaku_seed" "quickstart" {
 
   user = {
     name                = "kohaku"
-    ssh_authorized_keys = [var.ssh_public_key]
+    ssh_authorized_keys = [trimspace(file(pathexpand(var.ssh_public_key_file)))]
   }
 
-  network = [{
-    addresses   = ["10.0.2.15/24"]
-    gateway4    = "10.0.2.2"
-    nameservers = ["10.0.2.3"]
-  }]
+  # One NIC, configured by DHCP from the network below.
+  network = [{ dhcp4 = true }]
+}
+
+locals {
+  # The guest's IPv4 address on its NIC, as the guest itself reported it.
+  address = one([
+    for a in kohaku_vm.quickstart.guest.addresses : split("/", a.address)[0]
+    if a.mac == kohaku_vm.quickstart.network_interface[0].mac && !strcontains(a.address, ":")
+  ])
 }
 
 resource "kohaku_vm" "quickstart" {
@@ -108,7 +122,7 @@ resource "kohaku_vm" "quickstart" {
   }
 
   seed_id           = kohaku_seed.quickstart.id
-  network_interface = [{ type = "user" }]
+  network_interface = [{ type = "network", source = var.network }]
 
   timeouts {
     create = "15m"
@@ -139,7 +153,12 @@ output "addresses" {
   value = [for a in kohaku_vm.quickstart.guest.addresses : "${a.interface} ${a.address}"]
 }
 
+output "ssh" {
+  description = "Log in to the VM."
+  value       = "ssh -i ${trimsuffix(pathexpand(var.ssh_public_key_file), ".pub")} kohaku@${local.address}"
+}
+
 output "known_hosts" {
-  description = "Lines for ~/.ssh/known_hosts (the guest is at 10.0.2.15 on its user-mode network)."
-  value       = [for k in values(kohaku_vm.quickstart.guest.ssh_host_keys) : "10.0.2.15 ${k}"]
+  description = "A known_hosts file: the SSH host keys the guest reported, for its address."
+  value       = join("", [for k in values(kohaku_vm.quickstart.guest.ssh_host_keys) : "${local.address} ${k}\n"])
 }

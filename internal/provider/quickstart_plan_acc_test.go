@@ -20,7 +20,13 @@ import (
 // in the plan once the seed exists, and in the destroy plan.
 func TestAccQuickstart_plansShowOnlyWhatChanges(t *testing.T) {
 	uri := acctest.URI(t)
+	// The example reads the user's public key from a file; any key will do
+	// for a plan.
+	key := filepath.Join(t.TempDir(), "id_ed25519.pub")
+	writeFile(t, key, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJfaz/mJ/6BFYscLuJLZ6JlVggOhzDZ+dRREhnzJc1sZ you@laptop\n")
 	vars := []string{
+		"TF_VAR_ssh_public_key_file=" + key,
+		"TF_VAR_network=" + acctest.Env(t, "KOHAKU_QUICKSTART_NETWORK"),
 		"TF_VAR_uri=" + uri,
 		"TF_VAR_pool=" + acctest.Env(t, "KOHAKU_TEST_POOL"),
 		"TF_VAR_image_url=" + acctest.Env(t, "KOHAKU_TEST_CLOUD_IMAGE_URL"),

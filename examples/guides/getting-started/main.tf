@@ -74,3 +74,8 @@ output "ssh" {
   description = "Log in to the VM."
   value       = "ssh debian@${local.address}"
 }
+
+output "known_hosts" {
+  description = "A known_hosts file: the SSH host keys the guest reported, for its address."
+  value       = join("", [for k in values(kohaku_vm.web.guest.ssh_host_keys) : "${local.address} ${k}\n"])
+}

@@ -11,9 +11,14 @@ usage() {
 usage: testhost.sh COMMAND
 
   up      install packages, configure and start libvirtd (unix socket and
-          qemu+tcp://127.0.0.1/system), create the storage pools and build or
-          reuse the cached Debian 12 and Debian 13 guest images. Idempotent: a
-          second run only reports what it found.
+          qemu+tcp://127.0.0.1/system), create the storage pools and the
+          kohaku-quickstart network (192.168.123.0/24, DHCP, reachable from
+          this machine), build or reuse the cached Debian 12 and Debian 13
+          guest images. Idempotent: a second run only reports what it found.
+  quickstart
+          only what make quickstart needs: packages, libvirtd, the pools, the
+          kohaku-quickstart network, the Debian 12 image and the cloud image
+          served on loopback (no Debian 13 image, no tiny guest)
   status  report what is up; exit 0 when everything `up` makes is there, else 1
   env     print `export` lines for a test run: eval "$(testhost.sh env)"
   image   build (or find) the cached guest image only
@@ -24,7 +29,8 @@ usage: testhost.sh COMMAND
           virtio-9p mount, phone_home, final message); cleans up after itself
   smoke-debian13
           the same with the Debian 13 image
-  down    stop the libvirtd that `up` started (by its pid file); caches stay
+  down    remove the kohaku-quickstart network and stop the libvirtd that
+          `up` started (by its pid file); caches stay
   restart SIGKILL the libvirtd that `up` started (by its pid file) and start it
           again the way `up` does: the fault tests' "libvirtd killed mid-apply".
           Running QEMU domains survive it.
@@ -65,6 +71,13 @@ readonly DEFAULT_POOL_PATH=/var/lib/libvirt/images
 readonly IMAGE_HTTP_ADDR=127.0.0.1
 readonly IMAGE_HTTP_PORT=18480
 readonly IMAGE_HTTP_PID=$STATE_DIR/image-http.pid
+# The network the quick start's VM joins: a bridge with an address of this
+# machine and DHCP from libvirt's dnsmasq, in libvirt's "open" forward mode
+# (libvirt adds no firewall rules; this machine has no iptables or nft), so
+# this machine reaches its guests and nothing is routed beyond it.
+readonly QS_NET=kohaku-quickstart
+readonly QS_BRIDGE=kohaku-qs0
+readonly QS_NET_PREFIX=192.168.123
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 readonly SELF HERE=${SELF%/*}
 # the packages up installs, one a line in host-packages (after "#" a comment)
@@ -290,6 +303,57 @@ ensure_image_pool() { # $1 = debian12 | debian13
 	phase_done "$r (path $dir)"
 }
 
+# ---------------------------------------------------------------- quick start network
+qs_net_xml() {
+	cat <<EOF
+<network>
+  <name>$QS_NET</name>
+  <forward mode='open'/>
+  <bridge name='$QS_BRIDGE' stp='off' delay='0'/>
+  <ip address='$QS_NET_PREFIX.1' netmask='255.255.255.0'>
+    <dhcp>
+      <range start='$QS_NET_PREFIX.100' end='$QS_NET_PREFIX.199'/>
+    </dhcp>
+  </ip>
+</network>
+EOF
+}
+net_field() { vsh net-info "$1" 2>/dev/null | awk -F: -v k="$2" '$1 == k { gsub(/^[ \t]+/, "", $2); print $2 }'; }
+
+# ensure_network defines, starts and autostarts the quick start network where
+# it is missing; a network that is there is left as it is (running guests
+# may be on it), so a second up changes nothing.
+ensure_network() {
+	local did=() tmp
+	if ! vsh net-info "$QS_NET" >/dev/null 2>&1; then
+		tmp=$(mktemp)
+		qs_net_xml >"$tmp"
+		vsh net-define "$tmp" >/dev/null || { rm -f "$tmp"; die "defining network $QS_NET failed"; }
+		rm -f "$tmp"
+		did+=(defined)
+	fi
+	if [[ $(net_field "$QS_NET" Active) != yes ]]; then
+		vsh net-start "$QS_NET" >/dev/null || die "starting network $QS_NET failed (libvirtd log: $LIBVIRTD_LOG)"
+		did+=(started)
+	fi
+	if [[ $(net_field "$QS_NET" Autostart) != yes ]]; then
+		vsh net-autostart "$QS_NET" >/dev/null
+		did+=(autostart)
+	fi
+	if ((${#did[@]})); then
+		phase_done "$QS_NET: ${did[*]} (bridge $QS_BRIDGE, $QS_NET_PREFIX.1/24, DHCP)"
+	else
+		phase_done "$QS_NET: found"
+	fi
+}
+
+remove_network() {
+	vsh net-info "$QS_NET" >/dev/null 2>&1 || return 0
+	[[ $(net_field "$QS_NET" Active) == yes ]] && vsh net-destroy "$QS_NET" >/dev/null
+	vsh net-undefine "$QS_NET" >/dev/null
+	log "down: removed network $QS_NET"
+}
+
 # ---------------------------------------------------------------- cloud-style image
 # What users boot: a vendor-style cloud image made from the Debian 12 test image
 # (recipes/cloud-image.sh), served like a vendor's mirror.
@@ -336,6 +400,7 @@ cmd_up() {
 	phase config; ensure_config
 	phase libvirtd; ensure_libvirtd
 	phase pools; ensure_pools
+	phase network; ensure_network
 	phase image; ensure_guest_image debian12
 	phase image-pool; ensure_image_pool debian12
 	phase image-debian13; ensure_guest_image debian13
@@ -344,6 +409,27 @@ cmd_up() {
 	phase image-http; ensure_image_http
 	phase tiny-guest; bash "$TINYGUEST" build "$(image_dir debian12)" "$CACHE_ROOT" >/dev/null
 	log "up: done in $(since_start)s; next: eval \"\$(bash $SELF env)\""
+}
+
+# quickstart: what make quickstart needs of up, and no more: libvirtd, the
+# pools and the network, the Debian 12 image and the cloud image made from
+# it, served on loopback. The Debian 13 image and the tiny guest (tests only)
+# are left for up.
+cmd_quickstart() {
+	need_root
+	mkdir -p "$STATE_DIR" "$LOG_DIR"
+	exec 9>"$LOCK_FILE"
+	flock -n 9 || { log "another testhost.sh holds $LOCK_FILE; waiting"; flock 9; }
+	phase packages; ensure_packages
+	phase pki; ensure_pki
+	phase config; ensure_config
+	phase libvirtd; ensure_libvirtd
+	phase pools; ensure_pools
+	phase network; ensure_network
+	phase image; ensure_guest_image debian12
+	phase cloud-image; ensure_cloud_image
+	phase image-http; ensure_image_http
+	log "quickstart: host ready in $(since_start)s"
 }
 
 cmd_image() { # $1 = debian12 | debian13
@@ -394,6 +480,11 @@ cmd_status() {
 				log "pool $n: ${st:-undefined} ${path:+at $path}${path:+ }(want running at $wantp)"; ok=1
 			fi
 		done
+		if [[ $(net_field "$QS_NET" Active) == yes ]]; then
+			log "network $QS_NET: active (bridge $QS_BRIDGE)"
+		else
+			log "network $QS_NET: not active"; ok=1
+		fi
 		for v in "$IMAGE_POOL" "$IMAGE_POOL-debian13"; do
 			if vsh vol-info --pool "$v" rootfs.qcow2 >/dev/null 2>&1; then
 				log "volume $v/rootfs.qcow2: present"
@@ -421,6 +512,7 @@ export KOHAKU_TEST_IMAGE_POOL=$IMAGE_POOL
 export KOHAKU_TEST_BASE_VOLUME=rootfs.qcow2
 export KOHAKU_TEST_KERNEL=$dir/vmlinuz
 export KOHAKU_TEST_INITRD=$dir/initrd.img
+export KOHAKU_QUICKSTART_NETWORK=$QS_NET
 EOF
 	# the tiny test guest (KOHAKU_TEST_TINY_KERNEL, KOHAKU_TEST_TINY_INITRD)
 	bash "$TINYGUEST" env "$dir" "$CACHE_ROOT"
@@ -453,6 +545,7 @@ cmd_down() {
 	need_root
 	local pid running
 	stop_image_http
+	if virsh_ok "$URI_UNIX"; then remove_network; fi
 	if pid=$(our_libvirtd_pid); then
 		running=$(virsh -q -c "$URI_UNIX" list --name 2>/dev/null | sed '/^$/d' | tr '\n' ' ' || true)
 		[[ -n $running ]] && log "WARNING: domains still running (their QEMU processes outlive libvirtd): $running"
@@ -483,6 +576,7 @@ main() {
 	shift || true
 	case $cmd in
 	up) cmd_up ;;
+	quickstart) cmd_quickstart ;;
 	status) cmd_status ;;
 	env) cmd_env ;;
 	image) cmd_image debian12 ;;
