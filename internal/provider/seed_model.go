@@ -135,12 +135,34 @@ type seedFileModel struct {
 	Append        types.Bool   `tfsdk:"append"`
 }
 
+// seedMountModel is one of shared_folders. type and readonly are the
+// deprecated names of driver and read_only; at most one of each pair is set.
 type seedMountModel struct {
-	Type     types.String `tfsdk:"type"`
-	Tag      types.String `tfsdk:"tag"`
-	Path     types.String `tfsdk:"path"`
-	ReadOnly types.Bool   `tfsdk:"readonly"`
-	MSize    types.Int64  `tfsdk:"msize"`
+	Driver      types.String `tfsdk:"driver"`
+	Type        types.String `tfsdk:"type"`
+	Tag         types.String `tfsdk:"tag"`
+	Path        types.String `tfsdk:"path"`
+	ReadOnly    types.Bool   `tfsdk:"read_only"`
+	ReadOnlyOld types.Bool   `tfsdk:"readonly"`
+	MSize       types.Int64  `tfsdk:"msize"`
+}
+
+// mount is the folder for the seed package, from whichever name was set.
+func (mt *seedMountModel) mount() seed.Mount {
+	driver, readOnly := mt.Driver, mt.ReadOnly
+	if driver.IsNull() {
+		driver = mt.Type
+	}
+	if readOnly.IsNull() {
+		readOnly = mt.ReadOnlyOld
+	}
+	return seed.Mount{
+		Type:     seed.MountType(orDefaultString(driver.ValueString(), string(seed.Mount9P))),
+		Tag:      mt.Tag.ValueString(),
+		Path:     mt.Path.ValueString(),
+		ReadOnly: readOnly.ValueBool(),
+		MSize:    int(mt.MSize.ValueInt64()),
+	}
 }
 
 type seedNVIDIAModel struct {
@@ -256,14 +278,8 @@ func (m *seedResourceModel) spec(cfg *seedResourceModel, phURL string) (*seed.Sp
 		}
 		s.WriteFiles = append(s.WriteFiles, file)
 	}
-	for _, mt := range m.SharedFolders {
-		s.Mounts = append(s.Mounts, seed.Mount{
-			Type:     seed.MountType(orDefaultString(mt.Type.ValueString(), string(seed.Mount9P))),
-			Tag:      mt.Tag.ValueString(),
-			Path:     mt.Path.ValueString(),
-			ReadOnly: mt.ReadOnly.ValueBool(),
-			MSize:    int(mt.MSize.ValueInt64()),
-		})
+	for i := range m.SharedFolders {
+		s.Mounts = append(s.Mounts, m.SharedFolders[i].mount())
 	}
 	if n := m.NVIDIA; n != nil {
 		s.NVIDIA = &seed.NVIDIA{Version: n.Version.ValueString(), URLTemplate: n.URLTemplate.ValueString(), SHA256: n.SHA256.ValueString()}

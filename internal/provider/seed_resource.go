@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hashicorp/terraform-plugin-framework-validators/boolvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
@@ -193,12 +194,26 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 					"and through `/etc/fstab` entries with `nofail`. 9p mounts use " +
 					"`trans=virtio,version=9p2000.L`." + contentChange,
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-					"type": schema.StringAttribute{Optional: true, Description: "`9p` (default) or `virtiofs`.",
+					"driver": schema.StringAttribute{Optional: true, Description: "How the guest mounts the folder: `9p` " +
+						"(default) or `virtiofs`, as the VM exports it (`kohaku_vm.shared_folder`'s `driver`).",
 						Validators: []validator.String{stringvalidator.OneOf(string(seed.Mount9P), string(seed.MountVirtioFS))}},
+					"type": schema.StringAttribute{Optional: true, Description: "The former name of `driver`: " +
+						"`9p` or `virtiofs`. Set one of the two.",
+						DeprecationMessage: "Use driver, the name kohaku_vm's shared_folder uses for the same setting; " +
+							"type will be removed in the next major version. Renaming it changes nothing in the guest.",
+						Validators: []validator.String{
+							stringvalidator.OneOf(string(seed.Mount9P), string(seed.MountVirtioFS)),
+							stringvalidator.ConflictsWith(path.MatchRelative().AtParent().AtName("driver")),
+						}},
 					"tag":  schema.StringAttribute{Required: true, Description: "Mount tag the VM exports, e.g. `kohaku_shared`."},
 					"path": schema.StringAttribute{Required: true, Description: "Mount point in the guest, e.g. `/shared`."},
-					"readonly": schema.BoolAttribute{Optional: true, Description: "Mount read-only in the guest. Default `false` " +
+					"read_only": schema.BoolAttribute{Optional: true, Description: "Mount read-only in the guest. Default `false` " +
 						"(read-write, as far as the VM's `shared_folder` allows)."},
+					"readonly": schema.BoolAttribute{Optional: true, Description: "The former name of `read_only`. " +
+						"Set one of the two.",
+						DeprecationMessage: "Use read_only, the name kohaku_vm's shared_folder uses for the same setting; " +
+							"readonly will be removed in the next major version. Renaming it changes nothing in the guest.",
+						Validators: []validator.Bool{boolvalidator.ConflictsWith(path.MatchRelative().AtParent().AtName("read_only"))}},
 					"msize": schema.Int64Attribute{Optional: true, Description: "9p message size in bytes. The default asks for " +
 						"524288; the virtio transport limits it to 512000, so that is what the guest uses."},
 				}},

@@ -52,9 +52,11 @@ resource "kohaku_seed" "web" {
     nameservers = ["10.0.2.3"]
   }]
 
+  # Each folder takes the names of kohaku_vm's shared_folder: driver
+  # (9p by default, or virtiofs) and read_only.
   shared_folders = [
-    { tag = "kohaku_shared", path = "/shared" },
-    { tag = "kohaku_local", path = "/local_temp" },
+    { tag = "kohaku_shared", path = "/shared", read_only = true },
+    { tag = "kohaku_local", path = "/local_temp", driver = "9p" },
   ]
 
   write_files = [{
