@@ -56,7 +56,7 @@ func (r *seedResource) Configure(_ context.Context, req resource.ConfigureReques
 // contentChange is the sentence every content attribute's description ends with.
 // contentChange ends the description of every attribute that goes into the
 // seed's documents; the resource page's "Updates" section says the rest.
-const contentChange = " Changed in place; VMs see it only when rebuilt (see \"Updates\")."
+const contentChange = " Changed in place; a VM sees it when rebuilt, or power-cycled with the default `instance_id` (see \"Updates\")."
 
 func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
@@ -253,7 +253,7 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 					"id": schema.StringAttribute{Optional: true, Description: "netplan ethernets key. Default `nic<index>`."},
 					"mac": schema.StringAttribute{Optional: true, Description: "MAC address to match. " +
 						"Default: derived from the seed's name: `52:54:00` plus three bytes of SHA3-224(name) " +
-						"for the first NIC (KohakuRiver's scheme), of `<name>/<index>` for the others. The MACs " +
+						"for the first NIC, of `<name>/<index>` for the others. The MACs " +
 						"in use are exported in `macs`."},
 					"set_name": schema.StringAttribute{Optional: true, Description: "Rename the interface, e.g. `eth0`."},
 					"dhcp4":    schema.BoolAttribute{Optional: true, Description: "Use DHCPv4 on this NIC. Default `false`."},
