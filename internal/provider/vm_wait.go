@@ -78,8 +78,8 @@ func waitSchema() map[string]schema.Attribute {
 				"true`; polls every 2 s). " +
 				"`none` returns as soon as the domain runs. " +
 				"`auto` (default) picks, in this order of preference, `channel` when the seed has the " +
-				"first-boot reporter, `phone_home` when the seed phones home and the provider listens, else " +
-				"`none`; it never picks `guest_agent`. A seed with neither (`report_channel = false`, no " +
+				"first-boot reporter, `phone_home` when the seed phones home (the provider then needs its " +
+				"`phone_home` block, or the create fails saying so), else `none`; it never picks `guest_agent`. A seed with neither (`report_channel = false`, no " +
 				"`phone_home`) warns at plan that VMs using it will not wait, and a VM without `seed_id` " +
 				"does not wait. A report of cloud-init errors fails the create, naming each failing module; a " +
 				"degraded boot is a warning, and so is a guest that lacks something its seed declared (see " +
