@@ -272,3 +272,18 @@ func describeBytes(b []byte, n int) string {
 	}
 	return s
 }
+
+// InspectHeadBytes is how much of an image InspectHead needs to see.
+const InspectHeadBytes = inspectHeadSize
+
+// InspectHead applies the checks Fetch makes to a disk image of size bytes
+// of which only the first bytes, head (InspectHeadBytes of them, or the
+// whole image when smaller), are at hand, as when a volume already on a
+// host is looked at: it returns the format (FormatQCOW2 or FormatRaw) of an
+// image Fetch would accept, or an error matching ErrUnsupportedImage that
+// says why not (a qcow2 with a backing file, an ISO image, no partition
+// table...).
+func InspectHead(head []byte, size int64) (string, error) {
+	info, err := inspectImage(bytes.NewReader(head), size)
+	return info.Format, err
+}

@@ -363,3 +363,17 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// ResetNodeDevice resets a PCI device through libvirt (virsh nodedev-reset):
+// a function-level reset, or a reset of its slot or bus, whichever the
+// device and its neighbours allow. libvirt refuses while a running domain
+// uses the device.
+func (c *Client) ResetNodeDevice(ctx context.Context, name string) error {
+	return c.Call(ctx, "reset node device "+name, func(l *libvirt.Libvirt) error {
+		err := l.NodeDeviceReset(name)
+		if notFound(err) {
+			return fmt.Errorf("node device %s %w", name, ErrNotFound)
+		}
+		return err
+	})
+}
