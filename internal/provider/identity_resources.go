@@ -18,6 +18,7 @@ var (
 	_ resource.ResourceWithModifyPlan  = vmWithIdentity{}
 	_ resource.ResourceWithIdentity    = seedWithIdentity{}
 	_ resource.ResourceWithIdentity    = imageWithIdentity{}
+	_ resource.ResourceWithModifyPlan  = imageWithIdentity{}
 	_ resource.ResourceWithIdentity    = gpuBindingWithIdentity{}
 )
 

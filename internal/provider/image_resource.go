@@ -30,6 +30,7 @@ import (
 var (
 	_ resource.ResourceWithConfigure   = (*imageResource)(nil)
 	_ resource.ResourceWithImportState = (*imageResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*imageResource)(nil)
 )
 
 const (
@@ -126,13 +127,16 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				Validators:    []validator.String{stringvalidator.LengthAtLeast(1), stringvalidator.RegexMatches(regexp.MustCompile(`^[^/]+$`), "must be a volume name without `/`, e.g. `debian-12.qcow2`")},
 			},
 			"source": schema.StringAttribute{
-				Required: true,
+				Optional: true,
 				Description: "Where the image comes from: an `https://` or `http://` URL (redirects followed, " +
 					"except from https to http), " +
 					"a `file://` URL, or a path on the machine running Terraform (relative to the working " +
 					"directory), e.g. " +
 					"`https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2`. " +
-					"Compression and format are recognised by content, not by name. A change replaces the image (after import, setting it does not).",
+					"Compression and format are recognised by content, not by name. Required to create the image; " +
+					"an image that was imported (or adopted through `terraform query`) may leave it out until it " +
+					"is to be replaced, since its source cannot be read back from the volume. A change replaces " +
+					"the image (after import, setting it does not).",
 				PlanModifiers: []planmodifier.String{replaceUnlessImported()},
 				Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
 					"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2`")},
@@ -270,6 +274,31 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				DeleteDescription: "How long deleting may take. Default `5m`.",
 			}),
 		},
+	}
+}
+
+// ModifyPlan refuses, on source's line, a plan that would upload the image
+// without a source: a create, or the replacement of an image imported
+// without one.
+func (r *imageResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return
+	}
+	var source types.String
+	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("source"), &source)...)
+	if !source.IsNull() {
+		return
+	}
+	switch {
+	case req.State.Raw.IsNull():
+		resp.Diagnostics.AddAttributeError(path.Root("source"), "Missing source",
+			"Creating an image needs its source: an https:// URL, a file:// URL or a local path, e.g. "+
+				"source = \"https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2\". "+
+				"Only an image that is imported may leave it out.")
+	case len(resp.RequiresReplace) > 0:
+		resp.Diagnostics.AddAttributeError(path.Root("source"), "Missing source",
+			fmt.Sprintf("This plan replaces the image (%s changed), which uploads it again from its source, but the "+
+				"image was imported without one. Set source to where the image comes from.", resp.RequiresReplace[0]))
 	}
 }
 
@@ -485,12 +514,19 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 				"it from its source.",
 				pool, name, state.Format.ValueString(), state.VirtualSize.ValueInt64(), vol.Format, vol.CapacityBytes))
 	}
-	state.ID = types.StringValue(imageID(state.Host.ValueString(), pool, name))
-	state.setVolume(vol)
-	if state.Verified.IsNull() {
-		state.Verified = types.BoolValue(false) // imported
-	}
+	state.readVolume(vol)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+// readVolume records what the host says of the image's volume, as Read and
+// the list resource do: an image imported or listed has no verification to
+// its name.
+func (m *imageResourceModel) readVolume(v *virt.VolumeDetail) {
+	m.ID = types.StringValue(imageID(m.Host.ValueString(), m.Pool.ValueString(), m.Name.ValueString()))
+	m.setVolume(v)
+	if m.Verified.IsNull() {
+		m.Verified = types.BoolValue(false)
+	}
 }
 
 // Update only ever changes what needs no upload: the timeouts, or a

@@ -14,5 +14,7 @@ var _ provider.ProviderWithListResources = (*kohakuProvider)(nil)
 func (p *kohakuProvider) ListResources(_ context.Context) []func() list.ListResource {
 	return []func() list.ListResource{
 		newVMListResource,
+		newImageListResource,
+		newSeedListResource,
 	}
 }

@@ -597,56 +597,14 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 	if c == nil {
 		return
 	}
-	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	// A refresh reads the volume after the ISO's system area, which no ISO
-	// 9660 reader looks at and Kohaku writes zero: 24 KiB of a typical
-	// 56 KiB seed. An import reads it whole, to learn what it holds.
 	importing := state.Format.IsNull() || state.InstanceID.IsNull()
-	var skip int64
-	if !importing {
-		skip = seed.SystemAreaBytes
-	}
-	vol, iso, err := c.ReadVolumeAt(ctx, pool, name, skip, seed.MaxVolumeBytes)
-	if errors.Is(err, virt.ErrNotFound) {
-		tflog.Info(ctx, "seed volume is gone; removing it from state so the next apply recreates it", map[string]any{"pool": pool, "name": name})
+	written := state.SHA256.ValueString() // before this refresh: what the last apply wrote
+	if gone := readSeed(ctx, c, &state, &resp.Diagnostics); gone {
 		resp.State.RemoveResource(ctx)
 		return
 	}
-	if err != nil {
-		addError(&resp.Diagnostics, fmt.Sprintf("Reading seed %s/%s", pool, name), err)
+	if resp.Diagnostics.HasError() {
 		return
-	}
-	state.ID = types.StringValue(pool + "/" + name)
-	state.VolumeKey = types.StringValue(vol.Key)
-	state.VolumePath = types.StringValue(vol.Path)
-	written := state.SHA256.ValueString() // before this refresh: what the last apply wrote
-	if skip > 0 && vol.CapacityBytes > skip {
-		state.SHA256 = types.StringValue(seed.ISODigest(iso))
-	} else {
-		sum := sha256.Sum256(iso)
-		state.SHA256 = types.StringValue(hex.EncodeToString(sum[:]))
-	}
-	state.SizeBytes = types.Int64Value(vol.CapacityBytes)
-	if importing {
-		// Imported: learn what can be learnt from the ISO itself.
-		if in, err := seed.Inspect(iso); err == nil {
-			state.Format = types.StringValue(string(in.Format))
-			state.InstanceID = types.StringValue(in.InstanceID)
-			state.MACs = stringList(in.MACs)
-			state.RenderedMetaData = types.StringValue(string(in.Files[metaDataFile(in.Format)]))
-			state.RenderedNetworkConfig = nullIfNone(string(in.Files[networkFile(in.Format)]))
-			state.UserDataSHA256 = digestIfAny(in.Files[userDataFile(in.Format)])
-			state.RenderedVendorData = nullIfNone(string(in.Files[vendorDataFile(in.Format)]))
-			state.GuestAgent = types.BoolValue(true)
-			state.PhoneHome = types.BoolValue(in.PhoneHomeURL != "")
-			state.PhoneHomeURL = nullIfNone(in.PhoneHomeURL)
-			// Without phone home the setting is moot: report its default.
-			state.PhoneHomeAgent = types.BoolValue(in.PhoneHomeURL == "" || strings.Contains(string(in.Files[userDataFile(in.Format)]), seed.ReporterScriptPath))
-			state.ReportChannel = types.BoolValue(in.ReportToken != "")
-			state.Heartbeat = types.Int64Value(int64(in.HeartbeatSeconds))
-		} else {
-			resp.Diagnostics.AddWarning("Volume is not a seed Kohaku can read", fmt.Sprintf("%s/%s: %v", pool, name, err))
-		}
 	}
 	if _, ok := writtenSeed(ctx, req.Private); !ok {
 		// A seed written by a version that recorded nothing (or imported):
@@ -657,8 +615,64 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		}
 		recordWrittenSeed(ctx, resp.Private, written, &resp.Diagnostics)
 	}
-	state.dropEmptyDocuments()
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+// readSeed refreshes m from its volume, as Read and the list resource do;
+// a seed whose inputs are unknown (imported, or listed) learns what the
+// ISO itself holds. gone is true when the volume is missing.
+func readSeed(ctx context.Context, c *virt.Client, m *seedResourceModel, diags *diag.Diagnostics) (gone bool) {
+	pool, name := m.Pool.ValueString(), m.Name.ValueString()
+	// A refresh reads the volume after the ISO's system area, which no ISO
+	// 9660 reader looks at and Kohaku writes zero: 24 KiB of a typical
+	// 56 KiB seed. An import reads it whole, to learn what it holds.
+	importing := m.Format.IsNull() || m.InstanceID.IsNull()
+	var skip int64
+	if !importing {
+		skip = seed.SystemAreaBytes
+	}
+	vol, iso, err := c.ReadVolumeAt(ctx, pool, name, skip, seed.MaxVolumeBytes)
+	if errors.Is(err, virt.ErrNotFound) {
+		tflog.Info(ctx, "seed volume is gone; removing it from state so the next apply recreates it", map[string]any{"pool": pool, "name": name})
+		return true
+	}
+	if err != nil {
+		addError(diags, fmt.Sprintf("Reading seed %s/%s", pool, name), err)
+		return false
+	}
+	m.ID = types.StringValue(pool + "/" + name)
+	m.VolumeKey = types.StringValue(vol.Key)
+	m.VolumePath = types.StringValue(vol.Path)
+	if skip > 0 && vol.CapacityBytes > skip {
+		m.SHA256 = types.StringValue(seed.ISODigest(iso))
+	} else {
+		sum := sha256.Sum256(iso)
+		m.SHA256 = types.StringValue(hex.EncodeToString(sum[:]))
+	}
+	m.SizeBytes = types.Int64Value(vol.CapacityBytes)
+	if importing {
+		// Imported: learn what can be learnt from the ISO itself.
+		if in, err := seed.Inspect(iso); err == nil {
+			m.Format = types.StringValue(string(in.Format))
+			m.InstanceID = types.StringValue(in.InstanceID)
+			m.MACs = stringList(in.MACs)
+			m.RenderedMetaData = types.StringValue(string(in.Files[metaDataFile(in.Format)]))
+			m.RenderedNetworkConfig = nullIfNone(string(in.Files[networkFile(in.Format)]))
+			m.UserDataSHA256 = digestIfAny(in.Files[userDataFile(in.Format)])
+			m.RenderedVendorData = nullIfNone(string(in.Files[vendorDataFile(in.Format)]))
+			m.GuestAgent = types.BoolValue(true)
+			m.PhoneHome = types.BoolValue(in.PhoneHomeURL != "")
+			m.PhoneHomeURL = nullIfNone(in.PhoneHomeURL)
+			// Without phone home the setting is moot: report its default.
+			m.PhoneHomeAgent = types.BoolValue(in.PhoneHomeURL == "" || strings.Contains(string(in.Files[userDataFile(in.Format)]), seed.ReporterScriptPath))
+			m.ReportChannel = types.BoolValue(in.ReportToken != "")
+			m.Heartbeat = types.Int64Value(int64(in.HeartbeatSeconds))
+		} else {
+			diags.AddWarning("Volume is not a seed Kohaku can read", fmt.Sprintf("%s/%s: %v", pool, name, err))
+		}
+	}
+	m.dropEmptyDocuments()
+	return false
 }
 
 func (r *seedResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {

@@ -1,0 +1,116 @@
+package provider
+
+import (
+	"context"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/list"
+	"github.com/hashicorp/terraform-plugin-framework/list/schema"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/volkind"
+)
+
+// The list resources of kohaku_image and kohaku_seed share their
+// configuration and their walk over a host's pools; they differ in the
+// kind of volume they keep and in the state an import of one reads.
+
+type volumeListModel struct {
+	Host       types.String `tfsdk:"host"`
+	Pool       types.String `tfsdk:"pool"`
+	NamePrefix types.String `tfsdk:"name_prefix"`
+}
+
+// volumeListSchema is the configuration of a volume list; what says what is
+// listed and how it is recognised.
+func volumeListSchema(what string) schema.Schema {
+	return schema.Schema{
+		Description: what,
+		Attributes: map[string]schema.Attribute{
+			"host": schema.StringAttribute{
+				Optional:    true,
+				Description: "The key of the provider's `hosts` map to list. Default: the provider's own host.",
+			},
+			"pool": schema.StringAttribute{
+				Optional:    true,
+				Description: "Only volumes of this storage pool. Default: every active pool of the host.",
+			},
+			"name_prefix": schema.StringAttribute{
+				Optional:    true,
+				Description: "Only volumes whose name starts with this. Default: every volume.",
+			},
+		},
+	}
+}
+
+// volumeResult fills a list result with the volume's identity and, when
+// asked, its state.
+type volumeResult func(ctx context.Context, c *virt.Client, v virt.VolumeHead, r *list.ListResult)
+
+// listVolumes streams the volumes of the configured pools that hold kind,
+// as recognised from their first bytes.
+func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, stream *list.ListResultsStream, kind volkind.Kind, fill volumeResult) {
+	var cfg volumeListModel
+	var diags diag.Diagnostics
+	diags.Append(req.Config.Get(ctx, &cfg)...)
+	c := data.client(cfg.Host.ValueString(), &diags)
+	if diags.HasError() {
+		stream.Results = list.ListResultsStreamDiagnostics(diags)
+		return
+	}
+	pools := []string{cfg.Pool.ValueString()}
+	if cfg.Pool.ValueString() == "" {
+		var err error
+		if pools, err = c.ActivePoolNames(ctx); err != nil {
+			addError(&diags, "Listing the storage pools of "+c.Endpoint().Redacted(), err)
+			stream.Results = list.ListResultsStreamDiagnostics(diags)
+			return
+		}
+	}
+	host := types.StringNull()
+	if cfg.Host.ValueString() != "" {
+		host = cfg.Host
+	}
+	stream.Results = func(push func(list.ListResult) bool) {
+		sent := int64(0)
+		for _, pool := range pools {
+			vols, err := c.VolumeHeads(ctx, pool, cfg.NamePrefix.ValueString(), volkind.HeadBytes)
+			if err != nil {
+				var d diag.Diagnostics
+				addError(&d, "Listing the volumes of pool "+pool+" on "+c.Endpoint().Redacted(), err)
+				push(list.ListResult{Diagnostics: d})
+				return
+			}
+			for _, v := range vols {
+				if req.Limit > 0 && sent >= req.Limit {
+					return
+				}
+				if volkind.Recognise(v.Head, v.CapacityBytes).Kind != kind {
+					continue
+				}
+				r := req.NewListResult(ctx)
+				r.DisplayName = v.Pool + "/" + v.Name
+				r.Diagnostics.Append(r.Identity.SetAttribute(ctx, path.Root("host"), host)...)
+				r.Diagnostics.Append(r.Identity.SetAttribute(ctx, path.Root("pool"), v.Pool)...)
+				r.Diagnostics.Append(r.Identity.SetAttribute(ctx, path.Root("name"), v.Name)...)
+				if req.IncludeResource && !r.Diagnostics.HasError() {
+					// What an import by pool and name leaves in state before
+					// its first read, every other attribute null, then the read.
+					r.Diagnostics.Append(r.Resource.SetAttribute(ctx, path.Root("id"), v.Pool+"/"+v.Name)...)
+					r.Diagnostics.Append(r.Resource.SetAttribute(ctx, path.Root("pool"), v.Pool)...)
+					r.Diagnostics.Append(r.Resource.SetAttribute(ctx, path.Root("name"), v.Name)...)
+					r.Diagnostics.Append(r.Resource.SetAttribute(ctx, path.Root("host"), host)...)
+					if !r.Diagnostics.HasError() {
+						fill(ctx, c, v, &r)
+					}
+				}
+				sent++
+				if !push(r) {
+					return
+				}
+			}
+		}
+	}
+}
