@@ -343,36 +343,52 @@ func (r *gpuBindingResource) Read(ctx context.Context, req resource.ReadRequest,
 		addError(&resp.Diagnostics, "Reading the host's PCI devices", err)
 		return
 	}
-	dev := inv.Lookup(target)
-	if dev == nil {
-		tflog.Info(ctx, "the bound device is gone from the host; removing the binding from state", map[string]any{"address": target.String()})
-		resp.Diagnostics.AddWarning("GPU "+target.String()+" is gone", fmt.Sprintf("The host no longer has a "+
-			"PCI function %s, so the binding was removed from state; the next apply tries to bind it again.", target))
+	if gone := readBinding(ctx, inv, target, &state, &resp.Diagnostics); gone {
 		resp.State.RemoveResource(ctx)
 		return
 	}
-	state.ID = types.StringValue(bindingID(state.Host.ValueString(), target))
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+// Update rebinds functions found off vfio-pci and re-checks the group
+// against changed functions or allow_other_classes.
+// readBinding refreshes m, the binding of target, from the host's PCI
+// inventory, as Read and the list resource do: a binding whose functions
+// are unknown (imported, or listed) is the group as the host shows it now.
+// gone is true when the host no longer has target.
+func readBinding(ctx context.Context, inv *vfio.Inventory, target vfio.Address, m *gpuBindingModel, diags *diag.Diagnostics) (gone bool) {
+	dev := inv.Lookup(target)
+	if dev == nil {
+		tflog.Info(ctx, "the bound device is gone from the host; removing the binding from state", map[string]any{"address": target.String()})
+		diags.AddWarning("GPU "+target.String()+" is gone", fmt.Sprintf("The host no longer has a "+
+			"PCI function %s, so the binding was removed from state; the next apply tries to bind it again.", target))
+		return true
+	}
+	m.ID = types.StringValue(bindingID(m.Host.ValueString(), target))
 	if dev.HasIOMMU() {
-		state.IOMMUGroup = types.Int64Value(int64(dev.Group))
+		m.IOMMUGroup = types.Int64Value(int64(dev.Group))
 	}
-	if state.AllowOtherClasses.IsNull() {
-		state.AllowOtherClasses = types.BoolValue(false) // imported
+	if m.AllowOtherClasses.IsNull() {
+		m.AllowOtherClasses = types.BoolValue(false) // imported
 	}
-	details := gpuFunctionDetails(ctx, state.FunctionDetails, &resp.Diagnostics)
+	details := gpuFunctionDetails(ctx, m.FunctionDetails, diags)
 	if len(details) == 0 {
 		// Imported: the binding is the group as the host shows it now.
 		p, err := vfio.PlanBinding(inv, target, vfio.Options{AllowOtherClasses: true})
 		if err != nil {
-			addBindingPlanError(&resp.Diagnostics, target, err)
-			return
+			addBindingPlanError(diags, target, err)
+			return false
 		}
 		bound := make([]gpubind.Bound, 0, len(p.Bind))
 		for _, b := range p.Bind {
 			bound = append(bound, gpubind.Bound{Device: b.Device, Original: b.OriginalDriver})
 		}
-		state.FunctionDetails = gpuDetailsList(bound)
-		if state.Functions.IsNull() || state.Functions.IsUnknown() {
-			state.Functions = pciAddressSet(p.Addresses())
+		m.FunctionDetails = gpuDetailsList(bound)
+		if m.Functions.IsNull() || m.Functions.IsUnknown() {
+			m.Functions = pciAddressSet(p.Addresses())
 		}
 	} else {
 		for i := range details {
@@ -387,16 +403,14 @@ func (r *gpuBindingResource) Read(ctx context.Context, req resource.ReadRequest,
 				d.CurrentDriver = types.StringValue("") // the function itself is gone
 			}
 		}
-		state.FunctionDetails = gpuDetailsFromModels(details)
+		m.FunctionDetails = gpuDetailsFromModels(details)
 	}
-	if state.NVIDIADriverVersion.IsUnknown() {
-		state.NVIDIADriverVersion = types.StringNull()
+	if m.NVIDIADriverVersion.IsUnknown() {
+		m.NVIDIADriverVersion = types.StringNull()
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+	return false
 }
 
-// Update rebinds functions found off vfio-pci and re-checks the group
-// against changed functions or allow_other_classes.
 func (r *gpuBindingResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan, state gpuBindingModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)

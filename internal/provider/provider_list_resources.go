@@ -16,5 +16,6 @@ func (p *kohakuProvider) ListResources(_ context.Context) []func() list.ListReso
 		newVMListResource,
 		newImageListResource,
 		newSeedListResource,
+		newGPUBindingListResource,
 	}
 }

@@ -232,3 +232,48 @@ func (inv *Inventory) Filter(vendor, classPrefix string) []*Device {
 	}
 	return out
 }
+
+// BoundGroup is an IOMMU group with functions bound to vfio-pci: what one
+// kohaku_gpu_binding holds.
+type BoundGroup struct {
+	// Lead is the function a binding of the group is known by: its first
+	// display function (the GPU), or its first function bound to vfio-pci
+	// when none is a display function.
+	Lead *Device
+	// Bound are the group's functions bound to vfio-pci, sorted by address.
+	Bound []*Device
+}
+
+// VFIOGroups returns the IOMMU groups that have functions bound to
+// vfio-pci, sorted by their lead's address. A function bound to vfio-pci
+// outside any IOMMU group (no IOMMU) makes a group of its own.
+func (inv *Inventory) VFIOGroups() []BoundGroup {
+	var out []BoundGroup
+	byGroup := map[int]int{}
+	for _, d := range inv.Devices() {
+		if d.Driver != DriverVFIO {
+			continue
+		}
+		i, seen := byGroup[d.Group]
+		if !seen || !d.HasIOMMU() {
+			i = len(out)
+			out = append(out, BoundGroup{})
+			if d.HasIOMMU() {
+				byGroup[d.Group] = i
+			}
+		}
+		out[i].Bound = append(out[i].Bound, d)
+	}
+	for i := range out {
+		g := &out[i]
+		g.Lead = g.Bound[0]
+		for _, d := range g.Bound {
+			if IsDisplay(d.Class) {
+				g.Lead = d
+				break
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b BoundGroup) int { return a.Lead.Address.Compare(b.Lead.Address) })
+	return out
+}
