@@ -14,5 +14,6 @@ var _ provider.ProviderWithActions = (*kohakuProvider)(nil)
 func (p *kohakuProvider) Actions(_ context.Context) []func() action.Action {
 	return []func() action.Action{
 		newVMPowerAction,
+		newGPUResetAction,
 	}
 }
