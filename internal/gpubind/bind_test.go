@@ -28,6 +28,8 @@ type fakeHost struct {
 	stuck string
 	ops   []string
 	users map[string][]string
+	// methods are the functions' reset_method files, by address.
+	methods map[string]string
 }
 
 var driverRE = regexp.MustCompile(`(?s)<driver>.*?</driver>`)

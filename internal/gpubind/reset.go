@@ -14,7 +14,8 @@ import (
 type ResetHost interface {
 	PCINodeDevices(ctx context.Context) ([]string, error)
 	PCIHostdevUsers(ctx context.Context) (map[string][]string, error)
-	ResetNodeDevice(ctx context.Context, name string) error
+	ReadHostFiles(ctx context.Context, paths []string, limit int64) (map[string][]byte, error)
+	ResetPCIFunction(ctx context.Context, addr string) error
 }
 
 var _ ResetHost = (*virt.Client)(nil)
@@ -22,6 +23,10 @@ var _ ResetHost = (*virt.Client)(nil)
 // ErrNotBound is wrapped by Reset's refusal of a group with a function
 // that is not on vfio-pci.
 var ErrNotBound = errors.New("not bound to vfio-pci")
+
+// ErrNoResetMethod is wrapped by Reset's refusal of a group none of whose
+// functions the kernel can reset.
+var ErrNoResetMethod = errors.New("no reset method")
 
 // ResetInUseError refuses a reset while running domains hold functions of
 // the group; Uses is "0000:01:00.0 by web-1" for each.
@@ -33,14 +38,23 @@ func (e *ResetInUseError) Error() string {
 		strings.Join(e.Uses, "; "))
 }
 
-// Reset resets the PCI function target and every other function of its
-// IOMMU group (bridges aside), each through libvirt's node-device reset,
-// which picks a function-level reset or a reset of the slot or bus. It
-// refuses, before resetting anything, a function the host does not have, a
-// group with a function that is not on vfio-pci (a host driver's device is
-// the host's to reset), and a group of which a running domain holds any
-// function, with a *ResetInUseError naming the domain. progress hears of
-// each function as it is reset. It returns the functions reset.
+// resetMethodPath is the sysfs file listing the reset methods the kernel
+// found for a function, in the order it tries them.
+func resetMethodPath(a vfio.Address) string {
+	return "/sys/bus/pci/devices/" + a.String() + "/reset_method"
+}
+
+// Reset resets the PCI function target and the other functions of its
+// IOMMU group (bridges aside) through the kernel, each with the first
+// method its sysfs reset_method lists (function-level, power-management,
+// slot or bus reset). A function with no method of its own is left to the
+// others' resets: a slot or bus reset of one function of a device resets
+// all of them. It refuses, before resetting anything, a function the host
+// does not have, a group with a function that is not on vfio-pci (a host
+// driver's device is the host's to reset), a group of which a running
+// domain holds any function (a *ResetInUseError naming the domain), and a
+// group with no reset method at all. progress hears of each function as it
+// is reset. It returns the functions reset.
 func Reset(ctx context.Context, h ResetHost, target vfio.Address, progress func(string)) ([]vfio.Address, error) {
 	if progress == nil {
 		progress = func(string) {}
@@ -57,28 +71,22 @@ func Reset(ctx context.Context, h ResetHost, target vfio.Address, progress func(
 	if err != nil {
 		return nil, err
 	}
-	addrs := make([]vfio.Address, 0, len(fns))
-	for _, d := range fns {
-		addrs = append(addrs, d.Address)
+	if err := checkResetNotInUse(ctx, h, target, fns); err != nil {
+		return nil, err
 	}
-	raw, err := h.PCIHostdevUsers(ctx)
+	methods, err := resetMethods(ctx, h, fns)
 	if err != nil {
-		return nil, fmt.Errorf("learning which running domains use %s: %w", target, err)
-	}
-	users := map[vfio.Address][]string{}
-	for s, doms := range raw {
-		if a, err := vfio.ParseAddress(s); err == nil {
-			users[a] = doms
-		}
-	}
-	var inUse *vfio.InUseError
-	if err := vfio.CheckNotInUse(addrs, users); errors.As(err, &inUse) {
-		return nil, &ResetInUseError{Uses: inUse.Uses}
+		return nil, err
 	}
 	var done []vfio.Address
 	for _, d := range fns {
-		progress(fmt.Sprintf("Resetting %s", vfio.Describe(d)))
-		if err := h.ResetNodeDevice(ctx, d.Name); err != nil {
+		m := methods[d.Address]
+		if m == "" {
+			progress(fmt.Sprintf("%s has no reset method of its own: it is reset with the rest of its device", vfio.Describe(d)))
+			continue
+		}
+		progress(fmt.Sprintf("Resetting %s by %s reset", vfio.Describe(d), m))
+		if err := h.ResetPCIFunction(ctx, d.Address.String()); err != nil {
 			msg := "nothing was reset"
 			if len(done) > 0 {
 				msg = "reset before it: " + joinAddresses(done)
@@ -128,10 +136,71 @@ func resetGroup(inv *vfio.Inventory, target vfio.Address) ([]*vfio.Device, error
 	return fns, nil
 }
 
+// checkResetNotInUse refuses when a running domain holds one of fns.
+func checkResetNotInUse(ctx context.Context, h ResetHost, target vfio.Address, fns []*vfio.Device) error {
+	raw, err := h.PCIHostdevUsers(ctx)
+	if err != nil {
+		return fmt.Errorf("learning which running domains use %s: %w", target, err)
+	}
+	users := map[vfio.Address][]string{}
+	for s, doms := range raw {
+		if a, err := vfio.ParseAddress(s); err == nil {
+			users[a] = doms
+		}
+	}
+	addrs := make([]vfio.Address, 0, len(fns))
+	for _, d := range fns {
+		addrs = append(addrs, d.Address)
+	}
+	var inUse *vfio.InUseError
+	if err := vfio.CheckNotInUse(addrs, users); errors.As(err, &inUse) {
+		return &ResetInUseError{Uses: inUse.Uses}
+	}
+	return nil
+}
+
+// resetMethods reads the first reset method the kernel would use for each
+// function ("" for none), and refuses a group with none at all.
+func resetMethods(ctx context.Context, h ResetHost, fns []*vfio.Device) (map[vfio.Address]string, error) {
+	paths := make([]string, 0, len(fns))
+	for _, d := range fns {
+		paths = append(paths, resetMethodPath(d.Address))
+	}
+	files, err := h.ReadHostFiles(ctx, paths, 256)
+	if errors.Is(err, virt.ErrHostFilesUnsupported) {
+		return nil, fmt.Errorf("resetting a function bound to vfio-pci goes through the host's kernel (its sysfs " +
+			"reset file; libvirt's node-device reset skips functions on vfio-pci), which needs a local " +
+			"(qemu:///system) or qemu+ssh:// connection to the host; this host's connection (tcp or tls) " +
+			"reaches libvirt only")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the reset methods of %s: %w", joinDevices(fns), err)
+	}
+	methods := map[vfio.Address]string{}
+	for _, d := range fns {
+		if f := strings.Fields(string(files[resetMethodPath(d.Address)])); len(f) > 0 {
+			methods[d.Address] = f[0]
+		}
+	}
+	if len(methods) == 0 {
+		return nil, fmt.Errorf("%w: the kernel offers no function-level, power-management, slot or bus reset for "+
+			"any of %s", ErrNoResetMethod, joinDevices(fns))
+	}
+	return methods, nil
+}
+
 func joinAddresses(as []vfio.Address) string {
 	parts := make([]string, 0, len(as))
 	for _, a := range as {
 		parts = append(parts, a.String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+func joinDevices(ds []*vfio.Device) string {
+	parts := make([]string, 0, len(ds))
+	for _, d := range ds {
+		parts = append(parts, d.Address.String())
 	}
 	return strings.Join(parts, ", ")
 }

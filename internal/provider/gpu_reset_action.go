@@ -39,15 +39,18 @@ func (a *gpuResetAction) Metadata(_ context.Context, req action.MetadataRequest,
 
 func (a *gpuResetAction) Schema(_ context.Context, _ action.SchemaRequest, resp *action.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		Description: "Resets a GPU bound to vfio-pci, and every other function of its IOMMU group, through " +
-			"libvirt's node-device reset (`virsh nodedev-reset`: a function-level reset, or a reset of the slot " +
-			"or bus where the device has none), for instance to clear a GPU a crashed guest left in a bad state " +
-			"before a VM starts with it again. Needs Terraform 1.14 or later: invoke it with " +
-			"`terraform apply -invoke=action.kohaku_gpu_reset.<name>`, or from a resource's " +
-			"`lifecycle.action_trigger`. Refused, before anything is reset, while a running domain holds any " +
-			"function of the group (the message names the domain: stop it first), and for a group with a " +
-			"function that is not on vfio-pci (bind it with kohaku_gpu_binding first). Prints a progress line " +
-			"for each function. Changes nothing in any resource's state.",
+		Description: "Resets a GPU bound to vfio-pci, and the other functions of its IOMMU group, for instance " +
+			"to clear a GPU a crashed guest left in a bad state before a VM starts with it again. Needs Terraform " +
+			"1.14 or later: invoke it with `terraform apply -invoke=action.kohaku_gpu_reset.<name>`, or from a " +
+			"resource's `lifecycle.action_trigger`. Each function is reset by the host's kernel with the first " +
+			"method its sysfs `reset_method` lists (function-level, power-management, slot or bus reset); a " +
+			"function with none of its own (often a GPU's audio function) is reset with its device. libvirt's " +
+			"node-device reset (`virsh nodedev-reset`) is not used: it does nothing to a function on vfio-pci. So " +
+			"the host must be reached over a local (`qemu:///system`) or `qemu+ssh://` connection; over tcp or " +
+			"tls the action fails before doing anything. Refused, before anything is reset, while a running " +
+			"domain holds any function of the group (the message names the domain: stop it first), and for a " +
+			"group with a function that is not on vfio-pci (bind it with kohaku_gpu_binding first). Prints a " +
+			"progress line for each function. Changes nothing in any resource's state.",
 		Attributes: map[string]schema.Attribute{
 			"host": schema.StringAttribute{
 				Optional:    true,

@@ -364,16 +364,33 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// ResetNodeDevice resets a PCI device through libvirt (virsh nodedev-reset):
-// a function-level reset, or a reset of its slot or bus, whichever the
-// device and its neighbours allow. libvirt refuses while a running domain
-// uses the device.
-func (c *Client) ResetNodeDevice(ctx context.Context, name string) error {
-	return c.Call(ctx, "reset node device "+name, func(l *libvirt.Libvirt) error {
-		err := l.NodeDeviceReset(name)
-		if notFound(err) {
-			return fmt.Errorf("node device %s %w", name, ErrNotFound)
+// ResetPCIFunction resets one PCI function of the host ("0000:01:00.0")
+// through the kernel, writing 1 to the function's sysfs reset file: the
+// kernel uses the first method its reset_method file lists (a
+// function-level, power-management, slot or bus reset). It does so locally
+// for a local connection and over an SSH session for qemu+ssh hosts; tcp
+// and tls yield ErrHostFilesUnsupported. (libvirt's node-device reset is no
+// substitute: it skips a function bound to vfio-pci, leaving the reset to
+// vfio, which resets only when a guest opens or closes the device.) A
+// function without a reset method yields an error wrapping os.ErrNotExist.
+func (c *Client) ResetPCIFunction(ctx context.Context, addr string) error {
+	path := "/sys/bus/pci/devices/" + addr + "/reset"
+	if !safeHostPath.MatchString(path) {
+		return fmt.Errorf("refusing to reset PCI function %q: not a PCI address", addr)
+	}
+	switch c.ep.Transport {
+	case TransportUnix:
+		err := os.WriteFile(path, []byte("1"), 0)
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s has no reset method: %w", addr, os.ErrNotExist)
 		}
 		return err
-	})
+	case TransportSSH:
+		_, stderr, err := c.runOverSSH(ctx, "[ -e "+path+" ] || { echo 'no reset method' >&2; exit 3; }; echo 1 > "+path, 1024)
+		if err != nil && strings.Contains(stderr, "no reset method") {
+			return fmt.Errorf("%s has no reset method: %w", addr, os.ErrNotExist)
+		}
+		return err
+	}
+	return ErrHostFilesUnsupported
 }
