@@ -50,8 +50,9 @@ func volumeListSchema(what string) schema.Schema {
 type volumeResult func(ctx context.Context, c *virt.Client, v virt.VolumeHead, r *list.ListResult)
 
 // listVolumes streams the volumes of the configured pools that hold kind,
-// as recognised from their first bytes.
-func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, stream *list.ListResultsStream, kind volkind.Kind, fill volumeResult) {
+// as recognised from their first bytes. With skipDisks, volumes a domain
+// has as a writable disk are left out: they are that VM's.
+func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, stream *list.ListResultsStream, kind volkind.Kind, skipDisks bool, fill volumeResult) {
 	var cfg volumeListModel
 	var diags diag.Diagnostics
 	diags.Append(req.Config.Get(ctx, &cfg)...)
@@ -67,6 +68,19 @@ func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, 
 			addError(&diags, "Listing the storage pools of "+c.Endpoint().Redacted(), err)
 			stream.Results = list.ListResultsStreamDiagnostics(diags)
 			return
+		}
+	}
+	disks := map[string]bool{}
+	if skipDisks {
+		uses, err := c.WritableDisks(ctx)
+		if err != nil {
+			addError(&diags, "Listing the disks of the domains of "+c.Endpoint().Redacted(), err)
+			stream.Results = list.ListResultsStreamDiagnostics(diags)
+			return
+		}
+		for _, u := range uses {
+			disks["path "+u.Path] = u.Path != ""
+			disks["volume "+u.Pool+"/"+u.Volume] = u.Volume != ""
 		}
 	}
 	host := types.StringNull()
@@ -87,7 +101,8 @@ func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, 
 				if req.Limit > 0 && sent >= req.Limit {
 					return
 				}
-				if volkind.Recognise(v.Head, v.CapacityBytes).Kind != kind {
+				if volkind.Recognise(v.Head, v.CapacityBytes).Kind != kind ||
+					disks["path "+v.Path] || disks["volume "+v.Pool+"/"+v.Name] {
 					continue
 				}
 				r := req.NewListResult(ctx)

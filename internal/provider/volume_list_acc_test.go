@@ -67,10 +67,10 @@ func uploadByHand(t *testing.T, env acctest.VMEnv, name string, data []byte) {
 // The kohaku_image and kohaku_seed list resources under Terraform 1.14:
 // among volumes Kohaku made and volumes made by hand (virsh), terraform
 // query finds the images and the seeds by content whatever their names,
-// leaving out an overlay, a blank disk and an ISO that is not a seed; in a
-// fresh working directory the configuration -generate-config-out writes
-// adopts all four with no upload and no replacement, and the plan
-// afterwards is empty.
+// leaving out an overlay, a VM's disk, a blank disk and an ISO that is not
+// a seed; in a fresh working directory the configuration
+// -generate-config-out writes adopts all four with no upload and no
+// replacement, and the plan afterwards is empty.
 func TestAccVolumeList_queryAndAdopt(t *testing.T) {
 	acctest.NeedTerraformAtLeast(t, 1, 14, "The kohaku_image and kohaku_seed list resources (terraform query)")
 	env := acctest.NewVMEnv(t)
@@ -98,9 +98,9 @@ resource "kohaku_seed" "made" {
 	w.Must("apply", "-auto-approve", "-input=false")
 
 	// By hand: a seed written by another tool's rules (NoCloud, label
-	// cidata), a blank qcow2 disk (an image kohaku_image could hold), an
-	// overlay on the made image, a blank raw disk and an ISO that is not
-	// a seed: only the first two are found.
+	// cidata), a blank qcow2 disk (an image kohaku_image could hold), the
+	// same as a domain's disk, an overlay on the made image, a blank raw
+	// disk and an ISO that is not a seed: only the first two are found.
 	byHandSeed, err := seed.BuildISO("cidata", map[string][]byte{
 		"meta-data": []byte("instance-id: byhand-1\nlocal-hostname: byhand\n"),
 		"user-data": []byte("#cloud-config\npackages: [htop]\n"),
@@ -121,11 +121,27 @@ resource "kohaku_seed" "made" {
 	}
 	for _, args := range [][]string{
 		{"vol-create-as", env.Pool, prefix + "data", "16M", "--format", "qcow2"},
+		{"vol-create-as", env.Pool, prefix + "vmdisk", "16M", "--format", "qcow2"},
 		{"vol-create-as", env.Pool, prefix + "overlay", "16M", "--format", "qcow2", "--backing-vol", base, "--backing-vol-format", "raw"},
 	} {
 		if out, err := acctest.Virsh(env.URI, args...); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
+	}
+	// A blank qcow2 a domain has as its disk is that VM's, not an image.
+	vmdisk, err := acctest.Virsh(env.URI, "vol-path", "--pool", env.Pool, prefix+"vmdisk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	holderXML := filepath.Join(t.TempDir(), "holder.xml")
+	if err := os.WriteFile(holderXML, []byte(fmt.Sprintf(`<domain type='qemu'><name>%sholder</name>
+<memory unit='MiB'>64</memory><os><type arch='x86_64'>hvm</type></os><devices>
+<disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='%s'/><target dev='vda' bus='virtio'/></disk>
+</devices></domain>`, prefix, vmdisk)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := acctest.Virsh(env.URI, "define", holderXML); err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
 
 	lists := fmt.Sprintf(`
@@ -186,7 +202,10 @@ list "kohaku_seed" "seeds" {
 
 	// The overlay keeps the made image from being deleted: remove it, and
 	// what Terraform does not hold, by hand first.
-	for _, v := range []string{"overlay", "blank", "installer"} {
+	if out, err := acctest.Virsh(env.URI, "undefine", prefix+"holder"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, v := range []string{"overlay", "blank", "installer", "vmdisk"} {
 		if out, err := acctest.Virsh(env.URI, "vol-delete", "--pool", env.Pool, prefix+v); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
 )
 
 // VolumeHead is a volume with the first bytes of its content, as libvirt
@@ -75,6 +76,54 @@ func (c *Client) VolumeHeads(ctx context.Context, pool, prefix string, n int64) 
 				}
 			}
 			out = append(out, VolumeHead{VolumeDetail: *d, Head: buf.Bytes()})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DiskUse is a writable disk of a domain: a file, or a volume of a pool.
+type DiskUse struct {
+	Domain       string
+	Path         string // the file, for a file disk
+	Pool, Volume string // for a volume disk
+}
+
+// WritableDisks lists the writable disks (not CD-ROMs, not read-only) of
+// every domain of the host, running or not.
+func (c *Client) WritableDisks(ctx context.Context) ([]DiskUse, error) {
+	var out []DiskUse
+	err := c.Call(ctx, "list the disks of the domains", func(l *libvirt.Libvirt) error {
+		doms, _, err := l.ConnectListAllDomains(1, 0)
+		if err != nil {
+			return err
+		}
+		for _, d := range doms {
+			doc, err := l.DomainGetXMLDesc(d, libvirt.DomainXMLInactive)
+			if notFound(err) {
+				continue // undefined while we listed
+			}
+			if err != nil {
+				return fmt.Errorf("reading domain %s: %w", d.Name, err)
+			}
+			var x libvirtxml.Domain
+			if err := x.Unmarshal(doc); err != nil {
+				return fmt.Errorf("parsing domain %s: %w", d.Name, err)
+			}
+			if x.Devices == nil {
+				continue
+			}
+			for _, disk := range x.Devices.Disks {
+				if disk.Device == "cdrom" || disk.Device == "floppy" || disk.ReadOnly != nil || disk.Source == nil {
+					continue
+				}
+				switch s := disk.Source; {
+				case s.File != nil:
+					out = append(out, DiskUse{Domain: d.Name, Path: s.File.File})
+				case s.Volume != nil:
+					out = append(out, DiskUse{Domain: d.Name, Pool: s.Volume.Pool, Volume: s.Volume.Volume})
+				}
+			}
 		}
 		return nil
 	})
