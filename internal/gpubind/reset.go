@@ -91,6 +91,12 @@ func Reset(ctx context.Context, h ResetHost, target vfio.Address, progress func(
 			if len(done) > 0 {
 				msg = "reset before it: " + joinAddresses(done)
 			}
+			if errors.Is(err, virt.ErrResetUnusable) {
+				return done, fmt.Errorf("the kernel could not reset %s by %s reset (%s): a bus or slot reset needs "+
+					"the function alone on its bus or slot, which the functions of a multi-function device (a GPU "+
+					"and its audio function) never are; such a device is reset only when a guest opens or "+
+					"closes it through vfio: %w", d.Address, m, msg, err)
+			}
 			return done, fmt.Errorf("resetting %s: %w (%s)", d.Address, err, msg)
 		}
 		done = append(done, d.Address)

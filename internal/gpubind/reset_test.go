@@ -3,6 +3,7 @@ package gpubind
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -124,6 +125,15 @@ func TestReset_failures(t *testing.T) {
 	done, err := Reset(context.Background(), h, mustAddr("0000:03:00.0"), nil)
 	if !errors.Is(err, os.ErrPermission) || !strings.Contains(err.Error(), "(reset before it: 0000:03:00.0)") || len(done) != 1 {
 		t.Errorf("got %v, %v", done, err)
+	}
+	// The nested host's stand-in: a bus reset listed for the VGA function
+	// that the kernel cannot use while the audio function shares the bus.
+	h = boundFakeHost(t)
+	h.fail["reset 0000:03:00.0"] = fmt.Errorf("0000:03:00.0: %w", virt.ErrResetUnusable)
+	_, err = Reset(context.Background(), h, mustAddr("0000:03:00.0"), nil)
+	if !errors.Is(err, virt.ErrResetUnusable) || !strings.Contains(err.Error(), "could not reset 0000:03:00.0 by bus reset (nothing was reset)") ||
+		!strings.Contains(err.Error(), "multi-function device") {
+		t.Errorf("an unusable bus reset: %v", err)
 	}
 	h = boundFakeHost(t)
 	h.fail["users"] = errors.New("connection lost")

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/digitalocean/go-libvirt"
 	"golang.org/x/crypto/ssh"
@@ -147,6 +148,10 @@ func pciField(p *uint) uint {
 // ErrHostFilesUnsupported is returned by ReadHostFile over transports that
 // offer no way to read the host's files (tcp, tls).
 var ErrHostFilesUnsupported = errors.New("host files can be read only over local (unix) and SSH connections")
+
+// ErrResetUnusable is wrapped by ResetPCIFunction's error when the kernel
+// lists reset methods for a function but none works on it (ENOTTY).
+var ErrResetUnusable = errors.New("the kernel found none of its reset methods usable")
 
 // safeHostPath is what ReadHostFile passes to a remote shell unquoted: PCI
 // addresses' colons included.
@@ -372,7 +377,10 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 // and tls yield ErrHostFilesUnsupported. (libvirt's node-device reset is no
 // substitute: it skips a function bound to vfio-pci, leaving the reset to
 // vfio, which resets only when a guest opens or closes the device.) A
-// function without a reset method yields an error wrapping os.ErrNotExist.
+// function without a reset method yields an error wrapping os.ErrNotExist,
+// and one whose methods all turn out unusable (a bus reset of a function
+// that shares its bus with others, as a multi-function device's functions
+// do) an error wrapping ErrResetUnusable.
 func (c *Client) ResetPCIFunction(ctx context.Context, addr string) error {
 	path := "/sys/bus/pci/devices/" + addr + "/reset"
 	if !safeHostPath.MatchString(path) {
@@ -381,14 +389,20 @@ func (c *Client) ResetPCIFunction(ctx context.Context, addr string) error {
 	switch c.ep.Transport {
 	case TransportUnix:
 		err := os.WriteFile(path, []byte("1"), 0)
-		if errors.Is(err, os.ErrNotExist) {
+		switch {
+		case errors.Is(err, os.ErrNotExist):
 			return fmt.Errorf("%s has no reset method: %w", addr, os.ErrNotExist)
+		case errors.Is(err, syscall.ENOTTY):
+			return fmt.Errorf("%s: %w", addr, ErrResetUnusable)
 		}
 		return err
 	case TransportSSH:
 		_, stderr, err := c.runOverSSH(ctx, "[ -e "+path+" ] || { echo 'no reset method' >&2; exit 3; }; echo 1 > "+path, 1024)
-		if err != nil && strings.Contains(stderr, "no reset method") {
+		switch {
+		case err != nil && strings.Contains(stderr, "no reset method"):
 			return fmt.Errorf("%s has no reset method: %w", addr, os.ErrNotExist)
+		case err != nil && strings.Contains(strings.ToLower(stderr), syscall.ENOTTY.Error()):
+			return fmt.Errorf("%s: %w", addr, ErrResetUnusable)
 		}
 		return err
 	}
