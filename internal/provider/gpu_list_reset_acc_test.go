@@ -61,12 +61,22 @@ func keepChunks(gen, value string) string {
 func TestAccGPUBindingList_adoptAndReset(t *testing.T) {
 	acctest.NeedTerraformAtLeast(t, 1, 14, "The kohaku_gpu_binding list resource and the kohaku_gpu_reset action")
 	h := nestedhost.RequireSSH(t)
-	c := vmClient(t, h.URI)
 	holder := "kohaku-acc-gpulist-holder"
-	gpuFailStart(t, h, c, holder)
+	// Only the devices this test binds need be off vfio-pci: the nested
+	// host is shared, and other tests may bind other devices meanwhile.
+	mine := []string{h.GPU, h.GPUAudio, h.EDU}
+	for _, a := range mine {
+		if nestedhost.Driver(t, h, a) == "vfio-pci" {
+			t.Fatalf("the nested host is not in its initial state: %s is on vfio-pci", a)
+		}
+	}
 	t.Cleanup(func() {
-		if out, err := nestedhost.VirshErr(h, "nodedev-dumpxml", nestedhost.NodeDeviceName(h.EDU)); err == nil && strings.Contains(out, "<name>vfio-pci</name>") {
-			_, _ = nestedhost.VirshErr(h, "nodedev-reattach", nestedhost.NodeDeviceName(h.EDU))
+		gpuFailRemoveDomain(h, holder)
+		for _, a := range mine {
+			if out, err := nestedhost.VirshErr(h, "nodedev-dumpxml", nestedhost.NodeDeviceName(a)); err == nil && strings.Contains(out, "<name>vfio-pci</name>") {
+				t.Logf("cleanup: giving %s back", a)
+				_, _ = nestedhost.VirshErr(h, "nodedev-reattach", nestedhost.NodeDeviceName(a))
+			}
 		}
 	})
 	resets := resetProbe(t, h)
@@ -183,4 +193,5 @@ action "kohaku_gpu_reset" "tcp" {
 	if err := expectDrivers(h, onHost(h))(nil); err != nil {
 		t.Error(err)
 	}
+	nestedhost.Virsh(t, h, "nodedev-reattach", nestedhost.NodeDeviceName(h.EDU))
 }
