@@ -265,15 +265,17 @@ inventory() {
 		esac
 	done >"$tmp"
 	printf 'IOMMU_GROUPED=%s\n' "$groups" >>"$tmp"
+	# the mediated-device parent mtty registers (recipes/l1.sh)
+	printf 'MDEV_PARENT=%s\n' "$(vsh nodedev-list --cap mdev_types | head -n1)" >>"$tmp"
 	mv -f "$tmp" "$out"
 }
 
 devices_summary() {
-	local GPU="" GPU_DRIVER="" GPU_AUDIO="" NIC="" EDU="" IOMMU_GROUPED=""
+	local GPU="" GPU_DRIVER="" GPU_AUDIO="" NIC="" EDU="" IOMMU_GROUPED="" MDEV_PARENT=""
 	# shellcheck source=/dev/null # devices.env: written by inventory at run time
 	source "$STATE/devices.env"
-	printf 'GPU %s (on %s) + audio %s, NIC %s, edu %s; %s PCI devices in IOMMU groups' \
-		"${GPU:-?}" "${GPU_DRIVER:-no driver}" "${GPU_AUDIO:-?}" "${NIC:-?}" "${EDU:-?}" "$IOMMU_GROUPED"
+	printf 'GPU %s (on %s) + audio %s, NIC %s, edu %s, mdev parent %s; %s PCI devices in IOMMU groups' \
+		"${GPU:-?}" "${GPU_DRIVER:-no driver}" "${GPU_AUDIO:-?}" "${NIC:-?}" "${EDU:-?}" "${MDEV_PARENT:-none}" "$IOMMU_GROUPED"
 }
 
 # ---------------------------------------------------------------- commands
@@ -305,6 +307,8 @@ up_one() { # $1 = instance
 		grep -q '^IOMMU_GROUPED=0$' "$STATE/devices.env" && die "L1 shows no IOMMU groups: is intel-iommu working?"
 		grep -q '^GPU_DRIVER=nvidia$' "$STATE/devices.env" ||
 			die "L1's GPU stand-in is not on the NVIDIA stand-in driver ($(grep '^GPU_DRIVER=' "$STATE/devices.env"))"
+		grep -q '^MDEV_PARENT=mtty_mtty$' "$STATE/devices.env" ||
+			die "L1 shows no mediated-device parent mtty_mtty: is the mtty module loaded?"
 	fi
 	exec 9>&-
 }
@@ -351,7 +355,7 @@ cmd_status() {
 }
 
 cmd_env() {
-	local GPU GPU_DRIVER GPU_AUDIO NIC EDU IOMMU_GROUPED
+	local GPU GPU_DRIVER GPU_AUDIO NIC EDU IOMMU_GROUPED MDEV_PARENT=""
 	select_instance intel
 	if ! our_qemu_pid >/dev/null || [[ ! -s $STATE/devices.env ]]; then
 		die "L1 is not up: run 'bash $SELF up' first"
@@ -368,6 +372,7 @@ export KOHAKU_TEST_NESTED_GPU=$GPU
 export KOHAKU_TEST_NESTED_GPU_AUDIO=$GPU_AUDIO
 export KOHAKU_TEST_NESTED_NIC=$NIC
 export KOHAKU_TEST_NESTED_EDU=$EDU
+export KOHAKU_TEST_NESTED_MDEV_PARENT=$MDEV_PARENT
 EOF
 	select_instance virtio
 	if our_qemu_pid >/dev/null; then

@@ -4,17 +4,19 @@
 # an empty work dir; leaves rootfs.raw, vmlinuz, initrd.img, kernel-version,
 # nvidia-version, packages.txt, ssh_key and ssh_host_key.pub there. Its cache
 # key hashes this file, ../nvidia-standin/nvidia.c and the mirror.
-# l1.sh hook-small-initramfs|hook-nvidia-standin ROOT_TREE: its mmdebstrap hooks.
+# l1.sh hook-small-initramfs|hook-kernel-modules ROOT_TREE: its mmdebstrap hooks.
 set -euo pipefail
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 NVIDIA_SRC=${SELF%/*}/../nvidia-standin/nvidia.c
 IMAGE_SUITE=bookworm
 IMAGE_SIZE=3G
+# mdevctl: libvirt 9.0 creates, defines and autostarts mediated devices
+# through it ("Cannot find 'mdevctl' in path" without it).
 # libvirt-daemon-system brings the config, the systemd units (socket activation)
 # and the libvirt-qemu user; seabios + ipxe-qemu are the firmware L2 domains need.
 # No recommends: no dnsmasq, apparmor, ovmf, GUI libraries.
-IMAGE_INCLUDE=systemd-sysv,udev,dbus,kmod,iproute2,procps,pciutils,libvirt-daemon-system,libvirt-daemon-driver-qemu,libvirt-clients,qemu-system-x86,seabios,ipxe-qemu,initramfs-tools,zstd,openssh-server
+IMAGE_INCLUDE=systemd-sysv,udev,dbus,kmod,iproute2,procps,pciutils,libvirt-daemon-system,libvirt-daemon-driver-qemu,libvirt-clients,qemu-system-x86,seabios,ipxe-qemu,initramfs-tools,zstd,openssh-server,mdevctl
 # The NVIDIA driver version the stand-in module declares (../nvidia-standin/nvidia.c,
 # part of this recipe's key): what /sys/module/nvidia/version says in L1. The
 # image records it in nvidia-version, for nestedhost.sh env.
@@ -22,23 +24,37 @@ NVIDIA_STANDIN_VERSION=550.54.15
 # The kernel goes in with a second apt run (the initrd is then generated once).
 # linux-image-amd64: vfio-pci, intel-iommu, bochs-drm and snd-hda-intel are all there.
 IMAGE_KERNEL=linux-image-amd64
+# Where mtty's source comes from (the kernel's samples/vfio-mdev/mtty.c).
+MTTY_SOURCE_PACKAGE=linux-source-6.1
 
-# hook_nvidia_standin builds the NVIDIA stand-in module for the tree's kernel
-# and installs it, then removes the compiler and headers again. An mmdebstrap
-# customize hook (l1.sh hook-nvidia-standin ROOT_TREE).
-hook_nvidia_standin() { # $1 = root tree with its kernel; declares NVIDIA_STANDIN_VERSION
-	local kver
+# hook_kernel_modules builds the out-of-tree modules L1 needs for its
+# kernel and installs them, then removes the compiler and headers again. An
+# mmdebstrap customize hook (l1.sh hook-kernel-modules ROOT_TREE):
+#  - the NVIDIA stand-in (declares NVIDIA_STANDIN_VERSION);
+#  - mtty, the kernel's sample mediated-device parent (samples/vfio-mdev),
+#    which Debian builds into no package (CONFIG_SAMPLES is off): its source
+#    comes from the mirror's linux-source package, read without installing it.
+hook_kernel_modules() { # $1 = root tree with its kernel
+	local kver src=$1/usr/src/kohaku-modules
 	kver=$(find "$1/lib/modules" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort -V | tail -n1)
-	mkdir -p "$1/usr/src/kohaku-nvidia"
-	cp "$NVIDIA_SRC" "$1/usr/src/kohaku-nvidia/nvidia.c"
-	printf 'obj-m := nvidia.o\nccflags-y := -DNV_VERSION=\\"%s\\"\n' "$NVIDIA_STANDIN_VERSION" >"$1/usr/src/kohaku-nvidia/Kbuild"
+	mkdir -p "$src/nvidia" "$src/mtty"
+	cp "$NVIDIA_SRC" "$src/nvidia/nvidia.c"
+	printf 'obj-m := nvidia.o\nccflags-y := -DNV_VERSION=\\"%s\\"\n' "$NVIDIA_STANDIN_VERSION" >"$src/nvidia/Kbuild"
 	chroot "$1" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends make gcc "linux-headers-$kver"
-	chroot "$1" make -C "/lib/modules/$kver/build" M=/usr/src/kohaku-nvidia modules
-	install -D -m 644 "$1/usr/src/kohaku-nvidia/nvidia.ko" "$1/lib/modules/$kver/updates/nvidia.ko"
+	chroot "$1" sh -c "cd /usr/src/kohaku-modules && apt-get download -q -o APT::Sandbox::User=root $MTTY_SOURCE_PACKAGE"
+	dpkg-deb --fsys-tarfile "$src/$MTTY_SOURCE_PACKAGE"_*.deb | tar -xO "./usr/src/$MTTY_SOURCE_PACKAGE.tar.xz" |
+		tar -xJO "$MTTY_SOURCE_PACKAGE/samples/vfio-mdev/mtty.c" >"$src/mtty/mtty.c"
+	printf 'obj-m := mtty.o\n' >"$src/mtty/Kbuild"
+	local m
+	for m in nvidia mtty; do
+		chroot "$1" make -C "/lib/modules/$kver/build" M="/usr/src/kohaku-modules/$m" modules
+		install -D -m 644 "$src/$m/$m.ko" "$1/lib/modules/$kver/updates/$m.ko"
+	done
 	chroot "$1" depmod "$kver"
 	chroot "$1" modinfo -F version -k "$kver" nvidia | grep -qx "$NVIDIA_STANDIN_VERSION"
+	chroot "$1" modinfo -F depends -k "$kver" mtty | grep -q mdev
 	chroot "$1" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q --autoremove make gcc "linux-headers-$kver"
-	rm -rf "$1/usr/src/kohaku-nvidia"
+	rm -rf "$src"
 }
 
 image_customize() { # $1 = unpacked root tree
@@ -80,6 +96,8 @@ MOD
 	# a GPU host: bochs, which would take QEMU's VGA, is kept out
 	printf 'nvidia\n' >"$t/etc/modules-load.d/kohaku-nvidia.conf"
 	printf 'blacklist bochs\ninstall bochs /bin/false\n' >"$t/etc/modprobe.d/kohaku-nvidia-standin.conf"
+	# mtty registers the mediated-device parent mtty (node device mtty_mtty)
+	printf 'mtty\n' >"$t/etc/modules-load.d/kohaku-mtty.conf"
 	# sshd, key login for root only: kohaku_gpu_binding reads host files
 	# (the NVIDIA version) over qemu+ssh
 	printf 'PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUseDNS no\n' \
@@ -105,6 +123,8 @@ MOD
 	[[ -L $t/etc/systemd/system/multi-user.target.wants/systemd-networkd.service ]] || { echo "systemd-networkd not enabled" >&2; return 1; }
 	[[ -L $t/etc/systemd/system/multi-user.target.wants/ssh.service && -s $t/etc/ssh/ssh_host_ed25519_key.pub ]] || { echo "sshd not enabled or without a host key" >&2; return 1; }
 	compgen -G "$t/lib/modules/*/updates/nvidia.ko" >/dev/null || { echo "no NVIDIA stand-in module in L1's tree" >&2; return 1; }
+	compgen -G "$t/lib/modules/*/updates/mtty.ko" >/dev/null || { echo "no mtty module in L1's tree" >&2; return 1; }
+	[[ -x $t/usr/bin/mdevctl ]] || { echo "mdevctl missing" >&2; return 1; }
 	compgen -G "$t/lib/modules/*/kernel/drivers/vfio/pci/vfio-pci.ko*" >/dev/null || { echo "no vfio-pci module in L1 kernel" >&2; return 1; }
 	[[ -x $t/usr/bin/qemu-system-x86_64 && -x $t/usr/sbin/libvirtd && -f $t/usr/share/seabios/bios.bin ]] || { echo "qemu, libvirtd or seabios missing" >&2; return 1; }
 	grep -q '^libvirt-qemu:' "$t/etc/passwd" || { echo "user libvirt-qemu missing" >&2; return 1; }
@@ -136,7 +156,7 @@ build_into() { # $1 = mirror, $2 = empty work dir; leaves rootfs.raw vmlinuz ini
 		--include="$IMAGE_INCLUDE" \
 		--customize-hook="bash $self hook-small-initramfs \"\$1\"" \
 		--customize-hook="chroot \"\$1\" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $IMAGE_KERNEL" \
-		--customize-hook="bash $self hook-nvidia-standin \"\$1\"" \
+		--customize-hook="bash $self hook-kernel-modules \"\$1\"" \
 		--customize-hook='chroot "$1" apt-get clean' \
 		"$IMAGE_SUITE" "$t" "$mirror"
 	sed -i '/^force-unsafe-io$/d' "$t/etc/dpkg/dpkg.cfg.d/99mmdebstrap"
@@ -166,6 +186,6 @@ build_into() { # $1 = mirror, $2 = empty work dir; leaves rootfs.raw vmlinuz ini
 
 case ${1:-} in
 hook-small-initramfs) hook_small_initramfs "$2" ;;
-hook-nvidia-standin) hook_nvidia_standin "$2" ;;
+hook-kernel-modules) hook_kernel_modules "$2" ;;
 *) build_into "$@" ;;
 esac
