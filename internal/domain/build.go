@@ -124,6 +124,9 @@ func build(spec Spec) (*libvirtxml.Domain, error) {
 		}
 		d.Hostdevs = append(d.Hostdevs, buildHostdev(a))
 	}
+	for _, u := range n.Mdevs {
+		d.Hostdevs = append(d.Hostdevs, buildMdevHostdev(u))
+	}
 	d.MemBalloon = &libvirtxml.DomainMemBalloon{Model: "virtio"}
 	d.RNGs = []libvirtxml.DomainRNG{{
 		Model:   "virtio",
@@ -240,7 +243,7 @@ func buildControllers(n Spec) []libvirtxml.DomainController {
 // shares, hostdevs, the virtio-serial controller for the channels, the balloon
 // and the RNG. The SATA CD-ROM sits on the built-in AHCI controller.
 func pcieEndpoints(n Spec) int {
-	c := len(n.SharedFolders) + len(n.Hostdevs) + len(n.DataDisks) + 2 // balloon, rng
+	c := len(n.SharedFolders) + len(n.Hostdevs) + len(n.Mdevs) + len(n.DataDisks) + 2 // balloon, rng
 	for _, nic := range n.NICs {
 		if !conventionalPCIModels[nic.Model] {
 			c++
@@ -315,6 +318,17 @@ func buildInterface(nic NIC) libvirtxml.DomainInterface {
 		iface.Source = &libvirtxml.DomainInterfaceSource{User: &libvirtxml.DomainInterfaceSourceUser{}}
 	}
 	return iface
+}
+
+// buildMdevHostdev passes the mediated device with the given UUID through
+// as a PCI device (model vfio-pci).
+func buildMdevHostdev(uuid string) libvirtxml.DomainHostdev {
+	return libvirtxml.DomainHostdev{
+		SubsysMDev: &libvirtxml.DomainHostdevSubsysMDev{
+			Model:  "vfio-pci",
+			Source: &libvirtxml.DomainHostdevSubsysMDevSource{Address: &libvirtxml.DomainAddressMDev{UUID: uuid}},
+		},
+	}
 }
 
 func buildHostdev(a PCIAddress) libvirtxml.DomainHostdev {

@@ -143,6 +143,12 @@ func goldenCases() []goldenCase {
 			s.Disk = rootVolume(s.Name)
 			s.Hostdevs = []string{"0000:82:00.1", "0000:03:00.0", "0000:82:00.0"}
 		}),
+		c("mdevs", func(s *Spec) {
+			s.MemoryMiB = 2048
+			s.Disk = rootVolume(s.Name)
+			s.Hostdevs = []string{"0000:03:00.0"}
+			s.Mdevs = []string{"6B6F6861-6B75-4D64-8000-000000000002", "6b6f6861-6b75-4d64-8000-000000000001"}
+		}),
 		c("hostdevs-pc", func(s *Spec) {
 			s.Machine = MachinePC
 			s.MemoryMiB = 2048

@@ -28,7 +28,7 @@ var Owned = []string{
 	"data disks (virtio disks with a `<serial>`), matched by serial: those of the spec, and those Kohaku attached (its metadata records their serials) until the spec no longer names them; other disks are kept",
 	"network interfaces on a libvirt network, a bridge or user-mode networking, matched by MAC address",
 	"shared folders (`<filesystem>` of a host directory), matched by target tag",
-	"host PCI devices (`<hostdev>` of type pci), matched by host address",
+	"host PCI devices (`<hostdev>` of type pci), matched by host address, and mediated devices (`<hostdev>` of type mdev, model vfio-pci), matched by UUID",
 	"the guest agent and report channels, matched by name",
 	"the log file of serial port 0 (a serial port that is not logged to a file is kept unless `serial_log_path` is set)",
 	"on q35, enough empty `pcie-root-port`s for the devices Kohaku adds plus four spare ones for hotplug (none are removed)",
@@ -414,12 +414,20 @@ func (m *merger) filesystems() {
 	h.Filesystems = append(out, managed[next:]...)
 }
 
-// hostdevs matches the spec's PCI devices with the domain's by host address.
+// hostdevs matches the spec's PCI devices with the domain's by host address,
+// and its mediated devices by UUID.
 func (m *merger) hostdevs() error {
 	h, w := m.have.Devices, m.want.Devices
 	out := h.Hostdevs[:0:0]
 	seen := map[string]bool{}
 	for _, x := range h.Hostdevs {
+		if u := mdevUUID(x); u != "" {
+			if slices.Contains(m.n.Mdevs, u) && !seen["mdev "+u] {
+				seen["mdev "+u] = true
+				out = append(out, x)
+			}
+			continue
+		}
 		if x.SubsysPCI == nil || x.SubsysPCI.Source == nil || x.SubsysPCI.Source.Address == nil {
 			out = append(out, x)
 			continue
@@ -434,6 +442,12 @@ func (m *merger) hostdevs() error {
 	for k, addr := range m.n.Hostdevs {
 		if !seen[addr] {
 			out = append(out, w.Hostdevs[k])
+			m.added++
+		}
+	}
+	for k, u := range m.n.Mdevs {
+		if !seen["mdev "+u] {
+			out = append(out, w.Hostdevs[len(m.n.Hostdevs)+k])
 			m.added++
 		}
 	}

@@ -87,6 +87,15 @@ func mergeChanges() []mergeChange {
 		{"data-disk-added", func(s *Spec) {
 			s.DataDisks = append(s.DataDisks, DataDisk{Source: Source{Pool: "default", Volume: "scratch.qcow2"}, Serial: "scratch"})
 		}, none},
+		{"mdev-added", func(s *Spec) {
+			s.Mdevs = append(s.Mdevs, "6B6F6861-6B75-4D64-8000-000000000001")
+		}, none},
+		{"mdev-removed", func(s *Spec) { s.Mdevs = nil }, func(o Observed) []string {
+			if len(o.Spec.Mdevs) == 0 {
+				return nil
+			}
+			return []string{"hostdev", "uuid=" + o.Spec.Mdevs[0]}
+		}},
 		{"hostdev-removed", func(s *Spec) {
 			if len(s.Hostdevs) > 0 {
 				s.Hostdevs = s.Hostdevs[1:]
@@ -119,6 +128,7 @@ func TestMergeGolden(t *testing.T) {
 				spec.NICs = slices.Clone(spec.NICs)
 				spec.SharedFolders = slices.Clone(spec.SharedFolders)
 				spec.Hostdevs = slices.Clone(spec.Hostdevs)
+				spec.Mdevs = slices.Clone(spec.Mdevs)
 				spec.DataDisks = slices.Clone(spec.DataDisks)
 				if obs.Metadata == nil {
 					// An imported domain: the serial port is the domain's own.

@@ -221,8 +221,12 @@ func (o *Observed) parseDevices(d *libvirtxml.DomainDeviceList) {
 		s.SharedFolders = append(s.SharedFolders, sf)
 	}
 	for _, h := range d.Hostdevs {
+		if u := mdevUUID(h); u != "" {
+			s.Mdevs = append(s.Mdevs, u)
+			continue
+		}
 		if h.SubsysPCI == nil || h.SubsysPCI.Source == nil || h.SubsysPCI.Source.Address == nil {
-			o.unrecognized("hostdev that is not a host PCI device")
+			o.unrecognized("hostdev that is neither a host PCI device nor a mediated device")
 			continue
 		}
 		a := h.SubsysPCI.Source.Address
@@ -232,6 +236,7 @@ func (o *Observed) parseDevices(d *libvirtxml.DomainDeviceList) {
 		}.String())
 	}
 	s.Hostdevs = sortedHostdevs(s.Hostdevs)
+	s.Mdevs = sortedMdevs(s.Mdevs)
 	for _, ch := range d.Channels {
 		if ch.Target == nil || ch.Target.VirtIO == nil {
 			o.unrecognized("channel that is not virtio-serial")
@@ -506,4 +511,14 @@ func deref(p *uint) uint {
 		return 0
 	}
 	return *p
+}
+
+// mdevUUID is the UUID of the mediated device a hostdev passes through as
+// a PCI device, in lower case; empty for any other hostdev.
+func mdevUUID(h libvirtxml.DomainHostdev) string {
+	m := h.SubsysMDev
+	if m == nil || m.Source == nil || m.Source.Address == nil || (m.Model != "" && m.Model != "vfio-pci") {
+		return ""
+	}
+	return strings.ToLower(m.Source.Address.UUID)
 }

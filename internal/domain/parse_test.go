@@ -236,7 +236,7 @@ func TestParseUnrecognized(t *testing.T) {
 		"disk vdc with a source kohaku does not manage",
 		"cdrom hdd",
 		"interface 52:54:00:00:00:09 of a type kohaku does not manage",
-		"hostdev that is not a host PCI device",
+		"hostdev that is neither a host PCI device nor a mediated device",
 		"channel com.redhat.spice.0",
 		"serial port 0 that is not logged to a file",
 		"serial port 1",

@@ -222,6 +222,9 @@ type Spec struct {
 	// Hostdevs are host PCI addresses (DDDD:BB:SS.F) passed through with VFIO.
 	// They are attached with managed='no': kohaku_gpu_binding binds them.
 	Hostdevs []string `json:"hostdevs,omitempty"`
+	// Mdevs are the UUIDs of mediated devices (vGPUs and the like, made by
+	// kohaku_mdev) passed through with VFIO.
+	Mdevs []string `json:"mdevs,omitempty"`
 
 	// NoGuestAgent drops the org.qemu.guest_agent.0 channel.
 	NoGuestAgent bool `json:"no_guest_agent,omitempty"`
@@ -341,6 +344,7 @@ func Normalize(s Spec) Spec {
 		n.SharedFolders = append(n.SharedFolders, sf)
 	}
 	n.Hostdevs = sortedHostdevs(s.Hostdevs)
+	n.Mdevs = sortedMdevs(s.Mdevs)
 	if n.SerialLogPath == "" {
 		n.SerialLogPath = DefaultSerialLogPath(n.Name)
 	}
@@ -358,6 +362,19 @@ func Normalize(s Spec) Spec {
 		n.Topology = &t
 	}
 	return n
+}
+
+// sortedMdevs returns the UUIDs in lower case, sorted.
+func sortedMdevs(in []string) []string {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(in))
+	for _, u := range in {
+		out = append(out, strings.ToLower(u))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // sortedHostdevs returns the addresses in canonical form, sorted by address.

@@ -20,7 +20,7 @@ var ErrInvalidSpec = errors.New("invalid VM spec")
 // vcpu, memory_mib, machine, firmware, cpu_mode, disk.path, disk.pool,
 // disk.volume, disk.format, kernel, initrd, cmdline, seed.{path,pool,volume,bus},
 // network_interface[i].{type,source,model,mac}, shared_folder[i].{driver,source,
-// tag,access_mode,read_only}, hostdev[i], serial_log_path, hotplug_ports,
+// tag,access_mode,read_only}, hostdev[i], mdev[i], serial_log_path, hotplug_ports,
 // owned_volume[i].{pool,volume}.
 type ValidationError = validation.Error
 
@@ -76,6 +76,7 @@ func Validate(s Spec) error {
 	v.nics(s.NICs)
 	v.shares(s.SharedFolders)
 	v.hostdevs(s.Hostdevs)
+	v.mdevs(s.Mdevs)
 	v.misc(s)
 	v.numa(s)
 	if len(v.errs) == 0 {
@@ -348,4 +349,23 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+var mdevUUIDPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+func (v *validator) mdevs(uuids []string) {
+	seen := map[string]int{}
+	for i, u := range uuids {
+		p := fmt.Sprintf("mdev[%d]", i)
+		if !mdevUUIDPattern.MatchString(u) {
+			v.add(p, `"6b6f6861-6b75-4d64-8000-000000000001"`, "%q is not a UUID", u)
+			continue
+		}
+		k := strings.ToLower(u)
+		if j, dup := seen[k]; dup {
+			v.add(p, "each UUID once", "%s is already mdev[%d]", u, j)
+		} else {
+			seen[k] = i
+		}
+	}
 }

@@ -104,6 +104,10 @@ func TestValidate(t *testing.T) {
 		{"9p read-only squash", func(s *Spec) { s.SharedFolders[1].ReadOnly, s.SharedFolders[1].AccessMode = true, AccessSquash }, nil},
 		{"short hostdev address", func(s *Spec) { s.Hostdevs[1] = "41:00.0" }, []string{"hostdev[1]"}},
 		{"duplicate hostdev, different case", func(s *Spec) { s.Hostdevs = []string{"0000:0a:00.0", "0000:0A:00.0"} }, []string{"hostdev[1]"}},
+		{"mdev that is not a uuid", func(s *Spec) { s.Mdevs = []string{"mtty-2"} }, []string{"mdev[0]"}},
+		{"duplicate mdev, different case", func(s *Spec) {
+			s.Mdevs = []string{"6b6f6861-6b75-4d64-8000-000000000001", "6B6F6861-6B75-4D64-8000-000000000001"}
+		}, []string{"mdev[1]"}},
 		{"relative serial log", func(s *Spec) { s.SerialLogPath = "vm.log" }, []string{"serial_log_path"}},
 		{"owned volume without pool", func(s *Spec) { s.Owner.Volumes[0].Pool = "" }, []string{"owned_volume[0].pool"}},
 		{"owned volume without name", func(s *Spec) { s.Owner.Volumes[0].Volume = "" }, []string{"owned_volume[0].volume"}},
