@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/mdev"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
@@ -25,12 +26,26 @@ type pciDevicesDataSource struct {
 }
 
 type pciDevicesModel struct {
-	Host         types.String     `tfsdk:"host"`
-	VendorID     types.String     `tfsdk:"vendor_id"`
-	ClassPrefix  types.String     `tfsdk:"class_prefix"`
-	ID           types.String     `tfsdk:"id"`
-	IOMMUEnabled types.Bool       `tfsdk:"iommu_enabled"`
-	Devices      []pciDeviceModel `tfsdk:"devices"`
+	Host         types.String      `tfsdk:"host"`
+	VendorID     types.String      `tfsdk:"vendor_id"`
+	ClassPrefix  types.String      `tfsdk:"class_prefix"`
+	ID           types.String      `tfsdk:"id"`
+	IOMMUEnabled types.Bool        `tfsdk:"iommu_enabled"`
+	Devices      []pciDeviceModel  `tfsdk:"devices"`
+	MdevParents  []mdevParentModel `tfsdk:"mdev_parents"`
+}
+
+type mdevParentModel struct {
+	NodeDevice types.String    `tfsdk:"node_device"`
+	Address    types.String    `tfsdk:"address"`
+	Types      []mdevTypeModel `tfsdk:"mdev_types"`
+}
+
+type mdevTypeModel struct {
+	ID                 types.String `tfsdk:"id"`
+	Name               types.String `tfsdk:"name"`
+	DeviceAPI          types.String `tfsdk:"device_api"`
+	AvailableInstances types.Int64  `tfsdk:"available_instances"`
 }
 
 type pciDeviceModel struct {
@@ -101,6 +116,25 @@ func (d *pciDevicesDataSource) Schema(_ context.Context, _ datasource.SchemaRequ
 				Description:  "The matching devices, sorted by address.",
 				NestedObject: schema.NestedAttributeObject{Attributes: pciDeviceAttributes()},
 			},
+			"mdev_parents": schema.ListNestedAttribute{
+				Computed: true,
+				Description: "Every device of the host that offers mediated devices (vGPU profiles and the like, " +
+					"for `kohaku_mdev`), sorted by node-device name, with the types it offers and how many " +
+					"instances of each can still be created. The filters do not apply: a parent need not be " +
+					"a PCI device. Null when the host's libvirt cannot list them (a warning says why).",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"node_device": schema.StringAttribute{Computed: true, Description: "libvirt's node-device name, e.g. `pci_0000_41_00_0` or `mtty_mtty`: `kohaku_mdev.parent` takes it."},
+					"address":     schema.StringAttribute{Computed: true, Description: "The parent's PCI address when it is a PCI device (`kohaku_mdev.parent` takes it too); empty otherwise."},
+					"mdev_types": schema.ListNestedAttribute{Computed: true, Description: "The types the parent offers, in the order it lists them.",
+						NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+							"id":                  schema.StringAttribute{Computed: true, Description: "The type's id, e.g. `nvidia-35` or `mtty-2`: `kohaku_mdev.type` takes it."},
+							"name":                schema.StringAttribute{Computed: true, Description: "The vendor's name for the type, e.g. `GRID T4-16Q`; empty when it gives none."},
+							"device_api":          schema.StringAttribute{Computed: true, Description: "The device API the instances offer, e.g. `vfio-pci`."},
+							"available_instances": schema.Int64Attribute{Computed: true, Description: "How many more instances of the type the parent can create now."},
+						}},
+					},
+				}},
+			},
 		},
 	}
 }
@@ -135,6 +169,12 @@ func (d *pciDevicesDataSource) Read(ctx context.Context, req datasource.ReadRequ
 	sysfs := readPCISysfs(ctx, c, devs)
 	for _, dev := range devs {
 		m.Devices = append(m.Devices, pciDeviceFrom(dev, sysfs))
+	}
+	parents, err := mdev.Manager{Host: c}.Parents(ctx)
+	if err != nil {
+		resp.Diagnostics.AddWarning("Cannot list the host's mediated device parents", err.Error()+"\n\nmdev_parents is null.")
+	} else {
+		m.MdevParents = mdevParentsFrom(parents)
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
@@ -238,6 +278,21 @@ func pciDeviceFrom(dev *vfio.Device, sysfs map[vfio.Address]vfio.Function) pciDe
 		for _, r := range fn.ResetMethods {
 			out.ResetMethods = append(out.ResetMethods, types.StringValue(r))
 		}
+	}
+	return out
+}
+
+func mdevParentsFrom(ps []mdev.Parent) []mdevParentModel {
+	out := make([]mdevParentModel, 0, len(ps))
+	for _, p := range ps {
+		pm := mdevParentModel{NodeDevice: types.StringValue(p.Name), Address: types.StringValue(mdev.ParentAddress(p.Name)), Types: []mdevTypeModel{}}
+		for _, t := range p.Types {
+			pm.Types = append(pm.Types, mdevTypeModel{
+				ID: types.StringValue(t.ID), Name: types.StringValue(t.Name), DeviceAPI: types.StringValue(t.DeviceAPI),
+				AvailableInstances: types.Int64Value(int64(t.Available)),
+			})
+		}
+		out = append(out, pm)
 	}
 	return out
 }

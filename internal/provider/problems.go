@@ -236,6 +236,11 @@ func (in *specInput) schemaPath(dp validation.Path) (path.Path, bool) {
 			return path.Root(o.Attr).AtSetValue(types.StringValue(o.Value)), true
 		}
 		return path.Root("hostdevs"), true
+	case "mdev":
+		if idx >= 0 && idx < len(in.Spec.Mdevs) {
+			return path.Root("mdevs").AtSetValue(types.StringValue(in.Spec.Mdevs[idx])), true
+		}
+		return path.Root("mdevs"), true
 	case "name", "type", "vcpu", "memory_mib", "machine", "firmware", "cpu_mode", "kernel", "initrd", "cmdline", "serial_log_path", "cpu_topology", "pci_mmio64_gib":
 		return path.Root(top), true
 	case "hugepages":

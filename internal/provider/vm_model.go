@@ -37,6 +37,7 @@ type vmModel struct {
 	DataDisks         types.List     `tfsdk:"data_disks"`
 	GPUs              types.Set      `tfsdk:"gpus"`
 	Hostdevs          types.Set      `tfsdk:"hostdevs"`
+	Mdevs             types.Set      `tfsdk:"mdevs"`
 	PCIMMIO64GiB      types.Int64    `tfsdk:"pci_mmio64_gib"`
 	NUMAPlacement     types.String   `tfsdk:"numa_placement"`
 	NUMANodes         types.List     `tfsdk:"numa_nodes"`
@@ -374,6 +375,11 @@ func (m *vmModel) specFrom(ctx context.Context, diags *diag.Diagnostics) specInp
 		s.Hostdevs = append(s.Hostdevs, h)
 		in.Hostdevs = append(in.Hostdevs, hostdevOrigin{Attr: "hostdevs", Value: h})
 	}
+	mdevs, mdevUnknown := stringSet(m.Mdevs)
+	if mdevUnknown {
+		in.unknownAt("mdev")
+	}
+	s.Mdevs = mdevs
 	return in
 }
 
@@ -499,6 +505,11 @@ func (m *vmModel) fromDomain(ctx context.Context, st *domainView, prior *vmModel
 	}
 	m.GPUs = setOrPrior(gpus, prior.GPUs, diags)
 	m.Hostdevs = setOrPrior(raw, prior.Hostdevs, diags)
+	var mdevs []attr.Value
+	for _, u := range o.Mdevs {
+		mdevs = append(mdevs, types.StringValue(u))
+	}
+	m.Mdevs = setOrPrior(mdevs, prior.Mdevs, diags)
 }
 
 // listOrPrior builds a list, keeping a prior null (or empty) list when there

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/setvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -288,6 +289,17 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 					"(one listed in both is passed through once). After an import every passed-through device " +
 					"shows here; moving the devices of a binding to `gpus` then changes nothing on the host. " +
 					"Changed in place like `gpus`.",
+			},
+			"mdevs": schema.SetAttribute{
+				Optional:    true,
+				ElementType: types.StringType,
+				Description: "UUIDs of mediated devices to pass through (`kohaku_mdev.uuid`: vGPUs and other " +
+					"devices a parent driver splits off), each as one `<hostdev type='mdev' model='vfio-pci'>`. " +
+					"The devices must exist and be started on the VM's host before the VM starts; " +
+					"`kohaku_mdev` makes them so. An imported domain's mediated devices show here. " +
+					"Changed in place like `gpus`.",
+				Validators: []validator.Set{setvalidator.ValueStringsAre(stringvalidator.RegexMatches(mdevUUIDRegexp,
+					"must be a UUID in lower case, such as 6b6f6861-6b75-4d64-8000-000000000001"))},
 			},
 			"pci_mmio64_gib": schema.Int64Attribute{
 				Optional: true,

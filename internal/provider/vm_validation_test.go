@@ -39,6 +39,10 @@ func TestVMRejectsBadInputAtPlan(t *testing.T) {
 			body: `hostdevs = ["01:00.0"]`,
 			want: []string{`Invalid hostdevs["01:00.0"]`, `the PCI domain is missing (did you mean 0000:01:00.0?). For example: "0000:01:00.0".`},
 		},
+		"mdev that is not a lower-case UUID": {
+			body: `mdevs = ["6B6F6861-6B75-4D64-8000-000000000001"]`,
+			want: []string{`Invalid Attribute Value Match`, `must be a UUID in lower case`},
+		},
 		"slot out of range": {
 			body: `gpus = ["0000:01:20.0"]`,
 			want: []string{`Invalid gpus["0000:01:20.0"]`, `slot "20": at most 0x1f`},

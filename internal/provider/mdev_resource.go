@@ -1,0 +1,279 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/mdev"
+)
+
+var (
+	_ resource.ResourceWithConfigure   = (*mdevResource)(nil)
+	_ resource.ResourceWithImportState = (*mdevResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*mdevResource)(nil)
+)
+
+func newMdevResource() resource.Resource { return &mdevResource{} }
+
+type mdevResource struct {
+	data *providerData
+}
+
+type mdevModel struct {
+	ID         types.String `tfsdk:"id"`
+	Host       types.String `tfsdk:"host"`
+	Parent     types.String `tfsdk:"parent"`
+	Type       types.String `tfsdk:"type"`
+	UUID       types.String `tfsdk:"uuid"`
+	NodeDevice types.String `tfsdk:"node_device"`
+}
+
+// mdevTimeout bounds each operation on a mediated device.
+const mdevTimeout = 2 * time.Minute
+
+var mdevUUIDRegexp = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+func (r *mdevResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_mdev"
+}
+
+func (r *mdevResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
+}
+
+func (r *mdevResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
+	resp.Schema = schema.Schema{
+		Description: "A mediated device (a vGPU, or another instance a parent device's driver splits off, " +
+			"such as an NVIDIA vGPU profile or an Intel GVT-g slice), created through libvirt's node-device API: " +
+			"defined persistently, marked to start with the host, and started. Pass its `uuid` to " +
+			"`kohaku_vm.mdevs`. The plan refuses a parent the host does not have, a type the parent does not " +
+			"offer, a type with no instances left and a UUID another mediated device has, naming what the " +
+			"parent offers (`kohaku_pci_devices` lists it too). Destroy stops the device and removes its " +
+			"definition; the parent is left as it was. A device found gone from the host is removed from state " +
+			"and created again by the next apply. The host's libvirt creates mediated devices with `mdevctl`, " +
+			"which must be installed there (libvirt 9.0 fails with \"Cannot find 'mdevctl' in path\" otherwise). " +
+			"Every attribute but `id` and `node_device` replaces the device when changed.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				Computed:      true,
+				Description:   "The device's id: its `uuid`, or `<host>/<uuid>` when `host` is set.",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"host": schema.StringAttribute{
+				Optional: true,
+				Description: "Key of the provider's `hosts` map whose device to create; empty means the default " +
+					"connection. A change replaces the device.",
+				PlanModifiers: replace,
+			},
+			"parent": schema.StringAttribute{
+				Required: true,
+				Description: "The parent device: a PCI address as `lspci -D` prints it (`0000:41:00.0`, a GPU whose " +
+					"driver offers vGPU types), or a libvirt node-device name (`pci_0000_41_00_0`, `mtty_mtty`). " +
+					"`kohaku_pci_devices` lists each PCI parent with its `mdev_types`. A change replaces the device.",
+				Validators:    []validator.String{stringvalidator.LengthAtLeast(1)},
+				PlanModifiers: replace,
+			},
+			"type": schema.StringAttribute{
+				Required: true,
+				Description: "The mediated device type, as the parent names it, e.g. `nvidia-35` or `mtty-2` " +
+					"(`mdev_types` in `kohaku_pci_devices`, or `virsh nodedev-dumpxml` of the parent). " +
+					"A change replaces the device.",
+				Validators:    []validator.String{stringvalidator.LengthAtLeast(1)},
+				PlanModifiers: replace,
+			},
+			"uuid": schema.StringAttribute{
+				Optional: true,
+				Computed: true,
+				Description: "The device's UUID in lower case, which names it on the host and in `kohaku_vm.mdevs`. " +
+					"Default: a random UUID chosen at create. A change replaces the device.",
+				Validators: []validator.String{stringvalidator.RegexMatches(mdevUUIDRegexp,
+					"must be a UUID in lower case, such as 6b6f6861-6b75-4d64-8000-000000000001")},
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown(), stringplanmodifier.RequiresReplace()},
+			},
+			"node_device": schema.StringAttribute{
+				Computed:      true,
+				Description:   "libvirt's node-device name of the device, e.g. `mdev_6b6f6861_6b75_4d64_8000_000000000001_mtty` (`virsh nodedev-info` takes it).",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+		},
+	}
+}
+
+// ModifyPlan refuses at plan time what the host cannot create, on the line
+// of the attribute at fault.
+func (r *mdevResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() || !req.State.Raw.IsNull() || r.data == nil || !req.Config.Raw.IsFullyKnown() {
+		return // destroy, an existing device (changes replace it), or unknown inputs
+	}
+	var plan mdevModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	checkMdev(ctx, mdev.Manager{Host: c}, mdevSpec(plan), &resp.Diagnostics)
+}
+
+func mdevSpec(m mdevModel) mdev.Spec {
+	return mdev.Spec{Parent: mdev.ParentNodeName(m.Parent.ValueString()), Type: m.Type.ValueString(), UUID: m.UUID.ValueString()}
+}
+
+// checkMdev adds a refusal as an error on its attribute; false when there
+// was an error.
+func checkMdev(ctx context.Context, m mdev.Manager, s mdev.Spec, diags *diag.Diagnostics) bool {
+	err := m.Check(ctx, s)
+	var refusal *mdev.Refusal
+	switch {
+	case errors.As(err, &refusal):
+		diags.AddAttributeError(path.Root(refusal.Attribute), "The host cannot create this mediated device", refusal.Msg)
+	case err != nil:
+		addError(diags, "Checking mediated device parent "+s.Parent, err)
+	}
+	return err == nil
+}
+
+func (r *mdevResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var plan mdevModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, mdevTimeout)
+	defer cancel()
+	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	if plan.UUID.IsUnknown() || plan.UUID.IsNull() {
+		plan.UUID = types.StringValue(uuid.NewString())
+	}
+	m := mdev.Manager{Host: c}
+	s := mdevSpec(plan)
+	if !checkMdev(ctx, m, s, &resp.Diagnostics) {
+		return
+	}
+	d, err := m.Create(ctx, s)
+	if err != nil {
+		addError(&resp.Diagnostics, "Creating mediated device "+s.UUID+" failed", err)
+		return
+	}
+	plan.ID = types.StringValue(hostScopedID(plan.Host.ValueString(), d.UUID))
+	plan.NodeDevice = types.StringValue(d.Name)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+func (r *mdevResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state mdevModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	d, err := mdev.Manager{Host: c}.Find(ctx, state.UUID.ValueString())
+	if err != nil {
+		addError(&resp.Diagnostics, "Reading mediated device "+state.UUID.ValueString(), err)
+		return
+	}
+	if d == nil {
+		resp.Diagnostics.AddWarning("Mediated device "+state.UUID.ValueString()+" is gone",
+			"The host no longer has it, so it was removed from state; the next apply creates it again.")
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	// The parent keeps the spelling of the configuration (a PCI address)
+	// while it names the same node device.
+	if mdev.ParentNodeName(state.Parent.ValueString()) != d.Parent {
+		state.Parent = types.StringValue(d.Parent)
+	}
+	state.Type = types.StringValue(d.Type)
+	state.UUID = types.StringValue(d.UUID)
+	state.NodeDevice = types.StringValue(d.Name)
+	state.ID = types.StringValue(hostScopedID(state.Host.ValueString(), d.UUID))
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+// Update is never called with a change: every configurable attribute
+// replaces the device.
+func (r *mdevResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	resp.Diagnostics.Append(resp.State.Set(ctx, req.Plan.Raw)...)
+}
+
+func (r *mdevResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var state mdevModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, mdevTimeout)
+	defer cancel()
+	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	m := mdev.Manager{Host: c}
+	d, err := m.Find(ctx, state.UUID.ValueString())
+	if err == nil && d != nil {
+		err = m.Remove(ctx, *d)
+	}
+	if err != nil {
+		addError(&resp.Diagnostics, "Removing mediated device "+state.UUID.ValueString()+" failed", err,
+			"A device a running VM passes through cannot be removed: stop or change that VM first.")
+	}
+}
+
+func (r *mdevResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	host, id, ok := parseMdevImportID(req.ID)
+	if !ok {
+		resp.Diagnostics.AddError("Invalid import ID", fmt.Sprintf("%q: import a mediated device by its UUID, "+
+			"e.g. 6b6f6861-6b75-4d64-8000-000000000001, or as <host>/<uuid> for a host of the provider's hosts map.", req.ID))
+		return
+	}
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), hostScopedID(host, id))...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("uuid"), id)...)
+	if host != "" {
+		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
+	}
+}
+
+// parseMdevImportID splits <uuid> or <host>/<uuid>, the UUID in lower case.
+func parseMdevImportID(raw string) (host, id string, ok bool) {
+	id = raw
+	if i := strings.LastIndex(raw, "/"); i >= 0 {
+		host, id = raw[:i], raw[i+1:]
+		if host == "" {
+			return "", "", false
+		}
+	}
+	id = strings.ToLower(id)
+	return host, id, mdevUUIDRegexp.MatchString(id)
+}
+
+// hostScopedID is id, prefixed by the host key when set.
+func hostScopedID(host, id string) string {
+	if host == "" {
+		return id
+	}
+	return host + "/" + id
+}
