@@ -35,6 +35,9 @@ type Host struct {
 	// NVIDIAVersion is what the NVIDIA stand-in module declares in L1's
 	// /sys/module/nvidia/version.
 	NVIDIAVersion string
+	// MdevParent is the node device of mtty, the kernel's sample
+	// mediated-device parent, in L1 (mtty_mtty); set by RequireMdev.
+	MdevParent string
 }
 
 // Require returns the nested host with an intel-iommu: it skips without
@@ -52,6 +55,15 @@ func Require(t testing.TB) *Host {
 		EDU:      env(t, "KOHAKU_TEST_NESTED_EDU"),
 	}
 	Verify(t, h)
+	return h
+}
+
+// RequireMdev is Require plus the mediated-device parent that L1's mtty
+// module registers.
+func RequireMdev(t testing.TB) *Host {
+	t.Helper()
+	h := Require(t)
+	h.MdevParent = env(t, "KOHAKU_TEST_NESTED_MDEV_PARENT")
 	return h
 }
 

@@ -1,0 +1,217 @@
+package provider
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest/nestedhost"
+)
+
+// mttyAvailable reads, with virsh, how many more instances of an mtty type
+// the nested host's mtty parent can create.
+func mttyAvailable(h *nestedhost.Host, typ string) (int, error) {
+	doc, err := nestedhost.VirshErr(h, "nodedev-dumpxml", h.MdevParent)
+	if err != nil {
+		return 0, fmt.Errorf("virsh nodedev-dumpxml %s: %v: %s", h.MdevParent, err, doc)
+	}
+	m := regexp.MustCompile(`(?s)<type id='` + regexp.QuoteMeta(typ) + `'>.*?<availableInstances>(\d+)</availableInstances>`).FindStringSubmatch(doc)
+	if m == nil {
+		return 0, fmt.Errorf("%s offers no %s:\n%s", h.MdevParent, typ, doc)
+	}
+	return strconv.Atoi(m[1])
+}
+
+// An mdev of the nested host's mtty made through kohaku_mdev: libvirt has it
+// active, persistent and autostarted, the parent has one instance fewer
+// (virsh, and kohaku_pci_devices), and a VM in L2 that names it in mdevs
+// runs with it: L2's QEMU shows mtty's PCI device (4348:3253) among its
+// devices. The plan refuses a type mtty does not offer, a parent L1 does not
+// have and a UUID that is taken, each naming what the parent offers or who
+// has it. Import reads the device back, and the VM with it in mdevs; an
+// empty mdevs takes it off the VM in place; destroy removes the VM, then the
+// device's definition, and the parent has its instances back.
+func TestAccMdev_nested(t *testing.T) {
+	h := nestedhost.RequireMdev(t)
+	const uuid = "6b6f6861-6b75-4d64-8000-00000000ac01"
+	name := "kohaku-acc-mdev-vm"
+	nodeName := "mdev_" + strings.ReplaceAll(uuid, "-", "_") + "_mtty"
+	removeNestedDomainAfter(t, h, name)
+	t.Cleanup(func() { // only after a failure: destroy removes it
+		_, _ = nestedhost.VirshErr(h, "nodedev-destroy", nodeName)
+		_, _ = nestedhost.VirshErr(h, "nodedev-undefine", nodeName)
+	})
+	before, err := mttyAvailable(h, "mtty-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mdevRes := func(res, u string) string {
+		return fmt.Sprintf(`
+resource "kohaku_mdev" %q {
+  parent = %q
+  type   = "mtty-2"
+  uuid   = %q
+}
+`, res, h.MdevParent, u)
+	}
+	cfg := providerBlock(h.URI) + mdevRes("m", uuid) + fmt.Sprintf(`
+resource "kohaku_vm" "vm" {
+  name             = %q
+  type             = "qemu"
+  vcpu             = 1
+  memory_mib       = 128
+  kernel           = "/vmlinuz"
+  initrd           = "/initrd.img"
+  cmdline          = "console=ttyS0 panic=-1"
+  mdevs            = [kohaku_mdev.m.uuid]
+  shutdown_timeout = "1s"
+}
+
+data "kohaku_pci_devices" "after" {
+  vendor_id  = "1234"
+  depends_on = [kohaku_mdev.m]
+}
+`, name)
+	hostSays := func(*terraform.State) error {
+		info, err := nestedhost.VirshErr(h, "nodedev-info", nodeName)
+		if err != nil {
+			return fmt.Errorf("virsh nodedev-info %s: %v: %s", nodeName, err, info)
+		}
+		for _, want := range []string{"Parent: +" + h.MdevParent, "Active: +yes", "Persistent: +yes", "Autostart: +yes"} {
+			if !regexp.MustCompile(`(?m)^` + want + `$`).MatchString(info) {
+				return fmt.Errorf("nodedev-info %s lacks %q:\n%s", nodeName, want, info)
+			}
+		}
+		if n, err := mttyAvailable(h, "mtty-2"); err != nil || n != before-1 {
+			return fmt.Errorf("mtty-2 available: %d (%v), want %d", n, err, before-1)
+		}
+		doc, err := nestedhost.VirshErr(h, "dumpxml", name)
+		if err != nil {
+			return fmt.Errorf("virsh dumpxml %s: %v: %s", name, err, doc)
+		}
+		if !regexp.MustCompile(`(?s)<hostdev mode='subsystem' type='mdev'[^>]* model='vfio-pci'[^>]*>\s*<source>\s*<address uuid='` + uuid + `'/>`).MatchString(doc) {
+			return fmt.Errorf("domain %s has no mdev hostdev for %s:\n%s", name, uuid, doc)
+		}
+		// L2's QEMU, asked through L1's libvirt, has the device on the
+		// hostdev's id, backed by the mdev's sysfs node ...
+		qtree, err := nestedhost.VirshErr(h, "qemu-monitor-command", "--hmp", name, "info qtree")
+		if err != nil {
+			return fmt.Errorf("info qtree of %s: %v: %s", name, err, qtree)
+		}
+		if !regexp.MustCompile(`dev: vfio-pci, id "hostdev0"\s+host = "[^"]*"\s+sysfsdev = "/sys/bus/mdev/devices/` + uuid + `"`).MatchString(qtree) {
+			return fmt.Errorf("L2's QEMU has no vfio-pci hostdev0 on mdev %s:\n%s", uuid, qtree)
+		}
+		// ... and once L2's firmware has enumerated the bus, the guest sees
+		// mtty's dual-port serial card (4348:3253, as the mdev's config space
+		// says through VFIO) with the I/O BAR the firmware gave it
+		seen := regexp.MustCompile(`PCI device 4348:3253\s+PCI subsystem 4348:3253\s+IRQ \d+, pin A\s+BAR0: I/O at 0x[0-9a-e][0-9a-f]{0,3} `)
+		var pci string
+		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(2 * time.Second) {
+			pci, err = nestedhost.VirshErr(h, "qemu-monitor-command", "--hmp", name, "info pci")
+			if err == nil && seen.MatchString(pci) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("L2's guest shows no 4348:3253 device with an I/O BAR after 90 s (%v):\n%s", err, pci)
+			}
+		}
+		return nil
+	}
+	var start time.Time
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy: resource.ComposeAggregateTestCheckFunc(nestedDomainGone(h, name), func(*terraform.State) error {
+			// libvirt lists an undefined mdev for a moment after
+			var list string
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Second) {
+				list, err = nestedhost.VirshErr(h, "nodedev-list", "--cap", "mdev", "--all")
+				if err == nil && !strings.Contains(list, nodeName) || time.Now().After(deadline) {
+					break
+				}
+			}
+			if err != nil || strings.Contains(list, nodeName) {
+				return fmt.Errorf("after destroy, the mdevs of L1 are %q (%v), want no %s", list, err, nodeName)
+			}
+			if n, err := mttyAvailable(h, "mtty-2"); err != nil || n != before {
+				return fmt.Errorf("after destroy, mtty-2 available: %d (%v), want %d as before", n, err, before)
+			}
+			t.Logf("create, checks, import, refusals and destroy took %s", time.Since(start).Round(time.Second))
+			return nil
+		}),
+		Steps: []resource.TestStep{
+			{
+				PreConfig: func() { start = time.Now() },
+				Config:    cfg,
+				Check:     hostSays,
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("kohaku_mdev.m", tfjsonpath.New("id"), knownvalue.StringExact(uuid)),
+					statecheck.ExpectKnownValue("kohaku_mdev.m", tfjsonpath.New("node_device"), knownvalue.StringExact(nodeName)),
+					statecheck.ExpectKnownValue("kohaku_vm.vm", tfjsonpath.New("mdevs"), knownvalue.SetExact([]knownvalue.Check{knownvalue.StringExact(uuid)})),
+					statecheck.ExpectKnownValue("data.kohaku_pci_devices.after", tfjsonpath.New("mdev_parents"), knownvalue.ListExact([]knownvalue.Check{
+						knownvalue.ObjectExact(map[string]knownvalue.Check{
+							"node_device": knownvalue.StringExact(h.MdevParent),
+							"address":     knownvalue.StringExact(""),
+							"mdev_types": knownvalue.ListExact([]knownvalue.Check{
+								knownvalue.ObjectPartial(map[string]knownvalue.Check{"id": knownvalue.StringExact("mtty-1"), "name": knownvalue.StringExact("Single port serial")}),
+								knownvalue.ObjectExact(map[string]knownvalue.Check{
+									"id": knownvalue.StringExact("mtty-2"), "name": knownvalue.StringExact("Dual port serial"),
+									"device_api": knownvalue.StringExact("vfio-pci"), "available_instances": knownvalue.Int64Exact(int64(before - 1)),
+								}),
+							}),
+						}),
+					})),
+				},
+			},
+			{Config: cfg, PlanOnly: true},
+			{
+				// an import of the VM reads the mdev back into mdevs
+				Config:        cfg,
+				ResourceName:  "kohaku_vm.vm",
+				ImportState:   true,
+				ImportStateId: name,
+				ImportStateCheck: func(is []*terraform.InstanceState) error {
+					for _, st := range is {
+						if a := st.Attributes; a["name"] == name {
+							if a["mdevs.#"] != "1" || a["mdevs.0"] != uuid {
+								return fmt.Errorf("imported mdevs.# = %q, mdevs.0 = %q; want [%s]", a["mdevs.#"], a["mdevs.0"], uuid)
+							}
+							return nil
+						}
+					}
+					return fmt.Errorf("no imported VM %s among %d resources", name, len(is))
+				},
+			},
+			{
+				Config:            cfg,
+				ResourceName:      "kohaku_mdev.m",
+				ImportState:       true,
+				ImportStateId:     strings.ToUpper(uuid),
+				ImportStateVerify: true,
+			},
+			{
+				Config:      cfg + strings.Replace(mdevRes("bad", "6b6f6861-6b75-4d64-8000-00000000ac02"), `"mtty-2"`, `"mtty-9"`, 1),
+				PlanOnly:    true,
+				ExpectError: messageRE(`Parent mtty_mtty offers no mediated device type "mtty-9"; it offers mtty-1 (`, `available), mtty-2 (`+strconv.Itoa(before-1)+` available)`),
+			},
+			{
+				Config:      cfg + strings.Replace(mdevRes("bad", "6b6f6861-6b75-4d64-8000-00000000ac02"), h.MdevParent, "0000:7f:00.0", 1),
+				PlanOnly:    true,
+				ExpectError: messageRE("The host has no node device pci_0000_7f_00_0", "Parents that offer mediated devices: mtty_mtty (mtty-1 ("),
+			},
+			{
+				Config:      cfg + mdevRes("again", uuid),
+				PlanOnly:    true,
+				ExpectError: messageRE("A mediated device with uuid " + uuid + " exists already (node device " + nodeName),
+			},
+		},
+	})
+}
