@@ -57,6 +57,9 @@ readonly BOOT_TIMEOUT=${KOHAKU_NESTED_TIMEOUT:-600}
 # booted again (libvirtd is socket-activated and answers within seconds)
 readonly ANSWER_GRACE=${KOHAKU_NESTED_ANSWER_GRACE:-240}
 readonly STATE_ROOT=/run/kohaku-nested
+# the large-BAR stand-in's memory: a sparse file (never written), on disk
+readonly BAR_ROOT=${KOHAKU_NESTED_BAR_DIR:-/var/tmp/kohaku-nested}
+readonly BAR_GIB=256
 readonly LOG_DIR=${KOHAKU_NESTED_LOG_DIR:-/var/log/kohaku-nested}
 readonly HOST_PACKAGES=(qemu-system-x86 qemu-utils libvirt-clients mmdebstrap e2fsprogs)
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
@@ -151,6 +154,19 @@ qemu_args() { # $1 = image dir
 		-device VGA,bus=rp3,addr=0x0.0x0,multifunction=on
 		-device ich9-intel-hda,bus=rp3,addr=0x0.0x1
 	)
+	if [[ $IOMMU == intel ]]; then
+		# the large-BAR stand-in: ivshmem-plain, whose BAR 2 (64-bit,
+		# prefetchable) is its memory backend, 256 GiB: more than the 64-bit
+		# aperture L1's OVMF opens for an L2 by default (128 GiB, an eighth
+		# of the 40 physical address bits of L2's CPU), which a 64 GiB BAR
+		# fits. L1's own window is made large enough for it.
+		QEMU_ARGS+=(
+			-global q35-pcihost.pci-hole64-size=512G
+			-object "memory-backend-file,id=bigbar,size=${BAR_GIB}G,mem-path=$BAR_ROOT/$INSTANCE-bar.mem,share=on"
+			-device pcie-root-port,id=rp4,bus=pcie.0,chassis=4,slot=4,addr=0x12
+			-device ivshmem-plain,memdev=bigbar,bus=rp4
+		)
+	fi
 }
 
 start_qemu() { # $1 = image dir; prints QEMU's pid
@@ -163,6 +179,11 @@ start_qemu() { # $1 = image dir; prints QEMU's pid
 	: >"$STATE/console.log"
 	# known_hosts for the forwarded sshd: L1's host key is the image's
 	printf '[127.0.0.1]:%s %s\n' "$SSH_PORT" "$(cut -d' ' -f1,2 "$dir/ssh_host_key.pub")" >"$STATE/known_hosts"
+	if [[ $IOMMU == intel ]]; then
+		mkdir -p "$BAR_ROOT"
+		rm -f "$BAR_ROOT/$INSTANCE-bar.mem"
+		truncate -s "${BAR_GIB}G" "$BAR_ROOT/$INSTANCE-bar.mem"
+	fi
 	qemu_args "$dir"
 	printf '%q ' qemu-system-x86_64 "${QEMU_ARGS[@]}" >"$STATE/qemu.cmdline"
 	# 8/9 are our flock fds: QEMU must not inherit (and so hold) them
@@ -262,6 +283,7 @@ inventory() {
 		8086:293e) printf 'GPU_AUDIO=%s\n' "$addr" ;;
 		8086:10d3) printf 'NIC=%s\n' "$addr" ;;
 		1234:11e8) printf 'EDU=%s\n' "$addr" ;;
+		1af4:1110) printf 'BIGBAR=%s\n' "$addr" ;;
 		esac
 	done >"$tmp"
 	printf 'IOMMU_GROUPED=%s\n' "$groups" >>"$tmp"
@@ -271,11 +293,11 @@ inventory() {
 }
 
 devices_summary() {
-	local GPU="" GPU_DRIVER="" GPU_AUDIO="" NIC="" EDU="" IOMMU_GROUPED="" MDEV_PARENT=""
+	local GPU="" GPU_DRIVER="" GPU_AUDIO="" NIC="" EDU="" IOMMU_GROUPED="" MDEV_PARENT="" BIGBAR=""
 	# shellcheck source=/dev/null # devices.env: written by inventory at run time
 	source "$STATE/devices.env"
-	printf 'GPU %s (on %s) + audio %s, NIC %s, edu %s, mdev parent %s; %s PCI devices in IOMMU groups' \
-		"${GPU:-?}" "${GPU_DRIVER:-no driver}" "${GPU_AUDIO:-?}" "${NIC:-?}" "${EDU:-?}" "${MDEV_PARENT:-none}" "$IOMMU_GROUPED"
+	printf 'GPU %s (on %s) + audio %s, NIC %s, edu %s, 256 GiB BAR %s, mdev parent %s; %s PCI devices in IOMMU groups' \
+		"${GPU:-?}" "${GPU_DRIVER:-no driver}" "${GPU_AUDIO:-?}" "${NIC:-?}" "${EDU:-?}" "${BIGBAR:-?}" "${MDEV_PARENT:-none}" "$IOMMU_GROUPED"
 }
 
 # ---------------------------------------------------------------- commands
@@ -355,7 +377,7 @@ cmd_status() {
 }
 
 cmd_env() {
-	local GPU GPU_DRIVER GPU_AUDIO NIC EDU IOMMU_GROUPED MDEV_PARENT=""
+	local GPU GPU_DRIVER GPU_AUDIO NIC EDU IOMMU_GROUPED MDEV_PARENT="" BIGBAR=""
 	select_instance intel
 	if ! our_qemu_pid >/dev/null || [[ ! -s $STATE/devices.env ]]; then
 		die "L1 is not up: run 'bash $SELF up' first"
@@ -373,6 +395,7 @@ export KOHAKU_TEST_NESTED_GPU_AUDIO=$GPU_AUDIO
 export KOHAKU_TEST_NESTED_NIC=$NIC
 export KOHAKU_TEST_NESTED_EDU=$EDU
 export KOHAKU_TEST_NESTED_MDEV_PARENT=$MDEV_PARENT
+export KOHAKU_TEST_NESTED_BIGBAR=$BIGBAR
 EOF
 	select_instance virtio
 	if our_qemu_pid >/dev/null; then
@@ -396,7 +419,7 @@ cmd_down() {
 		else
 			log "down: no L1 of ours is running"
 		fi
-		rm -f "$STATE/devices.env"
+		rm -f "$STATE/devices.env" "$BAR_ROOT/$INSTANCE-bar.mem"
 	done
 }
 
