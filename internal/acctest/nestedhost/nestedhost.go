@@ -38,6 +38,9 @@ type Host struct {
 	// MdevParent is the node device of mtty, the kernel's sample
 	// mediated-device parent, in L1 (mtty_mtty); set by RequireMdev.
 	MdevParent string
+	// BigBAR is the large-BAR stand-in (ivshmem-plain, a 256 GiB 64-bit
+	// prefetchable BAR 2) as L1 sees it; set by RequireBigBAR.
+	BigBAR string
 }
 
 // Require returns the nested host with an intel-iommu: it skips without
@@ -64,6 +67,15 @@ func RequireMdev(t testing.TB) *Host {
 	t.Helper()
 	h := Require(t)
 	h.MdevParent = env(t, "KOHAKU_TEST_NESTED_MDEV_PARENT")
+	return h
+}
+
+// RequireBigBAR is RequireSSH (the BARs are read from L1's sysfs) plus
+// the large-BAR stand-in's address.
+func RequireBigBAR(t testing.TB) *Host {
+	t.Helper()
+	h := RequireSSH(t)
+	h.BigBAR = env(t, "KOHAKU_TEST_NESTED_BIGBAR")
 	return h
 }
 
