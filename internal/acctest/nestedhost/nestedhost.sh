@@ -16,7 +16,8 @@ usage: nestedhost.sh COMMAND [--virtio-iommu]
 
   up      build (or reuse) the cached L1 image and boot L1 with qemu-system-x86_64:
           TCG, q35, intel-iommu, and the pass-through stand-ins (an e1000e NIC,
-          QEMU's edu device, and a VGA + ich9-intel-hda pair in one slot, like a
+          QEMU's edu device, an ivshmem-plain with a 256 GiB BAR, and a
+          VGA + ich9-intel-hda pair in one slot, like a
           GPU and its HDMI audio, behind a PCIe expander bridge on the second of
           two NUMA nodes); wait until its libvirtd answers over TCP.
           Idempotent: a running, answering L1 is left alone.
@@ -39,6 +40,8 @@ Environment (all optional):
                            then http://deb.debian.org/debian)
   KOHAKU_NESTED_CACHE      image cache root (default /var/cache/kohaku/nested)
   KOHAKU_NESTED_LOG_DIR    build and apt logs (default /var/log/kohaku-nested)
+  KOHAKU_NESTED_BAR_DIR    where the large-BAR stand-in's sparse memory file goes
+                           (default /var/tmp/kohaku-nested)
   KOHAKU_NESTED_PORT       loopback port forwarded to L1's libvirtd (default 16609;
                            the virtio-iommu instance uses this + 1)
   KOHAKU_NESTED_TIMEOUT    seconds `up` waits for L1's libvirtd (default 600)
