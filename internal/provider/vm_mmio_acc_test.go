@@ -31,7 +31,7 @@ resource "kohaku_vm" "vm" {
 `, h.BigBAR),
 			PlanOnly: true,
 			ExpectError: messageRE("pci_mmio64_gib is too small",
-				"128 GiB cannot hold the 64-bit prefetchable BARs passed through", "so at least 256 GiB; set 256"),
+				"128 GiB cannot hold the 64-bit prefetchable BARs passed through", "so at least 256 GiB; set 512"),
 		}},
 	})
 }

@@ -312,8 +312,9 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 					"read from the host's sysfs over local and SSH connections: each function's 64-bit " +
 					"prefetchable BARs, each a power of two, packed largest first into one window per function " +
 					"(the guest's PCIe root port), the windows placed one after the other each aligned to its " +
-					"largest BAR, and the span rounded up to a power of two GiB: `256` for one H100 (128 GiB + " +
-					"32 MiB), `512` for two. It stays null when the BARs fit the firmware's default 32 GiB or " +
+					"largest BAR, and the span plus 1 GiB of room (OVMF places other 64-bit windows beside the " +
+					"BARs) rounded up to a power of two GiB: `256` for one H100 (128 GiB + 32 MiB), `512` for " +
+					"two, and `512` for a single 256 GiB BAR. It stays null when the BARs fit the firmware's default 32 GiB or " +
 					"nothing is passed through, is shown in the plan when the host can be read then (else after " +
 					"apply), and is kept while the functions passed through do not change. Over `qemu+tcp` and " +
 					"`qemu+tls` the host's files cannot be read: it stays null, with a warning, unless set. " +

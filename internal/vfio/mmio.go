@@ -11,6 +11,15 @@ import (
 // (pci-hole64-size) and OVMF open when nothing sizes them: 32 GiB.
 const DefaultMMIO64GiB = 32
 
+// HeadroomGiB is the least room the window Kohaku sets leaves beside the
+// BARs it holds. OVMF places other 64-bit windows in the same aperture
+// (the prefetchable reservations of the guest's hotplug root ports): with
+// a 256 GiB BAR and nothing else 64-bit, OVMF 2022.11 left the BAR
+// unassigned in a window of exactly 256 GiB and assigned it in 512 GiB,
+// while SeaBIOS assigned it either way. Rounding up to a power of two
+// already leaves room unless the span is within this of one.
+const HeadroomGiB = 1
+
 // bridgeGranule is the granularity of a PCI bridge's prefetchable window:
 // what sits behind a bridge takes at least this much.
 const bridgeGranule = 1 << 20
@@ -24,8 +33,8 @@ type Window struct {
 	// MinGiB is NeedBytes in whole GiB, rounded up: the smallest window
 	// that holds them.
 	MinGiB int
-	// GiB is MinGiB rounded up to a power of two, as the firmware aligns
-	// its aperture to one: the size Kohaku sets.
+	// GiB is the size Kohaku sets: MinGiB plus HeadroomGiB, rounded up to
+	// a power of two, as the firmware aligns its aperture to one.
 	GiB int
 	// Functions are the functions with 64-bit prefetchable BARs, largest
 	// alignment first, each with its window; empty when none has one.
@@ -97,7 +106,7 @@ func MMIOWindow(fns map[Address][]BAR) Window {
 	}
 	if w.NeedBytes > 0 {
 		w.MinGiB = int((w.NeedBytes + 1<<30 - 1) >> 30)
-		w.GiB = int(pow2(uint64(w.MinGiB)))
+		w.GiB = int(pow2(uint64(w.MinGiB + HeadroomGiB)))
 	}
 	return w
 }

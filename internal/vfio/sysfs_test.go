@@ -281,6 +281,15 @@ func TestMMIOWindowOrdersByAlignment(t *testing.T) {
 	if got := HumanBytes(w.NeedBytes); got != "64 GiB + 256 MiB" {
 		t.Fatalf("HumanBytes: %q", got)
 	}
+	// A span that is exactly a power of two gets the next one: OVMF needs
+	// room beside the BAR (HeadroomGiB), measured with a 256 GiB BAR.
+	if w := MMIOWindow(map[Address][]BAR{{Bus: 1}: {{Index: 2, Size: 256 * sizeGiB, Is64: true, Prefetchable: true}}}); w.MinGiB != 256 || w.GiB != 512 {
+		t.Fatalf("one 256 GiB BAR: min %d GiB, window %d GiB; want 256 and 512", w.MinGiB, w.GiB)
+	}
+	// One GiB short of a power of two keeps it: the room is there.
+	if w := MMIOWindow(map[Address][]BAR{{Bus: 1}: {{Index: 2, Size: 128 * sizeGiB, Is64: true, Prefetchable: true}, {Index: 4, Size: 64 * sizeGiB, Is64: true, Prefetchable: true}, {Index: 6, Size: 32 * sizeGiB, Is64: true, Prefetchable: true}, {Index: 8, Size: 16 * sizeGiB, Is64: true, Prefetchable: true}, {Index: 10, Size: 8 * sizeGiB, Is64: true, Prefetchable: true}}}); w.MinGiB != 248 || w.GiB != 256 {
+		t.Fatalf("248 GiB of BARs: min %d GiB, window %d GiB; want 248 and 256", w.MinGiB, w.GiB)
+	}
 	// A BAR that is not a power of two (never on real hardware) is rounded up.
 	if w := MMIOWindow(map[Address][]BAR{{Bus: 1}: {{Size: 3 * sizeGiB, Is64: true, Prefetchable: true}}}); w.NeedBytes != 4*sizeGiB {
 		t.Fatalf("3 GiB BAR: %+v", w)

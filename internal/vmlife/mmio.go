@@ -118,6 +118,7 @@ func MMIOTooSmall(gib int, w vfio.Window) string {
 		return ""
 	}
 	return fmt.Sprintf("%d GiB cannot hold the 64-bit prefetchable BARs passed through (%s): they need %s, "+
-		"so at least %d GiB; set %d (the firmware aligns its window to a power of two), or leave "+
+		"so at least %d GiB; set %d (a power of two, as the firmware aligns its window, with room "+
+		"beside the BARs, which OVMF needs), or leave "+
 		"pci_mmio64_gib unset and Kohaku sizes it", gib, w, vfio.HumanBytes(w.NeedBytes), w.MinGiB, w.GiB)
 }

@@ -77,7 +77,8 @@ probe() { # $1 = bios|uefi, $2 = window in GiB (0: none)
 
 v nodedev-detach "$node" --driver vfio >/dev/null
 # cases as FIRMWARE:WINDOW_GIB arguments; by default, each firmware with no
-# window, with the 256 GiB Kohaku computes for this BAR, and OVMF with twice that
+# window and with exactly the BAR's 256 GiB, and OVMF with the 512 GiB Kohaku
+# sets for it (the span plus room, rounded up to a power of two)
 for c in "${@:-bios:0 bios:256 uefi:0 uefi:256 uefi:512}"; do
 	for one in $c; do probe "${one%%:*}" "${one##*:}"; done
 done
