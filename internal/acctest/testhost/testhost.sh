@@ -390,7 +390,10 @@ stop_image_http() {
 }
 
 # ---------------------------------------------------------------- commands
-cmd_up() {
+# host_base is what up and quickstart both bring up, under the lock: the
+# packages, libvirtd, the pools, the quick start network and the Debian 12
+# image. The lock stays held until the script exits.
+host_base() {
 	need_root
 	mkdir -p "$STATE_DIR" "$LOG_DIR"
 	exec 9>"$LOCK_FILE"
@@ -402,6 +405,10 @@ cmd_up() {
 	phase pools; ensure_pools
 	phase network; ensure_network
 	phase image; ensure_guest_image debian12
+}
+
+cmd_up() {
+	host_base
 	phase image-pool; ensure_image_pool debian12
 	phase image-debian13; ensure_guest_image debian13
 	phase image-pool-debian13; ensure_image_pool debian13
@@ -416,17 +423,7 @@ cmd_up() {
 # it, served on loopback. The Debian 13 image and the tiny guest (tests only)
 # are left for up.
 cmd_quickstart() {
-	need_root
-	mkdir -p "$STATE_DIR" "$LOG_DIR"
-	exec 9>"$LOCK_FILE"
-	flock -n 9 || { log "another testhost.sh holds $LOCK_FILE; waiting"; flock 9; }
-	phase packages; ensure_packages
-	phase pki; ensure_pki
-	phase config; ensure_config
-	phase libvirtd; ensure_libvirtd
-	phase pools; ensure_pools
-	phase network; ensure_network
-	phase image; ensure_guest_image debian12
+	host_base
 	phase cloud-image; ensure_cloud_image
 	phase image-http; ensure_image_http
 	log "quickstart: host ready in $(since_start)s"
