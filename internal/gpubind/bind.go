@@ -28,6 +28,23 @@ var _ Host = (*virt.Client)(nil)
 type Binder struct {
 	Host Host
 	Log  func(msg string, fields map[string]any)
+	// GiveBackTimeout and SettlePoll, when set, replace the package's
+	// defaults of the same names.
+	GiveBackTimeout, SettlePoll time.Duration
+}
+
+func (b Binder) giveBackTimeout() time.Duration {
+	if b.GiveBackTimeout > 0 {
+		return b.GiveBackTimeout
+	}
+	return GiveBackTimeout
+}
+
+func (b Binder) settlePoll() time.Duration {
+	if b.SettlePoll > 0 {
+		return b.SettlePoll
+	}
+	return SettlePoll
 }
 
 func (b Binder) log(msg string, fields map[string]any) {
@@ -154,9 +171,23 @@ func (b Binder) Bind(ctx context.Context, plan []vfio.Binding) ([]Bound, error) 
 		if err != nil {
 			// The give-back has its own bound: the bind may have failed
 			// because the operation's deadline ran out on a hung unbind.
-			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), GiveBackTimeout)
-			msg, left := b.GiveBack(gctx, done, plan)
-			cancel()
+			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.giveBackTimeout())
+			defer cancel()
+			settled, settledOK := "", true
+			if unanswered(err) {
+				// The unbind may still be going on in the host's kernel
+				// (a driver waiting for a holder): when it ends, libvirt
+				// puts the function on vfio-pci. Wait for it, give it back.
+				settled, settledOK = b.settle(gctx, fn)
+			}
+			ok, failed, left := b.giveBack(gctx, done, plan)
+			msg := rollbackMessage(ok, failed, settledOK)
+			if !settledOK {
+				left = append([]Bound{{Device: fn.Device, Original: fn.OriginalDriver}}, left...)
+			}
+			if settled != "" {
+				msg = strings.TrimSpace(settled + " " + msg)
+			}
 			return nil, &BindError{Binding: fn, Err: err, Rollback: msg, Left: left}
 		}
 		b.log("bound a PCI function to vfio-pci", map[string]any{"address": fn.Address.String(), "original_driver": fn.OriginalDriver})
@@ -165,16 +196,75 @@ func (b Binder) Bind(ctx context.Context, plan []vfio.Binding) ([]Bound, error) 
 	return done, nil
 }
 
+// unanswered reports a detach that ended without libvirt's answer: the
+// operation's deadline, or libvirt not answering within call_timeout. What
+// became of the function is not known.
+func unanswered(err error) bool {
+	var ce *virt.ConnectionError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.As(err, &ce) && ce.Op != "connect"
+}
+
+// SettlePoll is how often settle reads a function whose detach went
+// unanswered.
+var SettlePoll = time.Second
+
+// settle follows a function whose detach went unanswered until it is on its
+// original driver again, giving it back if it lands on vfio-pci, within ctx.
+// It says what happened, and whether the function is settled; one that is
+// not may still land on vfio-pci, and must be recorded.
+func (b Binder) settle(ctx context.Context, fn vfio.Binding) (string, bool) {
+	start := time.Now()
+	name := vfio.NodeDeviceName(fn.Address)
+	orig := DriverOrNone(fn.OriginalDriver)
+	var last string
+	for {
+		dev, err := b.ReadDevice(ctx, fn.Address)
+		switch {
+		case errors.Is(err, virt.ErrNotFound):
+			return fmt.Sprintf("%s is no longer on the host.", fn.Address), true
+		case err != nil:
+			last = fmt.Sprintf("reading it: %v", err)
+		case dev.Driver == fn.OriginalDriver:
+			if time.Since(start) < b.settlePoll() {
+				return fmt.Sprintf("%s is still on %s.", fn.Address, orig), true
+			}
+			return fmt.Sprintf("%s's unbind from %s went on after the deadline; the function was given back to %s once it ended (%s later).",
+				fn.Address, orig, orig, time.Since(start).Round(time.Second)), true
+		case dev.Driver == vfio.DriverVFIO:
+			b.log("giving back a PCI function whose unbind outlasted the bind", map[string]any{"address": fn.Address.String()})
+			err := b.Host.ReattachNodeDevice(ctx, name)
+			if err == nil {
+				continue // read again: back on its driver?
+			}
+			last = fmt.Sprintf("it landed on vfio-pci and giving it back failed: %v", err)
+		case dev.Driver == "":
+			last = "its unbind has not ended: something still holds the device (a process with /dev/nvidia* open, nvidia-persistenced)"
+		default:
+			return fmt.Sprintf("%s's unbind went on after the deadline and it is now on %s, not %s.", fn.Address, dev.Driver, orig), true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Sprintf("%s was not given back within %s: %s. When it lets go the function lands on vfio-pci; the binding records it so that destroy or the next apply gives it back (or: virsh nodedev-reattach %s).",
+				fn.Address, time.Since(start).Round(time.Second), last, name), false
+		case <-time.After(b.settlePoll()):
+		}
+	}
+}
+
 // GiveBack reattaches the functions this operation bound (not those that
 // were on vfio-pci before it), says how it went, and returns those it could
 // not give back.
 func (b Binder) GiveBack(ctx context.Context, done []Bound, plan []vfio.Binding) (string, []Bound) {
+	ok, failed, left := b.giveBack(ctx, done, plan)
+	return rollbackMessage(ok, failed, true), left
+}
+
+func (b Binder) giveBack(ctx context.Context, done []Bound, plan []vfio.Binding) (ok, failed []string, left []Bound) {
 	already := map[vfio.Address]bool{}
 	for _, fn := range plan {
 		already[fn.Address] = fn.AlreadyBound
 	}
-	var ok, failed []string
-	var left []Bound
 	for _, f := range slices.Backward(done) {
 		if already[f.Address] {
 			continue // it was on vfio-pci before: leave it there
@@ -186,13 +276,23 @@ func (b Binder) GiveBack(ctx context.Context, done []Bound, plan []vfio.Binding)
 		}
 		ok = append(ok, f.Address.String())
 	}
+	return ok, failed, left
+}
+
+// rollbackMessage says how a give-back went; unchanged is false when a
+// function of the failed bind itself may still be off its driver.
+func rollbackMessage(ok, failed []string, unchanged bool) string {
 	switch {
 	case len(failed) > 0:
-		return "Rolling back FAILED, these functions are still on vfio-pci: " + strings.Join(failed, "; "), left
+		return "Rolling back FAILED, these functions are still on vfio-pci: " + strings.Join(failed, "; ")
+	case len(ok) > 0 && unchanged:
+		return "The functions bound before it were given back to the host (" + strings.Join(ok, ", ") + "); nothing was changed."
 	case len(ok) > 0:
-		return "The functions bound before it were given back to the host (" + strings.Join(ok, ", ") + "); nothing was changed.", nil
+		return "The functions bound before it were given back to the host (" + strings.Join(ok, ", ") + ")."
+	case unchanged:
+		return "Nothing was changed."
 	}
-	return "Nothing was changed.", nil
+	return ""
 }
 
 // Rebind binds the plan's functions found off vfio-pci again and returns

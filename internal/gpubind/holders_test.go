@@ -3,6 +3,7 @@ package gpubind
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,107 @@ func TestCheckHolders(t *testing.T) {
 	p = plan(t, h)
 	if err := CheckHolders(context.Background(), holderSource{err: errors.New("ssh down")}, p.Bind); err == nil || errors.As(err, &he) {
 		t.Fatalf("failed scan: %v", err)
+	}
+}
+
+// outlastingHost is the fake host whose detach of the GPU hangs past the
+// deadline, as a driver's unbind does while a process holds the card, and
+// goes on in the host's kernel afterwards: for the first reads the function
+// has no driver (mid-unbind), then libvirt has put it on vfio-pci, unless
+// the holder never lets go.
+type outlastingHost struct {
+	*fakeHost
+	reads, release int // release: reads after which the unbind ends; 0, never
+}
+
+func (h *outlastingHost) DetachNodeDevice(ctx context.Context, name, driver string) error {
+	if name == gpu {
+		h.ops = append(h.ops, "detach "+name)
+		h.driver[name] = ""
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return h.fakeHost.DetachNodeDevice(ctx, name, driver)
+}
+
+func (h *outlastingHost) NodeDeviceXML(ctx context.Context, name string) (string, error) {
+	if name == gpu && h.driver[name] == "" {
+		if h.reads++; h.release > 0 && h.reads >= h.release {
+			h.driver[name] = "vfio-pci"
+		}
+	}
+	return h.fakeHost.NodeDeviceXML(ctx, name)
+}
+
+// A bind whose deadline runs out while the GPU's unbind hangs follows the
+// function after the deadline: when the unbind ends and libvirt lands it on
+// vfio-pci, it is given back to its driver, and the error says so. If the
+// unbind has not ended when the give-back's own bound runs out, the function
+// is returned as left, for the binding to record.
+func TestBindUnbindOutlastingTheDeadline(t *testing.T) {
+	t.Parallel()
+	for _, release := range []int{3, 0} {
+		t.Run(fmt.Sprintf("release after %d reads", release), func(t *testing.T) {
+			t.Parallel()
+			h := &outlastingHost{fakeHost: newFakeHost(t), release: release}
+			h.driver[gpu], h.original[gpu] = "nvidia", "nvidia"
+			p := plan(t, h.fakeHost)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			b := Binder{Host: h, SettlePoll: time.Millisecond, GiveBackTimeout: 200 * time.Millisecond}
+			_, err := b.Bind(ctx, p.Bind)
+			var be *BindError
+			if !errors.As(err, &be) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("error %v, want a *BindError for the deadline", err)
+			}
+			if release > 0 {
+				if len(be.Left) != 0 || h.driver[gpu] != "nvidia" || h.driver[audio] != h.original[audio] {
+					t.Fatalf("left %v, drivers %s", be.Left, h.drivers())
+				}
+				for _, want := range []string{"0000:03:00.0's unbind from nvidia went on after the deadline", "given back to nvidia once it ended", "Nothing was changed."} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("error lacks %q: %v", want, err)
+					}
+				}
+				if got := strings.Join(h.ops, ","); got != "detach "+gpu+",reattach "+gpu {
+					t.Errorf("ops %s", got)
+				}
+				return
+			}
+			if len(be.Left) != 1 || be.Left[0].Address.String() != "0000:03:00.0" || be.Left[0].Original != "nvidia" {
+				t.Fatalf("left %+v, want the GPU with its original driver", be.Left)
+			}
+			for _, want := range []string{"0000:03:00.0 was not given back within", "its unbind has not ended: something still holds the device", "lands on vfio-pci", "virsh nodedev-reattach " + gpu} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error lacks %q: %v", want, err)
+				}
+			}
+			if strings.Contains(err.Error(), "Nothing was changed") {
+				t.Errorf("error says nothing changed with the GPU off its driver: %v", err)
+			}
+		})
+	}
+}
+
+// A function that lands on vfio-pci after the deadline and that libvirt
+// will not give back is polled, not hammered, and is returned as left.
+func TestBindUnbindOutlastingTheDeadlineReattachRefused(t *testing.T) {
+	t.Parallel()
+	h := &outlastingHost{fakeHost: newFakeHost(t), release: 2}
+	h.driver[gpu], h.original[gpu] = "nvidia", "nvidia"
+	h.fail["reattach "+gpu] = errors.New("device busy")
+	p := plan(t, h.fakeHost)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := Binder{Host: h, SettlePoll: 20 * time.Millisecond, GiveBackTimeout: 300 * time.Millisecond}.Bind(ctx, p.Bind)
+	var be *BindError
+	if !errors.As(err, &be) || len(be.Left) != 1 || h.driver[gpu] != "vfio-pci" {
+		t.Fatalf("error %v, left %v, GPU on %q", err, be, h.driver[gpu])
+	}
+	if !strings.Contains(err.Error(), "it landed on vfio-pci and giving it back failed: device busy") {
+		t.Errorf("error %v", err)
+	}
+	if n := strings.Count(strings.Join(h.ops, ","), "reattach"); n < 2 || n > 20 {
+		t.Errorf("%d reattach attempts in 300 ms at a 20 ms poll", n)
 	}
 }

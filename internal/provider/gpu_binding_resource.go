@@ -73,7 +73,10 @@ func (r *gpuBindingResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"`nvidia-persistenced`), and the bind is refused naming each (PID and command) instead of hanging in " +
 			"the driver's unbind; elsewhere, or should an unbind hang anyway, it ends at the provider's " +
 			"`call_timeout` or the `timeouts` block's, whichever comes first, and the functions bound before it " +
-			"are given back. The plan warns when a GPU function has no function-level reset (`flr` in its " +
+			"are given back. The hung function is followed for up to two minutes more: the kernel finishes its " +
+			"unbind when the holder lets go, libvirt puts it on `vfio-pci`, and it is given back to its driver; " +
+			"one still held after that is recorded in the tainted binding, for destroy or the next apply to give back. " +
+			"The plan warns when a GPU function has no function-level reset (`flr` in its " +
 			"sysfs `reset_method`).",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
@@ -151,7 +154,7 @@ func (r *gpuBindingResource) Schema(ctx context.Context, _ resource.SchemaReques
 		Blocks: map[string]schema.Block{
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{
 				Create: true, Update: true, Delete: true,
-				CreateDescription: "How long binding may take; a hung unbind ends there (or at the provider's `call_timeout`), and the functions bound before it are given back. Default `5m`.",
+				CreateDescription: "How long binding may take; a hung unbind ends there (or at the provider's `call_timeout`): the functions bound before it are given back, and the hung one once its unbind ends (within two more minutes). Default `5m`.",
 				UpdateDescription: "How long binding functions found off vfio-pci again may take. Default `5m`.",
 				DeleteDescription: "How long giving the functions back may take. Default `5m`.",
 			}),

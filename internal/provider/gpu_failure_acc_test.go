@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -436,9 +437,8 @@ resource "kohaku_gpu_binding" "gpu" {
 
 // A binding whose functions processes in the nested host hold: one with
 // the GPU stand-in's BAR (its sysfs resource0) open, one with /dev/nvidia0
-// open (a plain file there standing in for NVIDIA's device node, which the
-// stand-in driver does not make; with no /proc/driver/nvidia to say which
-// GPU a node is, any /dev/nvidiaN counts). Over SSH the apply is refused
+// open (the stand-in driver's device node; with no /proc/driver/nvidia to
+// say which GPU a node is, any /dev/nvidiaN counts). Over SSH the apply is refused
 // before anything is unbound, naming both by PID and command, after the
 // plan warned that the stand-in has no function-level reset (its
 // reset_method is "bus"). Once they are gone the same apply binds the pair.
@@ -451,7 +451,7 @@ func TestAccGPUFailure_heldByProcess(t *testing.T) {
 	start := time.Now()
 	// One SSH session starts both holders and prints their PIDs (each
 	// session costs seconds against L1).
-	pids := strings.Fields(nestedhost.SSH(t, h, fmt.Sprintf(`touch /dev/nvidia0
+	pids := strings.Fields(nestedhost.SSH(t, h, fmt.Sprintf(`test -c /dev/nvidia0
 nohup sh -c 'exec 3</sys/bus/pci/devices/%s/resource0; exec sleep 600' </dev/null >/dev/null 2>&1 & echo $!
 nohup sh -c 'exec 3</dev/nvidia0; exec sleep 600' </dev/null >/dev/null 2>&1 & echo $!
 sleep 1`, h.GPU)))
@@ -462,7 +462,7 @@ sleep 1`, h.GPU)))
 	stop := func() {
 		if !stopped {
 			stopped = true
-			nestedhost.SSH(t, h, "kill "+pids[0]+" "+pids[1]+"; rm -f /dev/nvidia0")
+			nestedhost.SSH(t, h, "kill "+pids[0]+" "+pids[1])
 		}
 	}
 	t.Cleanup(stop)
@@ -542,4 +542,66 @@ resource "kohaku_gpu_binding" "gpu" {
 	}
 	gpuFailAgree(t, c, w.State(), "destroyed")
 	t.Logf("2. bound once the holders are gone, a VM's window sized at plan, then given back: %s", time.Since(start).Round(time.Second))
+}
+
+// A binding over a connection that cannot see the host's processes (plain
+// tcp), of a GPU a process holds: the stand-in driver's unbind waits while
+// /dev/nvidia0 is open, as NVIDIA's does, so the bind hangs, and ends at
+// the binding's 15 s create timeout. The holder lets go 25 s after the
+// unbind began (well past that deadline); the kernel finishes the unbind,
+// libvirt puts the GPU on vfio-pci, and the provider, still following the
+// function, gives it back to nvidia: the apply fails saying so, the state
+// has no binding, and both functions are on their own drivers. (A holder
+// that never lets go leaves the binding tainted, recording the GPU:
+// TestBindUnbindOutlastingTheDeadline.)
+func TestAccGPUFailure_unbindOutlastsTheDeadline(t *testing.T) {
+	h := nestedhost.RequireSSH(t)
+	acctest.NeedTerraform(t)
+	c := vmClient(t, h.URI)
+	gpuFailStart(t, h, c)
+
+	const waiting = "Attempting to remove device with non-zero usage count"
+	// The holder, in L1: opens the device node, waits for the stand-in to
+	// log one more wait than it had, then 25 s, and closes it (by itself
+	// after five minutes at the latest).
+	pid := strings.TrimSpace(nestedhost.SSH(t, h, fmt.Sprintf(`test -c /dev/nvidia0
+n=$(dmesg | grep -c %[1]q || true)
+nohup sh -c 'exec 3</dev/nvidia0; end=$(($(date +%%s) + 300))
+until [ "$(dmesg | grep -c %[1]q)" -gt %[2]s ] || [ "$(date +%%s)" -gt $end ]; do sleep 1; done
+sleep 25' </dev/null >/dev/null 2>&1 & echo $!
+sleep 1`, waiting, `'"$n"'`)))
+	if _, err := strconv.Atoi(pid); err != nil {
+		t.Fatalf("starting the holder printed %q", pid)
+	}
+	t.Cleanup(func() { nestedhost.SSH(t, h, "kill "+pid+" 2>/dev/null || true") })
+
+	config := faultCLIHead + providerBlock(h.URI) + fmt.Sprintf(`
+resource "kohaku_gpu_binding" "gpu" {
+  address = %q
+  timeouts {
+    create = "15s"
+  }
+}
+`, h.GPU)
+	w := acctest.NewWorkspace(t, config)
+	start := time.Now()
+	out, err := w.Run("apply", "-auto-approve", "-input=false")
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("apply with the GPU held by process %s succeeded:\n%s", pid, out)
+	}
+	gpuFailSays(t, out, "Binding "+h.GPU+" to vfio-pci failed", "context deadline exceeded",
+		h.GPU+"'s unbind from nvidia went on after the deadline; the function was given back to nvidia once it ended",
+		"Nothing was changed.")
+	if n := nestedhost.SSH(t, h, fmt.Sprintf("dmesg | grep -c %q || true", waiting)); n == "0" {
+		t.Fatalf("the stand-in never logged %q: the unbind did not wait for the holder", waiting)
+	}
+	if st := w.State(); len(st) != 0 {
+		t.Fatalf("the failed binding is in state: %d resources", len(st))
+	}
+	if err := expectDrivers(h, onHost(h))(nil); err != nil {
+		t.Fatal(err)
+	}
+	gpuFailAgree(t, c, w.State(), "after the hang")
+	t.Logf("bind hung on the holder, failed at its deadline, the GPU given back once the holder let go: %s", took.Round(time.Second))
 }
