@@ -41,6 +41,18 @@ ensure_packages() { # $@ = packages to ensure (default: all)
 		phase_done "all ${#want[@]} packages already installed"
 		return 0
 	fi
+	# the test host and the nested host come up side by side in make check:
+	# one apt at a time (dpkg's own lock would fail the second at once)
+	local lock still=()
+	exec {lock}>/run/kohaku-apt.lock
+	flock "$lock"
+	for p in "${missing[@]}"; do pkg_installed "$p" || still+=("$p"); done
+	if ((${#still[@]} == 0)); then
+		exec {lock}>&-
+		phase_done "all ${#want[@]} packages installed (while waiting for apt)"
+		return 0
+	fi
+	missing=("${still[@]}")
 	log "installing: ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	# never let a postinst start a daemon (e.g. sshd) on the host
@@ -73,6 +85,7 @@ ensure_packages() { # $@ = packages to ensure (default: all)
 		fi
 	fi
 	((policy_added)) && rm -f /usr/sbin/policy-rc.d
+	exec {lock}>&-
 	if ((rc != 0)); then
 		tail -n 20 "$LOG_DIR/apt.log" >&2 || true
 		die "apt-get install failed (full log: $LOG_DIR/apt.log)"
