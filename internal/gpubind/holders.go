@@ -23,7 +23,7 @@ type clientHolders struct{ *virt.Client }
 // holders.Script in an SSH session on a qemu+ssh host.
 func (c clientHolders) OpenFiles(ctx context.Context) ([]holders.Open, error) {
 	if c.Endpoint().Transport == virt.TransportUnix {
-		return holders.ScanProc("/proc")
+		return holders.ScanProc("/proc", "/sys")
 	}
 	out, err := c.RunHostScript(ctx, holders.Script, 1<<20)
 	if err != nil {

@@ -20,6 +20,9 @@ type Open struct {
 	PID    int
 	Comm   string
 	Target string
+	// Device is, for a DRM node (/dev/dri/cardN, /dev/dri/renderDN), the
+	// sysfs path of the PCI function behind it; empty otherwise.
+	Device string
 }
 
 // persistenced is nvidia-persistenced's name as /proc/PID/comm has it,
@@ -27,20 +30,27 @@ type Open struct {
 const persistenced = "nvidia-persiste"
 
 // interesting reports whether an open file's target can hold a PCI
-// function: an NVIDIA device node or a file under /sys/devices.
+// function: an NVIDIA device node, a DRM node (a display server or a
+// compute job on the card's /dev/dri/cardN or renderDN, whichever driver
+// made it) or a file under /sys/devices.
 func interesting(target string) bool {
-	return strings.HasPrefix(target, "/dev/nvidia") || strings.HasPrefix(target, "/sys/devices/")
+	return strings.HasPrefix(target, "/dev/nvidia") || strings.HasPrefix(target, drmPrefix) || strings.HasPrefix(target, "/sys/devices/")
 }
 
+const drmPrefix = "/dev/dri/"
+
 // Script is the shell script that lists, on a remote host, what ScanProc
-// lists locally: one "PID<TAB>COMM<TAB>TARGET" line per interesting open
-// file (GNU find matches the fd links), and one with an empty target per
-// nvidia-persistenced process. It reads /proc only, changes nothing and
-// always exits 0; run as a user other than root it sees only that user's
-// processes' files.
+// lists locally: one "PID<TAB>COMM<TAB>TARGET<TAB>DEVICE" line per
+// interesting open file (GNU find matches the fd links; DEVICE is the PCI
+// function's sysfs path behind a DRM node, read from /sys/class/drm), and
+// one with an empty target per nvidia-persistenced process. It reads /proc
+// and /sys only, changes nothing and always exits 0; run as a user other
+// than root it sees only that user's processes' files.
 const Script = `exec 2>/dev/null
-find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -type l \( -lname '/dev/nvidia*' -o -lname '/sys/devices/*' \) -printf '%h\t%l\n' |
-while IFS='	' read -r d l; do p=${d#/proc/}; p=${p%/fd}; c=$(cat /proc/$p/comm); printf '%s\t%s\t%s\n' "$p" "$c" "$l"; done
+find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -type l \( -lname '/dev/nvidia*' -o -lname '/dev/dri/*' -o -lname '/sys/devices/*' \) -printf '%h\t%l\n' |
+while IFS='	' read -r d l; do p=${d#/proc/}; p=${p%/fd}; c=$(cat /proc/$p/comm); v=
+  case $l in /dev/dri/*) v=$(readlink -f "/sys/class/drm/${l##*/}/device");; esac
+  printf '%s\t%s\t%s\t%s\n' "$p" "$c" "$l" "$v"; done
 for f in /proc/[0-9]*/comm; do
   read -r n < "$f" || continue
   if [ "$n" = ` + persistenced + ` ]; then p=${f#/proc/}; printf '%s\t%s\t\n' "${p%/comm}" "$n"; fi
@@ -53,8 +63,8 @@ func ParseScript(out []byte) []Open {
 	var opens []Open
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		f := strings.SplitN(sc.Text(), "\t", 3)
-		if len(f) != 3 {
+		f := strings.SplitN(sc.Text(), "\t", 4)
+		if len(f) < 3 {
 			continue
 		}
 		pid, err := strconv.Atoi(f[0])
@@ -64,16 +74,21 @@ func ParseScript(out []byte) []Open {
 		if f[2] != "" && !interesting(f[2]) {
 			continue
 		}
-		opens = append(opens, Open{PID: pid, Comm: f[1], Target: f[2]})
+		o := Open{PID: pid, Comm: f[1], Target: f[2]}
+		if len(f) == 4 && strings.HasPrefix(o.Target, drmPrefix) {
+			o.Device = f[3]
+		}
+		opens = append(opens, o)
 	}
 	return opens
 }
 
 // ScanProc lists the interesting open files of every process under a /proc
 // tree (root is "/proc" on a real host), and each nvidia-persistenced
-// process. Processes and files that vanish or cannot be read while it
+// process; a DRM node's PCI function is read under the sysfs tree sys
+// ("/sys"). Processes and files that vanish or cannot be read while it
 // looks are skipped.
-func ScanProc(root string) ([]Open, error) {
+func ScanProc(root, sys string) ([]Open, error) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, err
@@ -93,7 +108,11 @@ func ScanProc(root string) ([]Open, error) {
 		for _, fd := range fds {
 			target, err := os.Readlink(filepath.Join(dir, "fd", fd.Name()))
 			if err == nil && interesting(target) {
-				opens = append(opens, Open{PID: pid, Comm: comm, Target: target})
+				o := Open{PID: pid, Comm: comm, Target: target}
+				if strings.HasPrefix(target, drmPrefix) {
+					o.Device = drmDevice(sys, target)
+				}
+				opens = append(opens, o)
 			}
 		}
 		if comm == persistenced {
@@ -101,6 +120,20 @@ func ScanProc(root string) ([]Open, error) {
 		}
 	}
 	return opens, nil
+}
+
+// drmDevice is the sysfs path ("/sys/devices/...") of the device behind a
+// DRM node, read from sys's class/drm; "" when it cannot be read.
+func drmDevice(sys, node string) string {
+	p, err := filepath.EvalSymlinks(filepath.Join(sys, "class", "drm", filepath.Base(node), "device"))
+	if err != nil {
+		return ""
+	}
+	rel, err := filepath.Rel(sys, p)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return ""
+	}
+	return "/sys/" + filepath.ToSlash(rel)
 }
 
 // Function is a PCI function about to be unbound.
@@ -146,6 +179,11 @@ func Find(opens []Open, fns []Function) []Holder {
 				}
 			case strings.HasPrefix(o.Target, "/sys/devices/") && (strings.Contains(o.Target, sysfs) || strings.HasSuffix(o.Target, sysfs[:len(sysfs)-1])):
 				add(Holder{Function: fn.Address, PID: o.PID, Comm: o.Comm, File: o.Target})
+			case strings.HasPrefix(o.Target, drmPrefix):
+				// the node's own device, not one behind a bridge it sits on
+				if strings.HasSuffix(o.Device, sysfs[:len(sysfs)-1]) {
+					add(Holder{Function: fn.Address, PID: o.PID, Comm: o.Comm, File: o.Target})
+				}
 			case fn.Driver == vfio.DriverNVIDIA:
 				m := nvidiaNode.FindStringSubmatch(o.Target)
 				if m != nil && (fn.NVIDIAMinor < 0 || m[1] == strconv.Itoa(fn.NVIDIAMinor)) {
@@ -184,7 +222,7 @@ func Describe(hs []Holder) string {
 		b.WriteString(" (nvidia-persistenced: `systemctl stop nvidia-persistenced`, or `nvidia-smi -i <address> -pm 0` " +
 			"to drop persistence for this GPU alone)")
 	}
-	b.WriteString(", or find them again with `fuser -v /dev/nvidia*` or `lsof /dev/nvidia*` on the host, then apply again.")
+	b.WriteString(", or find them again with `fuser -v /dev/nvidia* /dev/dri/*` or `lsof /dev/nvidia* /dev/dri/*` on the host, then apply again.")
 	return b.String()
 }
 

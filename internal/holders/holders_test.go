@@ -75,7 +75,7 @@ func twoGPUHost(t *testing.T) string {
 }
 
 func TestScanProcAndFind(t *testing.T) {
-	opens, err := ScanProc(twoGPUHost(t))
+	opens, err := ScanProc(twoGPUHost(t), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +120,67 @@ func TestScanProcAndFind(t *testing.T) {
 	}
 }
 
+// A workstation-style host: Xorg on the BMC's ASPEED (card0) and on the
+// GPU (card1, with nvidia-drm or nouveau), a compute job on the GPU's render
+// node. The DRM nodes are matched to the GPU through sysfs, as the kernel
+// lays it out: /sys/class/drm/cardN links into the device's drm/ directory,
+// whose device link points back up to the PCI function.
+func TestFindDRMHolders(t *testing.T) {
+	sys := t.TempDir()
+	for node, dev := range map[string]string{
+		"card0":      "pci0000:00/0000:00:1c.0/0000:03:00.0",
+		"card1":      "pci0000:16/0000:16:02.0/0000:1b:00.0",
+		"renderD128": "pci0000:16/0000:16:02.0/0000:1b:00.0",
+	} {
+		drm := filepath.Join(sys, "devices", dev, "drm", node)
+		if err := os.MkdirAll(drm, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("../../../"+filepath.Base(dev), filepath.Join(drm, "device")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(sys, "class", "drm"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("../../devices/"+dev+"/drm/"+node, filepath.Join(sys, "class", "drm", node)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type p = struct {
+		comm string
+		fds  []string
+	}
+	proc := fakeProc(t, map[string]p{
+		"900":  {"Xorg", []string{"/dev/dri/card0", "/dev/dri/card1"}},
+		"4242": {"python3", []string{"/dev/dri/renderD128"}},
+		"4343": {"glxinfo", []string{"/dev/dri/renderD129"}}, // a node sysfs does not have
+	})
+	opens, err := ScanProc(proc, sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Find(opens, []Function{{Address: addr(t, gpu0), Driver: "nouveau", NVIDIAMinor: -1}})
+	want := []Holder{
+		{Function: addr(t, gpu0), PID: 900, Comm: "Xorg", File: "/dev/dri/card1"},
+		{Function: addr(t, gpu0), PID: 4242, Comm: "python3", File: "/dev/dri/renderD128"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("GPU 0:\n got %+v\nwant %+v", got, want)
+	}
+	if h := Find(opens, []Function{{Address: addr(t, "0000:16:02.0"), Driver: "pcieport", NVIDIAMinor: -1}}); len(h) != 0 {
+		t.Fatalf("the bridge above the GPU is held by %+v", h)
+	}
+	if msg := Describe(got); !strings.Contains(msg, "fuser -v /dev/nvidia* /dev/dri/*") {
+		t.Errorf("Describe does not say how to find DRM holders:\n%s", msg)
+	}
+	// The remote script's lines carry the node's device the same way.
+	remote := ParseScript([]byte("900\tXorg\t/dev/dri/card1\t/sys/devices/" + "pci0000:16/0000:16:02.0/0000:1b:00.0\n" +
+		"901\tXorg\t/dev/nvidia0\t\n901\tXorg\t/sys/devices/x\t/sys/devices/y\n"))
+	if len(remote) != 3 || remote[0].Device != gpu0Sys || remote[1].Device != "" || remote[2].Device != "" {
+		t.Fatalf("ParseScript: %+v", remote)
+	}
+}
+
 func TestParseNVIDIAMinor(t *testing.T) {
 	info := "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 95\nGPU UUID: \t GPU-1c2d...\nDevice Minor: \t 3\nBus Location: \t 0000:1b:00.0\n"
 	if n := ParseNVIDIAMinor([]byte(info)); n != 3 {
@@ -157,7 +218,7 @@ func TestScriptMatchesScanProc(t *testing.T) {
 	if !found {
 		t.Fatalf("the script did not list this test's own open sysfs file (pid %d):\n%s", me, out)
 	}
-	local, err := ScanProc("/proc")
+	local, err := ScanProc("/proc", "/sys")
 	if err != nil {
 		t.Fatal(err)
 	}

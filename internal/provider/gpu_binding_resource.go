@@ -69,7 +69,7 @@ func (r *gpuBindingResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"The host needs a working IOMMU (VT-d or AMD-Vi, enabled in the firmware and on the kernel command line); without one the binding is refused. " +
 			"A function that is found back on a host driver (someone ran `virsh nodedev-reattach`, the host rebooted) shows as a change in the next plan, and apply binds it again. " +
 			"Over local and SSH connections, before anything is unbound, the host's processes are searched for " +
-			"what holds the functions (a process with the GPU's `/dev/nvidiaN` or the function's sysfs files open, " +
+			"what holds the functions (a process with the GPU's `/dev/nvidiaN`, its DRM nodes `/dev/dri/cardN` and `renderDN`, or the function's sysfs files open, " +
 			"`nvidia-persistenced`), and the bind is refused naming each (PID and command) instead of hanging in " +
 			"the driver's unbind; elsewhere, or should an unbind hang anyway, it ends at the provider's " +
 			"`call_timeout` or the `timeouts` block's, whichever comes first, and the functions bound before it " +
