@@ -154,6 +154,39 @@ func (m Manager) Create(ctx context.Context, s Spec) (Device, error) {
 	return *d, nil
 }
 
+// Restore brings a device found short of what Create makes back to it:
+// defined again when only a transient device is left, marked to autostart,
+// and started. It returns the device as found afterwards.
+func (m Manager) Restore(ctx context.Context, s Spec, d Device) (Device, error) {
+	if !d.Persistent {
+		doc, err := RenderDefinition(s)
+		if err != nil {
+			return d, err
+		}
+		if _, err := m.Host.DefineNodeDevice(ctx, doc); err != nil {
+			return d, fmt.Errorf("defining mediated device %s (node device %s) again: %w", d.UUID, d.Name, err)
+		}
+	}
+	if !d.Persistent || !d.Autostart {
+		if err := m.Host.SetNodeDeviceAutostart(ctx, d.Name, true); err != nil {
+			return d, fmt.Errorf("marking mediated device %s (node device %s) to autostart: %w", d.UUID, d.Name, err)
+		}
+	}
+	if !d.Active {
+		if err := m.Host.StartNodeDevice(ctx, d.Name); err != nil {
+			return d, fmt.Errorf("starting mediated device %s (node device %s): %w", d.UUID, d.Name, err)
+		}
+	}
+	found, err := m.Find(ctx, d.UUID)
+	if err != nil {
+		return d, err
+	}
+	if found == nil {
+		return d, fmt.Errorf("mediated device %s (node device %s) is no longer on the host", d.UUID, d.Name)
+	}
+	return *found, nil
+}
+
 // Find returns the mediated device with the given UUID, with its state, or
 // nil when the host has none.
 func (m Manager) Find(ctx context.Context, uuid string) (*Device, error) {

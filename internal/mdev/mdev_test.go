@@ -213,6 +213,10 @@ func (h *fakeHost) DefineNodeDevice(_ context.Context, doc string) (string, erro
 		return "", err
 	}
 	name := "mdev_" + strings.ReplaceAll(d.UUID, "-", "_") + "_" + d.Parent
+	if m, ok := h.mdevs[name]; ok { // defining a running transient device keeps it running
+		m.persistent = true
+		return name, nil
+	}
 	h.mdevs[name] = &fakeMdev{doc: strings.Replace(doc, "<name></name>", "<name>"+name+"</name>", 1), persistent: true}
 	return name, nil
 }
@@ -420,5 +424,66 @@ func TestCreateReportsAFailedUndo(t *testing.T) {
 	_, err := Manager{Host: h}.Create(context.Background(), Spec{Parent: "mtty_mtty", Type: "mtty-1", UUID: testUUID})
 	if err == nil || !strings.Contains(err.Error(), "remove node device mdev_"+strings.ReplaceAll(testUUID, "-", "_")+"_mtty_mtty by hand") {
 		t.Errorf("got %v", err)
+	}
+}
+
+// A device found stopped, or no longer marked to autostart, or left only
+// transient, is brought back to what Create makes, and nothing else is done.
+func TestRestore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := Spec{Parent: "mtty_mtty", Type: "mtty-1", UUID: testUUID}
+	for _, c := range []struct {
+		name  string
+		spoil func(*fakeMdev)
+		calls []string
+	}{
+		{"stopped", func(f *fakeMdev) { f.active = false }, []string{"start"}},
+		{"autostart off", func(f *fakeMdev) { f.autostart = false }, []string{"autostart"}},
+		{"stopped, autostart off", func(f *fakeMdev) { f.active, f.autostart = false, false }, []string{"autostart", "start"}},
+		{"transient", func(f *fakeMdev) { f.persistent, f.autostart = false, false }, []string{"define", "autostart"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newFakeHost(t)
+			m := Manager{Host: h}
+			d, err := m.Create(ctx, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.spoil(h.mdevs[d.Name])
+			found, err := m.Find(ctx, testUUID)
+			if err != nil || found == nil {
+				t.Fatal(found, err)
+			}
+			h.calls = nil
+			got, err := m.Restore(ctx, s, *found)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.Active || !got.Persistent || !got.Autostart {
+				t.Errorf("restored %+v", got)
+			}
+			var changes []string
+			for _, call := range h.calls {
+				if call != "list" && call != "state" {
+					changes = append(changes, call)
+				}
+			}
+			if !slices.Equal(changes, c.calls) {
+				t.Errorf("calls %v, want %v", changes, c.calls)
+			}
+		})
+	}
+	// a failed start says which device and why
+	h := newFakeHost(t)
+	m := Manager{Host: h}
+	d, err := m.Create(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Active = false
+	h.fail["start"] = errors.New("parent gone")
+	if _, err := m.Restore(ctx, s, d); err == nil || !strings.Contains(err.Error(), "starting mediated device "+testUUID) || !strings.Contains(err.Error(), "parent gone") {
+		t.Errorf("failed start: %v", err)
 	}
 }

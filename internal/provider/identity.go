@@ -140,6 +140,12 @@ var (
 			return withHost(v["host"], v["pool"]+"/"+v["name"])
 		},
 	}
+	mdevIdentity = identitySpec{
+		attrs: []identityAttr{{"uuid", "The mediated device's UUID, in lower case."}},
+		importID: func(v map[string]string) string {
+			return withHost(v["host"], v["uuid"])
+		},
+	}
 	gpuBindingIdentity = identitySpec{
 		attrs: []identityAttr{{"address", "The bound PCI function's address, DDDD:BB:SS.F."}},
 		importID: func(v map[string]string) string {

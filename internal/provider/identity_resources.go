@@ -20,6 +20,8 @@ var (
 	_ resource.ResourceWithIdentity    = imageWithIdentity{}
 	_ resource.ResourceWithModifyPlan  = imageWithIdentity{}
 	_ resource.ResourceWithIdentity    = gpuBindingWithIdentity{}
+	_ resource.ResourceWithIdentity    = mdevWithIdentity{}
+	_ resource.ResourceWithModifyPlan  = mdevWithIdentity{}
 )
 
 type vmWithIdentity struct{ *vmResource }
@@ -140,4 +142,34 @@ func (r gpuBindingWithIdentity) Update(ctx context.Context, req resource.UpdateR
 
 func (r gpuBindingWithIdentity) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
 	gpuBindingIdentity.importState(ctx, req, resp, r.gpuBindingResource.ImportState)
+}
+
+type mdevWithIdentity struct{ *mdevResource }
+
+func newMdevResourceWithIdentity() resource.Resource {
+	r, _ := newMdevResource().(*mdevResource) // TestIdentityWrappers checks it is not nil
+	return mdevWithIdentity{r}
+}
+
+func (mdevWithIdentity) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
+	mdevIdentity.schema(resp)
+}
+
+func (r mdevWithIdentity) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	r.mdevResource.Create(ctx, req, resp)
+	mdevIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
+}
+
+func (r mdevWithIdentity) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	r.mdevResource.Read(ctx, req, resp)
+	mdevIdentity.afterRead(ctx, req, resp)
+}
+
+func (r mdevWithIdentity) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	r.mdevResource.Update(ctx, req, resp)
+	mdevIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
+}
+
+func (r mdevWithIdentity) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	mdevIdentity.importState(ctx, req, resp, r.mdevResource.ImportState)
 }

@@ -17,6 +17,8 @@ func TestIdentityImportIDs(t *testing.T) {
 		{volumeIdentity, map[string]string{"host": "gpu2", "pool": "images", "name": "debian.qcow2"}, "gpu2/images/debian.qcow2"},
 		{gpuBindingIdentity, map[string]string{"address": "0000:41:00.0"}, "0000:41:00.0"},
 		{gpuBindingIdentity, map[string]string{"host": "gpu2", "address": "0000:41:00.0"}, "gpu2/0000:41:00.0"},
+		{mdevIdentity, map[string]string{"uuid": "6b6f6861-6b75-4d64-8000-000000000001"}, "6b6f6861-6b75-4d64-8000-000000000001"},
+		{mdevIdentity, map[string]string{"host": "gpu2", "uuid": "6b6f6861-6b75-4d64-8000-000000000001"}, "gpu2/6b6f6861-6b75-4d64-8000-000000000001"},
 	}
 	for _, c := range cases {
 		if got := c.spec.importID(c.v); got != c.want {
@@ -46,5 +48,8 @@ func TestIdentityWrappers(t *testing.T) {
 	}
 	if r := newGPUBindingResourceWithIdentity().(gpuBindingWithIdentity); r.gpuBindingResource == nil {
 		t.Error("kohaku_gpu_binding: the wrapper embeds no resource")
+	}
+	if r := newMdevResourceWithIdentity().(mdevWithIdentity); r.mdevResource == nil {
+		t.Error("kohaku_mdev: the wrapper embeds no resource")
 	}
 }

@@ -41,6 +41,8 @@ type mdevModel struct {
 	Type       types.String `tfsdk:"type"`
 	UUID       types.String `tfsdk:"uuid"`
 	NodeDevice types.String `tfsdk:"node_device"`
+	Active     types.Bool   `tfsdk:"active"`
+	Autostart  types.Bool   `tfsdk:"autostart"`
 }
 
 // mdevTimeout bounds each operation on a mediated device.
@@ -66,7 +68,8 @@ func (r *mdevResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"offer, a type with no instances left and a UUID another mediated device has, naming what the " +
 			"parent offers (`kohaku_pci_devices` lists it too). Destroy stops the device and removes its " +
 			"definition; the parent is left as it was. A device found gone from the host is removed from state " +
-			"and created again by the next apply. The host's libvirt creates mediated devices with `mdevctl`, " +
+			"and created again by the next apply; one found stopped, or no longer marked to autostart, shows as " +
+			"a change of `active` or `autostart`, and apply starts it and marks it again in place. The host's libvirt creates mediated devices with `mdevctl`, " +
 			"which must be installed there (libvirt 9.0 fails with \"Cannot find 'mdevctl' in path\" otherwise). " +
 			"Every attribute but `id` and `node_device` replaces the device when changed.",
 		Attributes: map[string]schema.Attribute{
@@ -106,6 +109,18 @@ func (r *mdevResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 					"must be a UUID in lower case, such as 6b6f6861-6b75-4d64-8000-000000000001")},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown(), stringplanmodifier.RequiresReplace()},
 			},
+			"active": schema.BoolAttribute{
+				Computed: true,
+				Description: "Whether the device is started on the host, as the last refresh found it. Always planned " +
+					"`true`: a device stopped behind Terraform's back (`virsh nodedev-destroy`, a host rebooted while " +
+					"autostart was off) shows as a change, and apply starts it again.",
+			},
+			"autostart": schema.BoolAttribute{
+				Computed: true,
+				Description: "Whether the host keeps the device's definition and starts it at boot (libvirt's " +
+					"persistent definition and autostart), as the last refresh found it. Always planned `true`: found " +
+					"off, apply defines it again and marks it to autostart.",
+			},
 			"node_device": schema.StringAttribute{
 				Computed:      true,
 				Description:   "libvirt's node-device name of the device, e.g. `mdev_6b6f6861_6b75_4d64_8000_000000000001_mtty` (`virsh nodedev-info` takes it).",
@@ -118,8 +133,14 @@ func (r *mdevResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 // ModifyPlan refuses at plan time what the host cannot create, on the line
 // of the attribute at fault.
 func (r *mdevResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() || !req.State.Raw.IsNull() || r.data == nil || !req.Config.Raw.IsFullyKnown() {
-		return // destroy, an existing device (changes replace it), or unknown inputs
+	if req.Plan.Raw.IsNull() {
+		return // destroy
+	}
+	// what Create makes and apply restores: started and autostarted
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("active"), true)...)
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("autostart"), true)...)
+	if !req.State.Raw.IsNull() || r.data == nil || !req.Config.Raw.IsFullyKnown() {
+		return // an existing device (other changes replace it), or unknown inputs
 	}
 	var plan mdevModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &plan)...)
@@ -178,7 +199,14 @@ func (r *mdevResource) Create(ctx context.Context, req resource.CreateRequest, r
 	}
 	plan.ID = types.StringValue(hostScopedID(plan.Host.ValueString(), d.UUID))
 	plan.NodeDevice = types.StringValue(d.Name)
+	setMdevState(&plan, d)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// setMdevState records whether d is started and will start with the host.
+func setMdevState(m *mdevModel, d mdev.Device) {
+	m.Active = types.BoolValue(d.Active)
+	m.Autostart = types.BoolValue(d.Persistent && d.Autostart)
 }
 
 func (r *mdevResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -211,13 +239,41 @@ func (r *mdevResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 	state.UUID = types.StringValue(d.UUID)
 	state.NodeDevice = types.StringValue(d.Name)
 	state.ID = types.StringValue(hostScopedID(state.Host.ValueString(), d.UUID))
+	setMdevState(&state, *d)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
 }
 
-// Update is never called with a change: every configurable attribute
-// replaces the device.
+// Update restores a device found stopped or no longer autostarted; every
+// configurable attribute replaces the device instead.
 func (r *mdevResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	resp.Diagnostics.Append(resp.State.Set(ctx, req.Plan.Raw)...)
+	var plan mdevModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, mdevTimeout)
+	defer cancel()
+	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
+	if c == nil {
+		return
+	}
+	m := mdev.Manager{Host: c}
+	d, err := m.Find(ctx, plan.UUID.ValueString())
+	if err == nil && d == nil {
+		err = fmt.Errorf("the host no longer has it; refresh, and the next apply creates it again")
+	}
+	if err == nil {
+		var restored mdev.Device
+		restored, err = m.Restore(ctx, mdevSpec(plan), *d)
+		d = &restored
+	}
+	if err != nil {
+		addError(&resp.Diagnostics, "Restoring mediated device "+plan.UUID.ValueString()+" failed", err)
+		return
+	}
+	plan.NodeDevice = types.StringValue(d.Name)
+	setMdevState(&plan, *d)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
 func (r *mdevResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {

@@ -10,10 +10,12 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 	"github.com/kohaku/terraform-provider-kohaku/internal/acctest/nestedhost"
 )
 
@@ -37,9 +39,11 @@ func mttyAvailable(h *nestedhost.Host, typ string) (int, error) {
 // runs with it: L2's QEMU shows mtty's PCI device (4348:3253) among its
 // devices. The plan refuses a type mtty does not offer, a parent L1 does not
 // have and a UUID that is taken, each naming what the parent offers or who
-// has it. Import reads the device back, and the VM with it in mdevs; an
-// empty mdevs takes it off the VM in place; destroy removes the VM, then the
-// device's definition, and the parent has its instances back.
+// has it. Import reads the device back, and the VM with it in mdevs. With
+// the VM gone, the device stays; stopped and no longer autostarted with
+// virsh, it shows as an in-place change of active and autostart, and apply
+// starts and marks it again. Destroy removes the device's definition, and
+// the parent has its instances back.
 func TestAccMdev_nested(t *testing.T) {
 	h := nestedhost.RequireMdev(t)
 	const uuid = "6b6f6861-6b75-4d64-8000-00000000ac01"
@@ -81,6 +85,21 @@ data "kohaku_pci_devices" "after" {
   depends_on = [kohaku_mdev.m]
 }
 `, name)
+	// mdevSays checks virsh nodedev-info's lines about the device.
+	mdevSays := func(want ...string) resource.TestCheckFunc {
+		return func(*terraform.State) error {
+			info, err := nestedhost.VirshErr(h, "nodedev-info", nodeName)
+			if err != nil {
+				return fmt.Errorf("virsh nodedev-info %s: %v: %s", nodeName, err, info)
+			}
+			for _, w := range want {
+				if !regexp.MustCompile(`(?m)^` + w + `$`).MatchString(info) {
+					return fmt.Errorf("nodedev-info %s lacks %q:\n%s", nodeName, w, info)
+				}
+			}
+			return nil
+		}
+	}
 	hostSays := func(*terraform.State) error {
 		info, err := nestedhost.VirshErr(h, "nodedev-info", nodeName)
 		if err != nil {
@@ -155,6 +174,8 @@ data "kohaku_pci_devices" "after" {
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue("kohaku_mdev.m", tfjsonpath.New("id"), knownvalue.StringExact(uuid)),
 					statecheck.ExpectKnownValue("kohaku_mdev.m", tfjsonpath.New("node_device"), knownvalue.StringExact(nodeName)),
+					statecheck.ExpectKnownValue("kohaku_mdev.m", tfjsonpath.New("active"), knownvalue.Bool(true)),
+					statecheck.ExpectKnownValue("kohaku_mdev.m", tfjsonpath.New("autostart"), knownvalue.Bool(true)),
 					statecheck.ExpectKnownValue("kohaku_vm.vm", tfjsonpath.New("mdevs"), knownvalue.SetExact([]knownvalue.Check{knownvalue.StringExact(uuid)})),
 					statecheck.ExpectKnownValue("data.kohaku_pci_devices.after", tfjsonpath.New("mdev_parents"), knownvalue.ListExact([]knownvalue.Check{
 						knownvalue.ObjectExact(map[string]knownvalue.Check{
@@ -211,6 +232,81 @@ data "kohaku_pci_devices" "after" {
 				Config:      cfg + mdevRes("again", uuid),
 				PlanOnly:    true,
 				ExpectError: messageRE("A mediated device with uuid " + uuid + " exists already (node device " + nodeName),
+			},
+			{
+				// the VM gone, the device stays
+				Config: providerBlock(h.URI) + mdevRes("m", uuid),
+				Check:  resource.ComposeAggregateTestCheckFunc(nestedDomainGone(h, name), mdevSays("Active: +yes", "Autostart: +yes")),
+			},
+			{
+				// stopped and no longer autostarted behind Terraform's back:
+				// the plan shows it, apply restores it in place
+				PreConfig: func() {
+					for _, args := range [][]string{{"nodedev-destroy", nodeName}, {"nodedev-autostart", "--disable", nodeName}} {
+						if out, err := nestedhost.VirshErr(h, args...); err != nil {
+							t.Fatalf("virsh %v: %v: %s", args, err, out)
+						}
+					}
+					if err := mdevSays("Active: +no", "Persistent: +yes", "Autostart: +no")(nil); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: providerBlock(h.URI) + mdevRes("m", uuid),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("kohaku_mdev.m", plancheck.ResourceActionUpdate),
+					plancheck.ExpectKnownValue("kohaku_mdev.m", tfjsonpath.New("active"), knownvalue.Bool(true)),
+					plancheck.ExpectKnownValue("kohaku_mdev.m", tfjsonpath.New("autostart"), knownvalue.Bool(true)),
+				}},
+				Check: mdevSays("Active: +yes", "Persistent: +yes", "Autostart: +yes"),
+			},
+		},
+	})
+}
+
+// A mediated device's identity is its UUID (host null for the default
+// host), and an import block that gives only the identity imports it with a
+// plan that changes nothing. Resource identity came with Terraform 1.12;
+// make testacc-tf114 runs this under a newer one.
+func TestAccMdev_importByIdentity(t *testing.T) {
+	acctest.NeedTerraformAtLeast(t, 1, 12, "Import by resource identity")
+	h := nestedhost.RequireMdev(t)
+	const uuid = "6b6f6861-6b75-4d64-8000-00000000ac03"
+	nodeName := "mdev_" + strings.ReplaceAll(uuid, "-", "_") + "_mtty"
+	t.Cleanup(func() { // only after a failure: destroy removes it
+		_, _ = nestedhost.VirshErr(h, "nodedev-destroy", nodeName)
+		_, _ = nestedhost.VirshErr(h, "nodedev-undefine", nodeName)
+	})
+	config := providerBlock(h.URI) + fmt.Sprintf(`
+resource "kohaku_mdev" "m" {
+  parent = %q
+  type   = "mtty-1"
+  uuid   = %q
+}
+`, h.MdevParent, uuid)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy: func(*terraform.State) error {
+			if out, err := nestedhost.VirshErr(h, "nodedev-info", nodeName); err == nil {
+				return fmt.Errorf("after destroy L1 still has %s:\n%s", nodeName, out)
+			}
+			return nil
+		},
+		Steps: []resource.TestStep{
+			{
+				Config: config,
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectIdentity("kohaku_mdev.m", map[string]knownvalue.Check{
+						"host": knownvalue.Null(),
+						"uuid": knownvalue.StringExact(uuid),
+					}),
+					statecheck.ExpectIdentityValueMatchesState("kohaku_mdev.m", tfjsonpath.New("uuid")),
+				},
+			},
+			{
+				Config:          config,
+				ResourceName:    "kohaku_mdev.m",
+				ImportState:     true,
+				ImportStateKind: resource.ImportBlockWithResourceIdentity,
 			},
 		},
 	})

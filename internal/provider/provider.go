@@ -394,7 +394,7 @@ func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource
 		newVMResourceWithIdentity,
 		newGPUBindingResourceWithIdentity,
 		newImageResourceWithIdentity,
-		newMdevResource,
+		newMdevResourceWithIdentity,
 	}
 }
 
