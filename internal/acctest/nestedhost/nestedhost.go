@@ -8,8 +8,11 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,7 +61,46 @@ func Require(t testing.TB) *Host {
 		EDU:      env(t, "KOHAKU_TEST_NESTED_EDU"),
 	}
 	Verify(t, h)
+	hold(t, h)
 	return h
+}
+
+// held maps each test that holds the nested host to its lock file.
+var held sync.Map
+
+// hold gives the test the nested host's PCI devices to itself until it
+// ends: make testacc runs the nested host's tests in a go test process of
+// their own beside the rest, and a test of the rest may use the nested host
+// too (a real guest with the GPU stand-in, a detach of the edu device).
+// Tests that take turns here cannot see each other's bindings. A test
+// holds it once, however many times it asks.
+func hold(t testing.TB, h *Host) {
+	t.Helper()
+	if _, ok := held.Load(t); ok {
+		return
+	}
+	u, err := url.Parse(h.URI)
+	if err != nil {
+		t.Fatalf("nested host URI %q: %v", h.URI, err)
+	}
+	path := filepath.Join(os.TempDir(), "kohaku-nested-"+u.Port()+".lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("the nested host's test lock: %v", err)
+	}
+	start := time.Now()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		t.Fatalf("locking %s: %v", path, err)
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Logf("waited %s for the nested host (another test had it)", waited.Round(time.Second))
+	}
+	held.Store(t, f)
+	t.Cleanup(func() {
+		held.Delete(t)
+		_ = f.Close() // releases the lock
+	})
 }
 
 // RequireMdev is Require plus the mediated-device parent that L1's mtty
