@@ -2,6 +2,8 @@ package provider
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -39,7 +41,9 @@ func mttyAvailable(h *nestedhost.Host, typ string) (int, error) {
 // runs with it: L2's QEMU shows mtty's PCI device (4348:3253) among its
 // devices. The plan refuses a type mtty does not offer, a parent L1 does not
 // have and a UUID that is taken, each naming what the parent offers or who
-// has it. Import reads the device back, and the VM with it in mdevs. With
+// has it; with every instance left taken by transient devices made with
+// virsh, a new one is refused for having none left. Import reads the device
+// back, and the VM with it in mdevs. With
 // the VM gone, the device stays; stopped and no longer autostarted with
 // virsh, it shows as an in-place change of active and autostart, and apply
 // starts and marks it again. Destroy removes the device's definition, and
@@ -85,6 +89,32 @@ data "kohaku_pci_devices" "after" {
   depends_on = [kohaku_mdev.m]
 }
 `, name)
+	// fill takes n more mtty-2 instances with transient mdevs made through
+	// libvirt; unfill removes them (also at the end, after a failure).
+	var filled []string
+	unfill := func(t *testing.T) {
+		for _, n := range filled {
+			if out, err := nestedhost.VirshErr(h, "nodedev-destroy", n); err != nil {
+				t.Errorf("virsh nodedev-destroy %s: %v: %s", n, err, out)
+			}
+		}
+		filled = nil
+	}
+	t.Cleanup(func() { unfill(t) })
+	fill := func(t *testing.T, n int) {
+		for i := range n {
+			file := filepath.Join(t.TempDir(), "fill.xml")
+			u := fmt.Sprintf("6b6f6861-6b75-4d64-8000-0000000f%04x", i)
+			doc := fmt.Sprintf(`<device><parent>%s</parent><capability type='mdev'><type id='mtty-2'/><uuid>%s</uuid></capability></device>`, h.MdevParent, u)
+			if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := nestedhost.VirshErr(h, "nodedev-create", file); err != nil {
+				t.Fatalf("virsh nodedev-create (%d of %d): %v: %s", i+1, n, err, out)
+			}
+			filled = append(filled, "mdev_"+strings.ReplaceAll(u, "-", "_")+"_mtty")
+		}
+	}
 	// mdevSays checks virsh nodedev-info's lines about the device.
 	mdevSays := func(want ...string) resource.TestCheckFunc {
 		return func(*terraform.State) error {
@@ -234,9 +264,23 @@ data "kohaku_pci_devices" "after" {
 				ExpectError: messageRE("A mediated device with uuid " + uuid + " exists already (node device " + nodeName),
 			},
 			{
+				// the parent full: every mtty-2 instance left taken by
+				// transient devices made with virsh, a new one is refused
+				PreConfig: func() {
+					fill(t, before-1)
+					if n, err := mttyAvailable(h, "mtty-2"); err != nil || n != 0 {
+						t.Fatalf("after filling the parent, mtty-2 available: %d (%v), want 0", n, err)
+					}
+				},
+				Config:      cfg + mdevRes("full", "6b6f6861-6b75-4d64-8000-00000000ac02"),
+				PlanOnly:    true,
+				ExpectError: messageRE("Parent mtty_mtty has no instances of mtty-2 left (0 available)", "Remove a mediated device of this type, or choose another type."),
+			},
+			{
 				// the VM gone, the device stays
-				Config: providerBlock(h.URI) + mdevRes("m", uuid),
-				Check:  resource.ComposeAggregateTestCheckFunc(nestedDomainGone(h, name), mdevSays("Active: +yes", "Autostart: +yes")),
+				PreConfig: func() { unfill(t) },
+				Config:    providerBlock(h.URI) + mdevRes("m", uuid),
+				Check:     resource.ComposeAggregateTestCheckFunc(nestedDomainGone(h, name), mdevSays("Active: +yes", "Autostart: +yes")),
 			},
 			{
 				// stopped and no longer autostarted behind Terraform's back:
