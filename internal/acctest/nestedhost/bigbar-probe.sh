@@ -10,7 +10,8 @@
 # libvirt), and removes the domain; at the end it gives the stand-in back.
 # Needs the nested host up and its settings:
 # eval "$(bash internal/acctest/nestedhost/nestedhost.sh env)".
-# Not part of make check: about 6 minutes on a loaded 2-core machine.
+# By hand, about 6 minutes; TestAccVM_largeBARWindowAssigned asserts the
+# cases that matter through Kohaku in make check.
 # Usage: bigbar-probe.sh [FIRMWARE:WINDOW_GIB ...], e.g. uefi:0 uefi:512.
 set -euo pipefail
 
