@@ -330,10 +330,16 @@ resource "kohaku_mdev" "m" {
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy: func(*terraform.State) error {
-			if out, err := nestedhost.VirshErr(h, "nodedev-info", nodeName); err == nil {
-				return fmt.Errorf("after destroy L1 still has %s:\n%s", nodeName, out)
+			// libvirt lists an undefined mdev for a moment after
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Second) {
+				out, err := nestedhost.VirshErr(h, "nodedev-info", nodeName)
+				if err != nil {
+					return nil
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("20 s after destroy L1 still has %s:\n%s", nodeName, out)
+				}
 			}
-			return nil
 		},
 		Steps: []resource.TestStep{
 			{
