@@ -144,7 +144,7 @@ func (m Manager) Create(ctx context.Context, s Spec) (Device, error) {
 	if err := m.Host.StartNodeDevice(ctx, name); err != nil {
 		return undo("starting", err)
 	}
-	d, err := m.Find(ctx, s.UUID)
+	d, err := m.settled(ctx, s.UUID)
 	if err != nil {
 		return Device{}, err
 	}
@@ -152,6 +152,34 @@ func (m Manager) Create(ctx context.Context, s Spec) (Device, error) {
 		return Device{}, fmt.Errorf("mediated device %s (node device %s) was started but the host no longer lists it", s.UUID, name)
 	}
 	return *d, nil
+}
+
+// SettleTimeout bounds how long settled waits for libvirt to report a
+// device it has just defined, marked and started as such.
+var SettleTimeout = 10 * time.Second
+
+// settled finds the device after a create or restore, waiting (within
+// SettleTimeout) until libvirt reports it started, persistent and
+// autostarted: libvirt learns of a start from udev a moment after the call
+// returns, and a refresh in that moment would see a change that is not
+// there. The calls that did it succeeded, so that is what it returns.
+func (m Manager) settled(ctx context.Context, uuid string) (*Device, error) {
+	deadline := time.Now().Add(SettleTimeout)
+	for {
+		d, err := m.Find(ctx, uuid)
+		if err != nil || d == nil {
+			return d, err
+		}
+		if d.Active && d.Persistent && d.Autostart || time.Now().After(deadline) {
+			d.Active, d.Persistent, d.Autostart = true, true, true
+			return d, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // Restore brings a device found short of what Create makes back to it:
@@ -177,7 +205,7 @@ func (m Manager) Restore(ctx context.Context, s Spec, d Device) (Device, error) 
 			return d, fmt.Errorf("starting mediated device %s (node device %s): %w", d.UUID, d.Name, err)
 		}
 	}
-	found, err := m.Find(ctx, d.UUID)
+	found, err := m.settled(ctx, d.UUID)
 	if err != nil {
 		return d, err
 	}

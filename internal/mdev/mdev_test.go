@@ -142,6 +142,9 @@ type fakeHost struct {
 	mdevs   map[string]*fakeMdev
 	calls   []string
 	fail    map[string]error // by call name
+	// lag is how many more state reads see a started device as stopped,
+	// as libvirt does until udev tells it of the start
+	lag int
 }
 
 type fakeMdev struct {
@@ -286,6 +289,10 @@ func (h *fakeHost) NodeDeviceState(_ context.Context, name string) (virt.NodeDev
 	m, err := h.state(name)
 	if err != nil {
 		return virt.NodeDeviceState{}, err
+	}
+	if m.active && h.lag > 0 {
+		h.lag--
+		return virt.NodeDeviceState{Active: false, Persistent: m.persistent, Autostart: m.autostart}, nil
 	}
 	return virt.NodeDeviceState{Active: m.active, Persistent: m.persistent, Autostart: m.autostart}, nil
 }
@@ -485,5 +492,24 @@ func TestRestore(t *testing.T) {
 	h.fail["start"] = errors.New("parent gone")
 	if _, err := m.Restore(ctx, s, d); err == nil || !strings.Contains(err.Error(), "starting mediated device "+testUUID) || !strings.Contains(err.Error(), "parent gone") {
 		t.Errorf("failed start: %v", err)
+	}
+}
+
+// Create returns once libvirt reports the device started: it learns of the
+// start from udev a moment after the call, and a refresh in that moment
+// must not see a stopped device.
+func TestCreateWaitsForLibvirtToSeeTheStart(t *testing.T) {
+	t.Parallel()
+	h := newFakeHost(t)
+	h.lag = 3
+	d, err := Manager{Host: h}.Create(context.Background(), Spec{Parent: "mtty_mtty", Type: "mtty-1", UUID: testUUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Active || h.lag != 0 {
+		t.Fatalf("created %+v with %d lagging reads left", d, h.lag)
+	}
+	if n := strings.Count(strings.Join(h.calls, ","), "state"); n != 4 {
+		t.Errorf("%d state reads, want 4 (three lagging, then started)", n)
 	}
 }
