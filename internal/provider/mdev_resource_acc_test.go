@@ -291,8 +291,15 @@ data "kohaku_pci_devices" "after" {
 							t.Fatalf("virsh %v: %v: %s", args, err, out)
 						}
 					}
-					if err := mdevSays("Active: +no", "Persistent: +yes", "Autostart: +no")(nil); err != nil {
-						t.Fatal(err)
+					// libvirt hears of the stop from udev, a moment later
+					for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Second) {
+						err := mdevSays("Active: +no", "Persistent: +yes", "Autostart: +no")(nil)
+						if err == nil {
+							break
+						}
+						if time.Now().After(deadline) {
+							t.Fatal(err)
+						}
 					}
 				},
 				Config: providerBlock(h.URI) + mdevRes("m", uuid),
@@ -333,10 +340,12 @@ resource "kohaku_mdev" "m" {
 			// libvirt lists an undefined mdev for a moment after
 			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Second) {
 				out, err := nestedhost.VirshErr(h, "nodedev-info", nodeName)
-				if err != nil {
+				switch {
+				case strings.Contains(out, "Node device not found"):
 					return nil
-				}
-				if time.Now().After(deadline) {
+				case err != nil:
+					return fmt.Errorf("virsh nodedev-info %s: %v: %s", nodeName, err, out)
+				case time.Now().After(deadline):
 					return fmt.Errorf("20 s after destroy L1 still has %s:\n%s", nodeName, out)
 				}
 			}
