@@ -3,7 +3,6 @@ package virt
 import (
 	"context"
 	"fmt"
-	"sort"
 
 	"github.com/digitalocean/go-libvirt"
 )
@@ -19,30 +18,6 @@ func (c *Client) MdevNodeDevices(ctx context.Context) ([]string, error) {
 // mediated device types (virsh nodedev-list --cap mdev_types).
 func (c *Client) MdevParentNodeDevices(ctx context.Context) ([]string, error) {
 	return c.nodeDevicesWithCap(ctx, "list mediated device parents", libvirt.ConnectListNodeDevicesCapMdevTypes)
-}
-
-func (c *Client) nodeDevicesWithCap(ctx context.Context, op string, flags libvirt.ConnectListAllNodeDeviceFlags) ([]string, error) {
-	var out []string
-	err := c.Call(ctx, op, func(l *libvirt.Libvirt) error {
-		devs, _, err := l.ConnectListAllNodeDevices(1, uint32(flags))
-		if err != nil {
-			return err
-		}
-		sort.Slice(devs, func(i, j int) bool { return devs[i].Name < devs[j].Name })
-		out = make([]string, 0, len(devs))
-		for _, d := range devs {
-			doc, err := l.NodeDeviceGetXMLDesc(d.Name, 0)
-			if notFound(err) {
-				continue // removed while we listed
-			}
-			if err != nil {
-				return fmt.Errorf("reading node device %s: %w", d.Name, err)
-			}
-			out = append(out, doc)
-		}
-		return nil
-	})
-	return out, err
 }
 
 // DefineNodeDevice makes a node device persistent from its XML (virsh

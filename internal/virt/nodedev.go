@@ -23,9 +23,16 @@ import (
 // the host (virsh nodedev-list --cap pci, then nodedev-dumpxml each), in one
 // bounded call on the connection.
 func (c *Client) PCINodeDevices(ctx context.Context) ([]string, error) {
+	return c.nodeDevicesWithCap(ctx, "list PCI node devices", libvirt.ConnectListNodeDevicesCapPciDev)
+}
+
+// nodeDevicesWithCap returns the XML of every node device the flags select,
+// sorted by name, in one bounded call; a device removed while they are
+// listed (a hot unplug, an mdev stopped) is left out.
+func (c *Client) nodeDevicesWithCap(ctx context.Context, op string, flags libvirt.ConnectListAllNodeDeviceFlags) ([]string, error) {
 	var out []string
-	err := c.Call(ctx, "list PCI node devices", func(l *libvirt.Libvirt) error {
-		devs, _, err := l.ConnectListAllNodeDevices(1, uint32(libvirt.ConnectListNodeDevicesCapPciDev))
+	err := c.Call(ctx, op, func(l *libvirt.Libvirt) error {
+		devs, _, err := l.ConnectListAllNodeDevices(1, uint32(flags))
 		if err != nil {
 			return err
 		}
@@ -34,7 +41,7 @@ func (c *Client) PCINodeDevices(ctx context.Context) ([]string, error) {
 		for _, d := range devs {
 			doc, err := l.NodeDeviceGetXMLDesc(d.Name, 0)
 			if notFound(err) {
-				continue // removed while we listed (hot unplug)
+				continue // removed while we listed
 			}
 			if err != nil {
 				return fmt.Errorf("reading node device %s: %w", d.Name, err)
