@@ -135,13 +135,19 @@ func (b Binder) CheckNotInUse(ctx context.Context, addrs []vfio.Address) error {
 	if err != nil {
 		return &UsersError{Err: err}
 	}
+	return vfio.CheckNotInUse(addrs, hostdevUsers(raw))
+}
+
+// hostdevUsers keys PCIHostdevUsers' map by address; entries that are not
+// PCI addresses are left out.
+func hostdevUsers(raw map[string][]string) map[vfio.Address][]string {
 	users := map[vfio.Address][]string{}
 	for s, doms := range raw {
 		if a, err := vfio.ParseAddress(s); err == nil {
 			users[a] = doms
 		}
 	}
-	return vfio.CheckNotInUse(addrs, users)
+	return users
 }
 
 // Bind detaches each function of the plan to vfio-pci and checks it landed

@@ -38,12 +38,6 @@ func (e *ResetInUseError) Error() string {
 		strings.Join(e.Uses, "; "))
 }
 
-// resetMethodPath is the sysfs file listing the reset methods the kernel
-// found for a function, in the order it tries them.
-func resetMethodPath(a vfio.Address) string {
-	return "/sys/bus/pci/devices/" + a.String() + "/reset_method"
-}
-
 // Reset resets the PCI function target and the other functions of its
 // IOMMU group (bridges aside) through the kernel, each with the first
 // method its sysfs reset_method lists (function-level, power-management,
@@ -148,12 +142,7 @@ func checkResetNotInUse(ctx context.Context, h ResetHost, target vfio.Address, f
 	if err != nil {
 		return fmt.Errorf("learning which running domains use %s: %w", target, err)
 	}
-	users := map[vfio.Address][]string{}
-	for s, doms := range raw {
-		if a, err := vfio.ParseAddress(s); err == nil {
-			users[a] = doms
-		}
-	}
+	users := hostdevUsers(raw)
 	addrs := make([]vfio.Address, 0, len(fns))
 	for _, d := range fns {
 		addrs = append(addrs, d.Address)
@@ -170,7 +159,7 @@ func checkResetNotInUse(ctx context.Context, h ResetHost, target vfio.Address, f
 func resetMethods(ctx context.Context, h ResetHost, fns []*vfio.Device) (map[vfio.Address]string, error) {
 	paths := make([]string, 0, len(fns))
 	for _, d := range fns {
-		paths = append(paths, resetMethodPath(d.Address))
+		paths = append(paths, vfio.ResetMethodPath(d.Address))
 	}
 	files, err := h.ReadHostFiles(ctx, paths, 256)
 	if errors.Is(err, virt.ErrHostFilesUnsupported) {
@@ -184,7 +173,7 @@ func resetMethods(ctx context.Context, h ResetHost, fns []*vfio.Device) (map[vfi
 	}
 	methods := map[vfio.Address]string{}
 	for _, d := range fns {
-		if f := strings.Fields(string(files[resetMethodPath(d.Address)])); len(f) > 0 {
+		if f := vfio.ParseResetMethod(files[vfio.ResetMethodPath(d.Address)]); len(f) > 0 {
 			methods[d.Address] = f[0]
 		}
 	}
@@ -204,9 +193,9 @@ func joinAddresses(as []vfio.Address) string {
 }
 
 func joinDevices(ds []*vfio.Device) string {
-	parts := make([]string, 0, len(ds))
+	as := make([]vfio.Address, 0, len(ds))
 	for _, d := range ds {
-		parts = append(parts, d.Address.String())
+		as = append(as, d.Address)
 	}
-	return strings.Join(parts, ", ")
+	return joinAddresses(as)
 }
