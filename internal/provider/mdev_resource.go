@@ -147,11 +147,9 @@ func (r *mdevResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
-	if c == nil {
-		return
+	if m, ok := r.manager(plan, &resp.Diagnostics); ok {
+		checkMdev(ctx, m, mdevSpec(plan), &resp.Diagnostics)
 	}
-	checkMdev(ctx, mdev.Manager{Host: c}, mdevSpec(plan), &resp.Diagnostics)
 }
 
 func mdevSpec(m mdevModel) mdev.Spec {
@@ -180,14 +178,13 @@ func (r *mdevResource) Create(ctx context.Context, req resource.CreateRequest, r
 	}
 	ctx, cancel := context.WithTimeout(ctx, mdevTimeout)
 	defer cancel()
-	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
-	if c == nil {
+	m, ok := r.manager(plan, &resp.Diagnostics)
+	if !ok {
 		return
 	}
 	if plan.UUID.IsUnknown() || plan.UUID.IsNull() {
 		plan.UUID = types.StringValue(uuid.NewString())
 	}
-	m := mdev.Manager{Host: c}
 	s := mdevSpec(plan)
 	if !checkMdev(ctx, m, s, &resp.Diagnostics) {
 		return
@@ -203,6 +200,13 @@ func (r *mdevResource) Create(ctx context.Context, req resource.CreateRequest, r
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
+// manager is the mediated-device manager of the model's host; false (with
+// the error in diags) when the host cannot be reached.
+func (r *mdevResource) manager(m mdevModel, diags *diag.Diagnostics) (mdev.Manager, bool) {
+	c := r.data.client(m.Host.ValueString(), diags)
+	return mdev.Manager{Host: c}, c != nil
+}
+
 // setMdevState records whether d is started and will start with the host.
 func setMdevState(m *mdevModel, d mdev.Device) {
 	m.Active = types.BoolValue(d.Active)
@@ -215,11 +219,11 @@ func (r *mdevResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
-	if c == nil {
+	m, ok := r.manager(state, &resp.Diagnostics)
+	if !ok {
 		return
 	}
-	d, err := mdev.Manager{Host: c}.Find(ctx, state.UUID.ValueString())
+	d, err := m.Find(ctx, state.UUID.ValueString())
 	if err != nil {
 		addError(&resp.Diagnostics, "Reading mediated device "+state.UUID.ValueString(), err)
 		return
@@ -253,26 +257,25 @@ func (r *mdevResource) Update(ctx context.Context, req resource.UpdateRequest, r
 	}
 	ctx, cancel := context.WithTimeout(ctx, mdevTimeout)
 	defer cancel()
-	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
-	if c == nil {
+	m, ok := r.manager(plan, &resp.Diagnostics)
+	if !ok {
 		return
 	}
-	m := mdev.Manager{Host: c}
+	var restored mdev.Device
 	d, err := m.Find(ctx, plan.UUID.ValueString())
-	if err == nil && d == nil {
+	switch {
+	case err != nil:
+	case d == nil:
 		err = fmt.Errorf("the host no longer has it; refresh, and the next apply creates it again")
-	}
-	if err == nil {
-		var restored mdev.Device
+	default:
 		restored, err = m.Restore(ctx, mdevSpec(plan), *d)
-		d = &restored
 	}
 	if err != nil {
 		addError(&resp.Diagnostics, "Restoring mediated device "+plan.UUID.ValueString()+" failed", err)
 		return
 	}
-	plan.NodeDevice = types.StringValue(d.Name)
-	setMdevState(&plan, *d)
+	plan.NodeDevice = types.StringValue(restored.Name)
+	setMdevState(&plan, restored)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
@@ -284,11 +287,10 @@ func (r *mdevResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 	}
 	ctx, cancel := context.WithTimeout(ctx, mdevTimeout)
 	defer cancel()
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
-	if c == nil {
+	m, ok := r.manager(state, &resp.Diagnostics)
+	if !ok {
 		return
 	}
-	m := mdev.Manager{Host: c}
 	d, err := m.Find(ctx, state.UUID.ValueString())
 	if err == nil && d != nil {
 		err = m.Remove(ctx, *d)
