@@ -78,10 +78,10 @@ func nestedDomainGone(h *nestedhost.Host, name string) resource.TestCheckFunc {
 	}
 }
 
-// nestedGPUVM is a kohaku_vm "vm" on the nested host with the binding
-// "gpu"'s GPU: it boots L1's own kernel and initrd with no disk (it only has
-// to run), type qemu since L1 offers no KVM.
-func nestedGPUVM(name string) string {
+// nestedVM is a kohaku_vm "vm" on the nested host: it boots L1's own
+// kernel and initrd with no disk (it only has to run), type qemu since L1
+// offers no KVM, with the given lines (what it passes through) added.
+func nestedVM(name string, lines ...string) string {
 	return fmt.Sprintf(`
 resource "kohaku_vm" "vm" {
   name             = %q
@@ -91,10 +91,15 @@ resource "kohaku_vm" "vm" {
   kernel           = "/vmlinuz"
   initrd           = "/initrd.img"
   cmdline          = "console=ttyS0 panic=-1"
-  gpus             = [kohaku_gpu_binding.gpu.id]
   shutdown_timeout = "1s"
+  %s
 }
-`, name)
+`, name, strings.Join(lines, "\n  "))
+}
+
+// nestedGPUVM is nestedVM with the binding "gpu"'s GPU.
+func nestedGPUVM(name string) string {
+	return nestedVM(name, "gpus = [kohaku_gpu_binding.gpu.id]")
 }
 
 func onVFIO(h *nestedhost.Host) map[string]string {

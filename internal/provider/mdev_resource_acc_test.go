@@ -71,24 +71,12 @@ resource "kohaku_mdev" %q {
 }
 `, res, h.MdevParent, u)
 	}
-	cfg := providerBlock(h.URI) + mdevRes("m", uuid) + fmt.Sprintf(`
-resource "kohaku_vm" "vm" {
-  name             = %q
-  type             = "qemu"
-  vcpu             = 1
-  memory_mib       = 128
-  kernel           = "/vmlinuz"
-  initrd           = "/initrd.img"
-  cmdline          = "console=ttyS0 panic=-1"
-  mdevs            = [kohaku_mdev.m.uuid]
-  shutdown_timeout = "1s"
-}
-
+	cfg := providerBlock(h.URI) + mdevRes("m", uuid) + nestedVM(name, "mdevs = [kohaku_mdev.m.uuid]") + `
 data "kohaku_pci_devices" "after" {
   vendor_id  = "1234"
   depends_on = [kohaku_mdev.m]
 }
-`, name)
+`
 	// fill takes n more mtty-2 instances with transient mdevs made through
 	// libvirt; unfill removes them (also at the end, after a failure).
 	var filled []string

@@ -94,20 +94,7 @@ func TestAccVM_largeBARWindowAssigned(t *testing.T) {
 resource "kohaku_gpu_binding" "bar" {
   address = %q
 }
-
-resource "kohaku_vm" "vm" {
-  name             = %q
-  type             = "qemu"
-  firmware         = %q
-  vcpu             = 1
-  memory_mib       = 128
-  kernel           = "/vmlinuz"
-  initrd           = "/initrd.img"
-  cmdline          = "console=ttyS0 panic=-1"
-  gpus             = [kohaku_gpu_binding.bar.id]
-  shutdown_timeout = "1s"
-}
-`, h.BigBAR, name, firmware)
+`, h.BigBAR) + nestedVM(name, fmt.Sprintf("firmware = %q", firmware), "gpus = [kohaku_gpu_binding.bar.id]")
 	}
 	assigned := func(firmware, want string) resource.TestCheckFunc {
 		return func(*terraform.State) error {
