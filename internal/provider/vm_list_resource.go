@@ -140,7 +140,28 @@ func (l *vmListResource) result(ctx context.Context, c *virt.Client, cfg vmListM
 			return r, true
 		}
 		m.fromDomain(ctx, view, &prior, &r.Diagnostics)
+		m.asGeneratedConfig(ctx, &r.Diagnostics)
 		r.Diagnostics.Append(r.Resource.Set(ctx, &m)...)
 	}
 	return r, true
+}
+
+// asGeneratedConfig leaves out of a listed VM what the block `terraform
+// query -generate-config-out` writes from it must not set, though an import
+// reads it into state: base_pool of a disk that is no overlay (state holds
+// its default, which the validator refuses in configuration beside
+// volume). The import's plan then finds the same values from the
+// schema's defaults, and plans no change.
+func (m *vmModel) asGeneratedConfig(ctx context.Context, diags *diag.Diagnostics) {
+	if m.Disk.IsNull() || m.Disk.IsUnknown() {
+		return
+	}
+	d := m.disk(ctx, diags)
+	if d == nil || d.overlay() {
+		return
+	}
+	d.BasePool = types.StringNull()
+	v, dd := types.ObjectValueFrom(ctx, vmDiskAttrTypes, d)
+	diags.Append(dd...)
+	m.Disk = v
 }
