@@ -4,7 +4,8 @@
 # Run `make quickstart` from the repository root: it brings up a throwaway
 # libvirt host on this machine (internal/acctest/testhost/testhost.sh
 # quickstart) with the kohaku-quickstart network (192.168.123.0/24, DHCP,
-# reachable from this machine), builds the provider and applies this
+# reachable from this machine), installs the provider (make install: into
+# ~/.terraform.d/plugins, where terraform init finds it) and applies this
 # configuration with the test host's vendor-style Debian 12 cloud image,
 # served on loopback with its SHA256SUMS like a vendor's mirror. The image is
 # verified, uploaded through libvirt and booted through UEFI by its own boot
