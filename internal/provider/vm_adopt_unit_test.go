@@ -110,22 +110,3 @@ func TestAdoptionWarnings(t *testing.T) {
 		t.Errorf("a domain with nothing unmanaged warns: %v", diags)
 	}
 }
-
-// An adopted domain that autostarts, under a configuration that leaves
-// autostart out: the plan turning it off says so, and how to keep it.
-func TestAutostartOffWarning(t *testing.T) {
-	t.Parallel()
-	state := &vmModel{Name: types.StringValue("web-1"), Autostart: types.BoolValue(true)}
-	if w := autostartOffWarning(&vmModel{Autostart: types.BoolNull()}, state); !strings.Contains(w, "web-1") || !strings.Contains(w, "autostart = true") {
-		t.Errorf("no or unhelpful warning for an autostarting domain: %q", w)
-	}
-	for name, c := range map[string]struct{ config, state types.Bool }{
-		"configured false": {types.BoolValue(false), types.BoolValue(true)},
-		"configured true":  {types.BoolValue(true), types.BoolValue(true)},
-		"not autostarting": {types.BoolNull(), types.BoolValue(false)},
-	} {
-		if w := autostartOffWarning(&vmModel{Autostart: c.config}, &vmModel{Name: types.StringValue("x"), Autostart: c.state}); w != "" {
-			t.Errorf("%s: warned %q", name, w)
-		}
-	}
-}

@@ -138,9 +138,6 @@ func (r *vmResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequ
 	if state != nil {
 		plan.NetworkInterfaces = keepNICMACs(ctx, plan.NetworkInterfaces, config.NetworkInterfaces, state.NetworkInterfaces, &resp.Diagnostics)
 		planDataDisks(ctx, &plan, state, &resp.Diagnostics)
-		if w := autostartOffWarning(&config, state); w != "" {
-			resp.Diagnostics.AddAttributeWarning(path.Root("autostart"), "Autostart will be turned off", w)
-		}
 		if gone, _ := req.Private.GetKey(ctx, privateDomainGone); len(gone) > 0 {
 			plan.ID, plan.UUID = types.StringUnknown(), types.StringUnknown()
 			resp.RequiresReplace = append(resp.RequiresReplace, path.Root("id"))
@@ -151,18 +148,6 @@ func (r *vmResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequ
 		}
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
-}
-
-// autostartOffWarning says why a plan turns autostart off when the domain
-// autostarts (set by virsh, or by the tool that made an adopted domain) and
-// the configuration leaves autostart to its default, false; "" otherwise.
-func autostartOffWarning(config, state *vmModel) string {
-	if !config.Autostart.IsNull() || state.Autostart.IsNull() || state.Autostart.IsUnknown() || !state.Autostart.ValueBool() {
-		return ""
-	}
-	return fmt.Sprintf("The domain %s starts with the host's libvirt (autostart), but this configuration does not set "+
-		"autostart, whose default is false: applying this plan turns autostart off. To keep it, set autostart = true.",
-		state.Name.ValueString())
 }
 
 // keepNICMACs plans the MAC of each interface whose mac is not configured:
