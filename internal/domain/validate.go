@@ -179,9 +179,6 @@ func (v *validator) boot(s Spec) {
 		if s.Cmdline != "" {
 			v.add("cmdline", `kernel = "/var/lib/kohaku/boot/vmlinuz"`, "is set without a kernel")
 		}
-		if s.Disk == nil {
-			v.add("disk", `a disk, or kernel and initrd for direct kernel boot`, "nothing to boot from: no disk and no kernel")
-		}
 	} else if s.Disk == nil && s.Initrd == "" {
 		v.add("initrd", `"/var/lib/kohaku/boot/initrd.img"`, "a kernel without a disk needs an initrd to hold its userspace")
 	}

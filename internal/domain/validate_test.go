@@ -54,7 +54,7 @@ func TestValidate(t *testing.T) {
 		{"disk volume without pool", func(s *Spec) { s.Disk.Pool = "" }, []string{"disk.pool"}},
 		{"disk pool without volume", func(s *Spec) { s.Disk.Volume = "" }, []string{"disk.volume"}},
 		{"disk format", func(s *Spec) { s.Disk.Format = "vmdk" }, []string{"disk.format"}},
-		{"nothing to boot", func(s *Spec) { s.Disk = nil }, []string{"disk"}},
+		{"no disk and no kernel (boots from a CD-ROM or the network)", func(s *Spec) { s.Disk = nil }, nil},
 		{"initrd without kernel", func(s *Spec) { s.Initrd = "/i" }, []string{"initrd"}},
 		{"cmdline without kernel", func(s *Spec) { s.Cmdline = "console=ttyS0" }, []string{"cmdline"}},
 		{"kernel without disk or initrd", func(s *Spec) { s.Disk, s.Kernel = nil, "/k" }, []string{"initrd"}},
@@ -118,7 +118,7 @@ func TestValidate(t *testing.T) {
 				SharedFolders: []SharedFolder{{Source: "/a", Tag: ""}},
 				Hostdevs:      []string{"nope"},
 			}
-		}, []string{"name", "type", "vcpu", "memory_mib", "initrd", "disk", "network_interface[0].mac", "shared_folder[0].tag", "hostdev[0]"}},
+		}, []string{"name", "type", "vcpu", "memory_mib", "initrd", "network_interface[0].mac", "shared_folder[0].tag", "hostdev[0]"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

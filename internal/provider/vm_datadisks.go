@@ -215,7 +215,7 @@ func dataDisksFromDomain(ctx context.Context, st *domainView, prior *vmModel, di
 		}
 		v, dd := types.ObjectValueFrom(ctx, vmDataDiskAttrTypes, vmDataDiskModel{
 			Name: types.StringValue(d.Serial), SizeGiB: types.Int64Null(), Volume: types.StringValue(d.Volume),
-			Pool: types.StringValue(d.Pool), Format: types.StringValue(string(cmpOrFormat(d.Format))), Keep: types.BoolNull(),
+			Pool: types.StringValue(d.Pool), Format: types.StringValue(string(cmpOrFormat(d.Format))), Keep: types.BoolValue(false),
 			Serial: types.StringNull(),
 		})
 		diags.Append(dd...)

@@ -83,10 +83,11 @@ resource "kohaku_vm" "made" {
 	vol("vol.qcow2")
 	byHand("volume", disk("vda", prefix+"vol.qcow2"))
 	byHand("file", disk("vda", file("outside.qcow2")))
-	vol("overlay.qcow2", "--backing-vol", env.Base, "--backing-vol-format", "qcow2")
-	if p, _ := acctest.Virsh(env.URI, "vol-path", "--pool", env.ImagePool, env.Base); p == "" {
-		t.Fatalf("no path for the base volume %s", env.Base)
+	basePath, err := acctest.Virsh(env.URI, "vol-path", "--pool", env.ImagePool, env.Base)
+	if err != nil {
+		t.Fatalf("the base volume's path: %v\n%s", err, basePath)
 	}
+	vol("overlay.qcow2", "--backing-vol", strings.TrimSpace(basePath), "--backing-vol-format", "qcow2")
 	byHand("overlay", disk("vda", prefix+"overlay.qcow2"))
 	define(fmt.Sprintf(`<domain type='qemu'><name>%snodisk</name><memory unit='MiB'>96</memory><vcpu>1</vcpu>
 <os><type arch='x86_64' machine='q35'>hvm</type><kernel>%s</kernel><initrd>%s</initrd></os></domain>`, prefix, env.Kernel, env.Initrd))

@@ -148,11 +148,22 @@ func (l *vmListResource) result(ctx context.Context, c *virt.Client, cfg vmListM
 
 // asGeneratedConfig leaves out of a listed VM what the block `terraform
 // query -generate-config-out` writes from it must not set, though an import
-// reads it into state: base_pool of a disk that is no overlay (state holds
-// its default, which the validator refuses in configuration beside
-// volume). The import's plan then finds the same values from the
-// schema's defaults, and plans no change.
+// reads it into state: base_pool of a disk that is no overlay, and keep of
+// a data disk read as an existing volume (state holds their defaults, which
+// the validators refuse in configuration beside volume). The import's plan
+// then finds the same values from the schema's defaults, and plans no
+// change.
 func (m *vmModel) asGeneratedConfig(ctx context.Context, diags *diag.Diagnostics) {
+	if disks := m.dataDisks(ctx, diags); len(disks) > 0 {
+		for i := range disks {
+			if !disks[i].Volume.IsNull() {
+				disks[i].Keep = types.BoolNull()
+			}
+		}
+		v, dd := types.ListValueFrom(ctx, types.ObjectType{AttrTypes: vmDataDiskAttrTypes}, disks)
+		diags.Append(dd...)
+		m.DataDisks = v
+	}
 	if m.Disk.IsNull() || m.Disk.IsUnknown() {
 		return
 	}

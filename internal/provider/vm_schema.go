@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
@@ -126,7 +127,7 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 					"A disk with no `kernel` boots through firmware: the image's own boot loader under `firmware` (`bios` or `uefi`), as vendors' cloud images expect. " +
 					"A larger `size_gib` grows the overlay in place, with the same volume and the same data, see `size_gib`. " +
 					"Any other change to the disk replaces the VM, except naming the same base image another way (`image` for `base_pool`/`base_volume` or back), which changes only the state.",
-				PlanModifiers: []planmodifier.Object{imageDiskHasNoBasePool{}, diskRequiresReplace()},
+				PlanModifiers: []planmodifier.Object{imageDiskHasNoBasePool{}, fileDiskKeepsNoPool{}, diskRequiresReplace()},
 				Attributes: map[string]schema.Attribute{
 					"image": schema.StringAttribute{
 						Optional: true,
@@ -520,6 +521,46 @@ func shrinkRefusal(have, want int64) string {
 		"included, would be lost. Keep size_gib at %d or more. To start over on purpose with a new, smaller "+
 		"disk (everything on the current disk is deleted), replace the VM: terraform apply "+
 		"-replace=<this resource's address, e.g. kohaku_vm.NAME>.", want, have, want, have)
+}
+
+// fileDiskKeepsNoPool plans pool "" (what state holds) for a boot disk that
+// is a file in no storage pool, read by an import as its path in volume,
+// when the configuration names the same path and leaves pool unset: the
+// schema's default pool would otherwise replace the adopted VM. (Terraform's
+// generated configuration leaves empty strings out, so it cannot say pool =
+// "" itself.)
+type fileDiskKeepsNoPool struct{}
+
+func (fileDiskKeepsNoPool) Description(context.Context) string {
+	return "pool stays empty for a boot disk that is a file in no pool."
+}
+
+func (m fileDiskKeepsNoPool) MarkdownDescription(ctx context.Context) string {
+	return m.Description(ctx)
+}
+
+func (fileDiskKeepsNoPool) PlanModifyObject(ctx context.Context, req planmodifier.ObjectRequest, resp *planmodifier.ObjectResponse) {
+	if req.StateValue.IsNull() || req.PlanValue.IsNull() || req.PlanValue.IsUnknown() || req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	var st, cfg vmDiskModel
+	if d := req.StateValue.As(ctx, &st, objectAsOptions); d.HasError() {
+		return
+	}
+	if d := req.ConfigValue.As(ctx, &cfg, objectAsOptions); d.HasError() {
+		return
+	}
+	if !cfg.Pool.IsNull() || st.Pool.IsNull() || st.Pool.ValueString() != "" || cfg.Volume.IsUnknown() ||
+		!strings.HasPrefix(st.Volume.ValueString(), "/") || !cfg.Volume.Equal(st.Volume) {
+		return
+	}
+	attrs := req.PlanValue.Attributes()
+	attrs["pool"] = types.StringValue("")
+	v, d := types.ObjectValue(vmDiskAttrTypes, attrs)
+	resp.Diagnostics.Append(d...)
+	if !d.HasError() {
+		resp.PlanValue = v
+	}
 }
 
 // imageDiskHasNoBasePool plans base_pool null when the disk names its base

@@ -31,6 +31,15 @@ func (r *vmResource) ValidateConfig(ctx context.Context, req resource.ValidateCo
 	validateWaitConfig(&cfg, &resp.Diagnostics)
 	validateDataDisks(cfg.dataDisks(ctx, &resp.Diagnostics), &resp.Diagnostics)
 	addValidationErrors(&resp.Diagnostics, domain.Validate(in.Spec), in.report())
+	if cfg.Disk.IsNull() && cfg.Kernel.IsNull() {
+		// libvirt boots such a domain (from a CD-ROM or the network), and
+		// domains other tools made are often so; a new one is usually a
+		// mistake.
+		resp.Diagnostics.AddAttributeWarning(path.Root("disk"), "Nothing to boot from",
+			"The VM has no disk and no kernel: its firmware can boot it only from a CD-ROM or the network. "+
+				"For a VM that boots an operating system, set disk (for example disk = { image = "+
+				"kohaku_image.debian12.id }) or kernel and initrd for direct kernel boot.")
+	}
 
 	// A GPU bound on another host cannot be passed to this VM.
 	if !cfg.Host.IsUnknown() {
