@@ -79,7 +79,7 @@ locals {
 resource "kohaku_image" "debian12" {
   for_each     = local.worker_hosts
   host         = each.key
-  pool         = "images"
+  pool         = "default"
   name         = "debian-12-genericcloud-amd64.qcow2"
   source       = "https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2"
   checksum_url = "https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS"

@@ -71,7 +71,8 @@ func (r *mdevResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"and created again by the next apply; one found stopped, or no longer marked to autostart, shows as " +
 			"a change of `active` or `autostart`, and apply starts it and marks it again in place. The host's libvirt creates mediated devices with `mdevctl`, " +
 			"which must be installed there (libvirt 9.0 fails with \"Cannot find 'mdevctl' in path\" otherwise). " +
-			"Every attribute but `id` and `node_device` replaces the device when changed.",
+			"A change of `host`, `parent`, `type` or `uuid` replaces the device; `active` and `autostart` are " +
+			"put right in place, and `id` and `node_device` are computed.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed:      true,

@@ -53,10 +53,10 @@ func (r *seedResource) Configure(_ context.Context, req resource.ConfigureReques
 	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
-// contentChange is the sentence every content attribute's description ends with.
 // contentChange ends the description of every attribute that goes into the
-// seed's documents; the resource page's "Updates" section says the rest.
-const contentChange = " Changed in place; a VM sees it when rebuilt, or power-cycled with the default `instance_id` (see \"Updates\")."
+// seed's documents; the resource page's "Updates" section says, once, when a
+// VM sees such a change.
+const contentChange = " Changed in place (see \"Updates\")."
 
 func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}

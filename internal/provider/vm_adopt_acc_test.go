@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -24,8 +25,9 @@ import (
 
 // TestAccVM_adopt imports a domain defined by hand (virsh define, a boot
 // disk by file path, a second disk, a VNC display, a tablet, a description
-// and another tool's metadata) with an import block: the first plan
-// replaces nothing and changes nothing. Then memory and vCPUs change in
+// and another tool's metadata, marked to autostart) with an import block:
+// the first plan replaces nothing and changes nothing, autostart included
+// though the configuration leaves it unset. Then memory and vCPUs change in
 // place, and the definition before and after differs only in what Kohaku
 // owns. The domain is never started.
 func TestAccVM_adopt(t *testing.T) {
@@ -72,6 +74,9 @@ func TestAccVM_adopt(t *testing.T) {
 	}
 	if out, err := acctest.Virsh(env.URI, "define", f); err != nil {
 		t.Fatalf("defining %s by hand: %v\n%s", name, err, out)
+	}
+	if out, err := acctest.Virsh(env.URI, "autostart", name); err != nil {
+		t.Fatalf("marking %s to autostart: %v\n%s", name, err, out)
 	}
 
 	config := func(memory, vcpu int, extra ...string) string {
@@ -126,6 +131,7 @@ resource "kohaku_vm" "adopted" {
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("type"), knownvalue.StringExact("qemu")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("guest_agent"), knownvalue.Bool(false)),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("serial_log_path"), knownvalue.StringExact("")),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("autostart"), knownvalue.Bool(true)),
 				},
 				Check: func(*terraform.State) error {
 					before, err = acctest.Virsh(env.URI, "dumpxml", "--inactive", name)
@@ -133,15 +139,29 @@ resource "kohaku_vm" "adopted" {
 				},
 			},
 			{
-				// Memory and vCPUs change in place; the rest of the
-				// definition is left as it was.
-				Config: config(256, 2),
+				// Memory and vCPUs change in place, and autostart = false
+				// turns autostart off; the rest of the definition is left
+				// as it was.
+				Config: config(256, 2, `autostart = false`),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					expectNoReplacement(addr),
 					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
 				}},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("autostart"), knownvalue.Bool(false)),
+				},
 				Check: resource.ComposeAggregateTestCheckFunc(
 					acctest.CheckDomState(env, name, "shut off"),
+					func(*terraform.State) error {
+						out, err := acctest.Virsh(env.URI, "dominfo", name)
+						if err != nil {
+							return err
+						}
+						if !regexp.MustCompile(`(?m)^Autostart:\s+disable`).MatchString(out) {
+							return fmt.Errorf("autostart = false left %s marked to autostart:\n%s", name, out)
+						}
+						return nil
+					},
 					func(*terraform.State) error {
 						after, err := acctest.Virsh(env.URI, "dumpxml", "--inactive", name)
 						if err != nil {

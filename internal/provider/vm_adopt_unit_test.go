@@ -1,10 +1,13 @@
 package provider
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
@@ -108,5 +111,47 @@ func TestAdoptionWarnings(t *testing.T) {
 	addAdoptionWarnings(&diags, &vmlife.View{Observed: domain.Observed{Spec: domain.Spec{Name: "made"}}})
 	if len(diags) != 0 {
 		t.Errorf("a domain with nothing unmanaged warns: %v", diags)
+	}
+}
+
+// An adopted domain that autostarts keeps autostarting when the
+// configuration leaves autostart unset: the schema keeps the imported
+// state's value (no static default would plan it off), and only a new VM
+// gets false. A configured value always wins.
+func TestPlanAutostartKeepsTheDomainsOwn(t *testing.T) {
+	t.Parallel()
+	var sr resource.SchemaResponse
+	(&vmResource{}).Schema(context.Background(), resource.SchemaRequest{}, &sr)
+	a, ok := sr.Schema.Attributes["autostart"].(schema.BoolAttribute)
+	if !ok {
+		t.Fatalf("autostart is %T, want a bool attribute", sr.Schema.Attributes["autostart"])
+	}
+	if a.Default != nil {
+		t.Error("autostart has a static default, which plans an imported domain's autostart off")
+	}
+	if len(a.PlanModifiers) == 0 {
+		t.Error("autostart has no plan modifier to keep the state's value")
+	}
+
+	cases := []struct {
+		name         string
+		state        *vmModel
+		plan, config types.Bool
+		want         bool
+	}{
+		// UseStateForUnknown has put the imported state's true in the plan.
+		{"imported, unset", &vmModel{Autostart: types.BoolValue(true)}, types.BoolValue(true), types.BoolNull(), true},
+		{"imported, turned off", &vmModel{Autostart: types.BoolValue(true)}, types.BoolValue(false), types.BoolValue(false), false},
+		{"new VM, unset", nil, types.BoolUnknown(), types.BoolNull(), false},
+		{"new VM, on", nil, types.BoolValue(true), types.BoolValue(true), true},
+	}
+	for _, c := range cases {
+		plan := vmModel{Name: types.StringValue("web-1"), Autostart: c.plan, Type: types.StringValue("kvm"),
+			Machine: types.StringValue("q35"), Firmware: types.StringValue("bios"), GuestAgent: types.BoolValue(true)}
+		config := vmModel{Name: types.StringValue("web-1"), Autostart: c.config}
+		planDomainDefaults(&plan, &config, c.state)
+		if plan.Autostart.IsUnknown() || plan.Autostart.ValueBool() != c.want {
+			t.Errorf("%s: plans autostart %s, want %t", c.name, plan.Autostart, c.want)
+		}
 	}
 }

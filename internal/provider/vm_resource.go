@@ -90,6 +90,9 @@ func planDomainDefaults(plan, config *vmModel, state *vmModel) {
 	if plan.GuestAgent.IsUnknown() && config.GuestAgent.IsNull() {
 		plan.GuestAgent = types.BoolValue(true)
 	}
+	if plan.Autostart.IsUnknown() && config.Autostart.IsNull() {
+		plan.Autostart = types.BoolValue(false)
+	}
 	if config.CPUMode.IsNull() {
 		switch {
 		case has(func(m *vmModel) types.String { return m.CPUMode }) && plan.Type.Equal(state.Type):

@@ -36,7 +36,11 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 		Description: "A VM: a libvirt domain with a boot disk (a qcow2 overlay on a base image, an existing " +
 			"volume, or direct kernel boot), an optional cloud-init seed as a read-only CD-ROM, network " +
 			"interfaces, shared folders and PCI devices passed through with VFIO. " +
-			"Create defines the domain and starts it; a failure rolls back everything the create made. Changes " +
+			"Create defines the domain, starts it and waits until the guest is ready. A failure before the " +
+			"wait (overlay, data disks, define, autostart, start) rolls back everything the create made; a " +
+			"failed wait is handled as `on_ready_failure` says: by default (`keep`) the VM is left as it is, " +
+			"usually still running and holding its disks and any GPUs passed through, and is recorded as " +
+			"tainted so the next apply replaces it; `destroy` rolls it back instead. Changes " +
 			"to hardware (vCPUs, memory, interfaces, shared folders, PCI devices) are made in place by " +
 			"redefining the domain with the same UUID and restarting it if it runs; a larger `disk.size_gib` grows " +
 			"the boot disk in place, live and without a restart on a running VM, and a smaller one is refused; " +
@@ -205,7 +209,7 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			},
 			"network_interface": schema.ListNestedAttribute{
 				Optional:    true,
-				Description: "Network interfaces, in guest order. Changed in place: the domain is redefined and, if it runs, restarted.",
+				Description: "Network interfaces, in guest order. Unset or empty, a new VM has no network card at all (libvirt adds none by default): give at least one, e.g. `[{ type = \"network\", source = \"default\" }]`, for a guest you can reach. Changed in place: the domain is redefined and, if it runs, restarted.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"type": schema.StringAttribute{
 						Required: true,
@@ -401,10 +405,12 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 					"if it runs, restarted.",
 			},
 			"autostart": schema.BoolAttribute{
-				Optional:    true,
-				Computed:    true,
-				Default:     booldefault.StaticBool(false),
-				Description: "Start the VM when the host's libvirt starts. Default `false`. Changed in place.",
+				Optional: true,
+				Computed: true,
+				Description: "Start the VM when the host's libvirt starts. Default `false` for a new VM; unset keeps " +
+					"what the domain has, so an imported domain that autostarts keeps autostarting (set `false` to " +
+					"turn it off). Changed in place.",
+				PlanModifiers: []planmodifier.Bool{boolplanmodifier.UseStateForUnknown()},
 			},
 			"running": schema.BoolAttribute{
 				Optional: true,
@@ -432,11 +438,12 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 				Computed: true,
 				Default:  stringdefault.StaticString(string(vmlife.DestroyAuto)),
 				Description: "How destroy stops a running guest. `auto` (default): when everything the guest " +
-					"writes goes with the VM (its boot disk is the overlay this resource made, shared folders " +
-					"are read-only or absent), the guest is powered off at once, since a clean shutdown would " +
-					"protect nothing and a guest that ignores ACPI would hold destroy for the whole " +
-					"`shutdown_timeout`; when data outlives the VM (an existing `disk.volume`, a writable " +
-					"shared folder), the guest is asked to shut down (ACPI) first and forced off after " +
+					"writes goes with the VM (its boot disk is the overlay this resource made, its data disks " +
+					"are new volumes without `keep`, shared folders are read-only or absent), the guest is " +
+					"powered off at once, since a clean shutdown would protect nothing and a guest that ignores " +
+					"ACPI would hold destroy for the whole `shutdown_timeout`; when data outlives the VM (an " +
+					"existing `disk.volume`, a data disk with `keep` or an existing data disk `volume`, a " +
+					"writable shared folder), the guest is asked to shut down (ACPI) first and forced off after " +
 					"`shutdown_timeout`. `graceful`: always ask first. `force`: always power off at once. Stops " +
 					"and update restarts always ask first. Changed in place, without touching the domain.",
 				Validators: []validator.String{stringvalidator.OneOf(vmDestroyModes()...)},

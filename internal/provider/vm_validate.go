@@ -61,7 +61,7 @@ func validateDiskChoice(d *vmDiskModel, vmHost types.String, in *specInput, resp
 	if d == nil {
 		return
 	}
-	example := `disk = { image = kohaku_image.debian12.id } or disk = { base_pool = "images", base_volume = ` +
+	example := `disk = { image = kohaku_image.debian12.id } or disk = { base_pool = "default", base_volume = ` +
 		`"debian-12.qcow2" } for a new overlay on an image, or disk = { pool = "default", volume = ` +
 		`"web-1.qcow2" } for an existing volume`
 	if d.Image.IsUnknown() || d.BaseVolume.IsUnknown() || d.Volume.IsUnknown() {

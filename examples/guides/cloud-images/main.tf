@@ -70,8 +70,9 @@ resource "kohaku_vm" "app" {
   seed_id           = kohaku_seed.app.id
   network_interface = [{ type = "network", source = "default" }]
 
-  # The seed's content reaches the guest on its first boot only: replace the
-  # VM when the seed changes.
+  # The seed's content reaches the guest on a new instance only: replace the
+  # VM when the seed changes (or power-cycle it to keep its disk; see the
+  # seed page's Updates).
   lifecycle {
     replace_triggered_by = [kohaku_seed.app]
   }

@@ -23,7 +23,7 @@ resource "kohaku_vm" "web" {
   name       = "web"
   memory_mib = 2048
   disk = {
-    base_pool   = "images"
+    base_pool   = "default"
     base_volume = "debian-12-genericcloud-amd64.qcow2"
   }
   seed_id = kohaku_seed.web.id

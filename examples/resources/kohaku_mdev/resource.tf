@@ -21,7 +21,7 @@ resource "kohaku_vm" "worker" {
   memory_mib = 8192
 
   disk = {
-    base_pool   = "images"
+    base_pool   = "default"
     base_volume = "debian-12-genericcloud-amd64.qcow2"
   }
 

@@ -22,7 +22,7 @@ resource "kohaku_vm" "gpu" {
   memory_mib = 32768
 
   disk = {
-    base_pool   = "images"
+    base_pool   = "default"
     base_volume = "debian-12-genericcloud-amd64.qcow2"
     pool        = "default"
     size_gib    = 40

@@ -32,7 +32,7 @@ resource "kohaku_vm" "trainer" {
   memory_mib = 16384
 
   disk = {
-    base_pool   = "images"
+    base_pool   = "default"
     base_volume = "debian-12-genericcloud-amd64.qcow2"
     size_gib    = 40
   }
