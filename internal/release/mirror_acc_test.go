@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
+	"golang.org/x/mod/sumdb/dirhash"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 )
@@ -24,9 +25,10 @@ import (
 // 127.0.0.1 over HTTPS as a provider network mirror, installed by
 // `terraform init` and by `tofu init` through a provider_installation {
 // network_mirror } block with no dev_overrides, beside the built-in
-// terraform_data. The lock file's zh: hashes are the zips' digests;
-// `providers lock -platform=...` records both platforms; the installed
-// provider plans against the test host.
+// terraform_data. Every hash the lock file records is one of the zips'
+// (zh: their SHA-256, h1: their contents'); `providers lock -platform=...`
+// records both platforms; the installed provider plans against the test
+// host.
 func TestAccRelease_networkMirror(t *testing.T) {
 	uri := acctest.URI(t)
 	clis := map[string]string{"terraform": acctest.CLI()}
@@ -67,17 +69,41 @@ func TestAccRelease_networkMirror(t *testing.T) {
 	}
 	rc := filepath.Join(t.TempDir(), "cli.rc")
 	if err := os.WriteFile(rc, []byte(fmt.Sprintf(
-		"provider_installation {\n  network_mirror {\n    url     = %q\n    include = [\"*/kohaku/kohaku\"]\n  }\n  direct {\n    exclude = [\"*/kohaku/kohaku\"]\n  }\n}\n",
-		srv.URL+"/")), 0o644); err != nil {
+		"provider_installation {\n  network_mirror {\n    url     = %q\n    include = [%s]\n  }\n  direct {\n    exclude = [%[2]s]\n  }\n}\n",
+		srv.URL+"/", `"registry.terraform.io/kohaku/kohaku", "registry.opentofu.org/kohaku/kohaku"`)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	zh := map[Platform]string{}
-	for p := range a.Zips {
+	// What a lock file may hold for each zip: zh: is its SHA-256, h1: the
+	// hash of its contents (Terraform's dirhash over the unpacked files).
+	zh, h1 := map[Platform]string{}, map[Platform]string{}
+	for p, name := range a.Zips {
 		sum, err := a.ZipSHA256(p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		zh[p] = "zh:" + sum
+		if h1[p], err = dirhash.HashZip(filepath.Join(a.Out, name), dirhash.Hash1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// ours checks that every hash in a lock is one of this release's, and
+	// that the lock has the h1: of each platform given.
+	ours := func(t *testing.T, what string, lock lockFile, platforms ...Platform) {
+		t.Helper()
+		known := map[string]bool{}
+		for p := range a.Zips {
+			known[zh[p]], known[h1[p]] = true, true
+		}
+		for _, h := range lock.hashes {
+			if !known[h] {
+				t.Errorf("%s: the lock file has %s, which is no hash of this release's zips", what, h)
+			}
+		}
+		for _, p := range platforms {
+			if !lock.has(h1[p]) {
+				t.Errorf("%s: the lock file lacks %s's %s; it has %v", what, p, h1[p], lock.hashes)
+			}
+		}
 	}
 
 	config := fmt.Sprintf(`terraform {
@@ -135,19 +161,7 @@ output "address" {
 			if !strings.Contains(lock.version, ver) {
 				t.Errorf("the lock file records version %q, want %s", lock.version, ver)
 			}
-			for p, h := range zh {
-				if !lock.has(h) {
-					t.Errorf("the lock file lacks the %s zip's hash %s; it has %v", p, h, lock.hashes)
-				}
-			}
-			for _, h := range lock.hashes {
-				if strings.HasPrefix(h, "zh:") && h != zh[here] && h != zh[other] {
-					t.Errorf("the lock file has a zh: hash %s of no zip in the release", h)
-				}
-			}
-			if n := lock.count("h1:"); n != 1 {
-				t.Errorf("after init the lock has %d h1: hashes, want 1 (this machine's package): %v", n, lock.hashes)
-			}
+			ours(t, "init", lock, here)
 			out := run("plan", "-input=false", "-no-color")
 			if !strings.Contains(out, `"0000:3b:00.0"`) || !strings.Contains(out, "terraform_data.beside will be created") {
 				t.Errorf("the plan with the installed provider lacks the function's value or the resource beside it:\n%s", out)
@@ -159,15 +173,7 @@ output "address" {
 				t.Fatal(err)
 			}
 			run("providers", "lock", "-no-color", "-net-mirror="+srv.URL+"/", "-platform="+here.String(), "-platform="+other.String())
-			lock = readLock(t, dir)
-			if n := lock.count("h1:"); n != 2 {
-				t.Errorf("providers lock for two platforms recorded %d h1: hashes, want 2: %v", n, lock.hashes)
-			}
-			for p, h := range zh {
-				if !lock.has(h) {
-					t.Errorf("providers lock lacks %s's %s: %v", p, h, lock.hashes)
-				}
-			}
+			ours(t, "providers lock", readLock(t, dir), here, other)
 		})
 	}
 }
