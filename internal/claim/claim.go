@@ -241,6 +241,11 @@ func (c *Claimer) Take(ctx context.Context, d Device, h Holder) (*Taken, error) 
 	if err != nil {
 		return nil, fmt.Errorf("claiming %s: listing the host's domains: %w", d.Address, err)
 	}
+	return c.take(ctx, d, h, doms)
+}
+
+// take is Take with the host's domains read.
+func (c *Claimer) take(ctx context.Context, d Device, h Holder, doms []Domain) (*Taken, error) {
 	if e := byHand(d, h, doms); e != nil {
 		return nil, e
 	}
@@ -378,11 +383,18 @@ func byHand(d Device, h Holder, doms []Domain) error {
 
 // TakeAll claims every device for h, or none: when one cannot be taken,
 // those taken by this call are given back and the error names the one
-// that failed.
+// that failed. The host's domains are read once for all of them.
 func (c *Claimer) TakeAll(ctx context.Context, devs []Device, h Holder) ([]*Taken, error) {
+	if h.UUID == "" || h.VM == "" {
+		return nil, fmt.Errorf("claiming devices: the holder needs a VM name and the UUID its domain will have")
+	}
+	doms, err := c.Host.Domains(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("claiming devices: listing the host's domains: %w", err)
+	}
 	var out []*Taken
 	for _, d := range devs {
-		t, err := c.Take(ctx, d, h)
+		t, err := c.take(ctx, d, h, doms)
 		if err != nil {
 			var undo []string
 			for _, done := range out {

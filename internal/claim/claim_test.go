@@ -332,7 +332,11 @@ func TestTakeAll_allOrNothing(t *testing.T) {
 	if _, err := c.Take(context.Background(), other, holder(9)); err != nil {
 		t.Fatal(err)
 	}
+	reads := f.domainReads.Load()
 	_, err := c.TakeAll(context.Background(), []Device{dev, other}, holder(1))
+	if n := f.domainReads.Load() - reads; n != 1 {
+		t.Errorf("TakeAll of 2 devices read the domains %d times, want once", n)
+	}
 	var ce *ClaimedError
 	if !errors.As(err, &ce) || ce.Device != other.Address {
 		t.Fatalf("TakeAll: %v", err)

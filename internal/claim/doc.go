@@ -57,9 +57,15 @@
 //     attempt reserves .takeover-<token>-2, and so on.
 //   - What is not covered: an apply stalled for longer than StaleAfter
 //     between its claim and its define can find its claim taken over; its
-//     define then goes ahead on a device another VM holds. The create
-//     checks the claim again (Take returns Already) right before it
-//     defines, which leaves a window of one define call.
+//     define would then go ahead on a device another VM holds. The create
+//     is to take its claims again right before it defines (Take returns
+//     Already while they are still its own), which narrows that to the
+//     window of one define call.
+//   - A connection lost after the claim was made but before libvirt
+//     answered: the apply does not know it holds the claim; taking it
+//     again returns Already, since the claim names its VM's UUID. A
+//     scratch volume (kohaku-scratch-*) may be left in the pool; it is
+//     not a claim and nothing reads it.
 //   - A volume in the pool named like a claim but holding something else
 //     is reported (ForeignVolumeError) and never deleted.
 //

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // fakeHost is a host's claim pool and domains in memory, atomic as
@@ -20,6 +21,7 @@ type fakeHost struct {
 	// afterCreate runs after every create that succeeded.
 	afterCreate func(name string)
 	creates     int
+	domainReads atomic.Int64
 	deletes     []string
 }
 
@@ -71,6 +73,7 @@ func (f *fakeHost) ListClaims(context.Context) ([]string, error) {
 }
 
 func (f *fakeHost) Domains(context.Context) ([]Domain, error) {
+	f.domainReads.Add(1)
 	if f.beforeDomains != nil {
 		f.beforeDomains()
 	}

@@ -1,0 +1,199 @@
+package virt
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/claim"
+	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
+)
+
+// The Client is a claim.Host: claims are volumes of the host's claim pool.
+var _ claim.Host = (*Client)(nil)
+
+// claimLimit bounds what a claim volume may hold when read.
+const claimLimit = 64 << 10
+
+// ensureClaimPool returns the claim pool, defining, building and starting
+// it (autostarted) when the host has none yet. Two applies doing so at
+// once both succeed: a define that fails because the other defined the
+// pool first, or a start that fails because the other started it, is
+// followed by a look that finds it there and running.
+func ensureClaimPool(l *libvirt.Libvirt) (libvirt.StoragePool, error) {
+	p, err := l.StoragePoolLookupByName(claim.Pool)
+	if err != nil && !libvirtCode(err, libvirt.ErrNoStoragePool) {
+		return p, err
+	}
+	if err != nil {
+		doc, merr := (&libvirtxml.StoragePool{
+			Type:   "dir",
+			Name:   claim.Pool,
+			Target: &libvirtxml.StoragePoolTarget{Path: claim.PoolPath, Permissions: &libvirtxml.StoragePoolTargetPermissions{Mode: "0700"}},
+		}).Marshal()
+		if merr != nil {
+			return p, merr
+		}
+		var derr error
+		if p, derr = l.StoragePoolDefineXML(doc, 0); derr != nil {
+			if p, err = l.StoragePoolLookupByName(claim.Pool); err != nil {
+				return p, fmt.Errorf("defining the claim pool %s at %s: %w", claim.Pool, claim.PoolPath, derr)
+			}
+		} else {
+			if err := l.StoragePoolBuild(p, 0); err != nil {
+				return p, fmt.Errorf("building the claim pool %s (mkdir %s): %w", claim.Pool, claim.PoolPath, err)
+			}
+			_ = l.StoragePoolSetAutostart(p, 1) // a pool not autostarted is started again on first use
+		}
+	}
+	active, err := l.StoragePoolIsActive(p)
+	if err != nil {
+		return p, err
+	}
+	if active == 0 {
+		if serr := l.StoragePoolCreate(p, 0); serr != nil {
+			if active, err = l.StoragePoolIsActive(p); err != nil || active == 0 {
+				return p, fmt.Errorf("starting the claim pool %s: %w", claim.Pool, serr)
+			}
+		}
+	}
+	return p, nil
+}
+
+// CreateClaim creates the claim volume name holding content, atomically:
+// the content is uploaded to a scratch volume first and the claim is
+// created as its clone, so the claim appears with its content or not at
+// all, and the clone fails when the name exists (libvirt checks and adds
+// the name under the pool's lock). That failure wraps fs.ErrExist. The
+// scratch volume is deleted either way.
+func (c *Client) CreateClaim(ctx context.Context, name string, content []byte) error {
+	return c.Call(ctx, "create claim "+name, func(l *libvirt.Libvirt) error {
+		p, err := ensureClaimPool(l)
+		if err != nil {
+			return err
+		}
+		if _, err := l.StorageVolLookupByName(p, name); err == nil {
+			return fmt.Errorf("claim volume %s: %w", name, fs.ErrExist)
+		} else if !libvirtCode(err, libvirt.ErrNoStorageVol) {
+			return err
+		}
+		b := make([]byte, 6)
+		_, _ = rand.Read(b)
+		scratch := "kohaku-scratch-" + hex.EncodeToString(b)
+		vol := func(n string) (string, error) {
+			return (&libvirtxml.StorageVolume{
+				Name:     n,
+				Capacity: &libvirtxml.StorageVolumeSize{Value: uint64(len(content)), Unit: "bytes"},
+				Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: "raw"}},
+			}).Marshal()
+		}
+		doc, err := vol(scratch)
+		if err != nil {
+			return err
+		}
+		sv, err := l.StorageVolCreateXML(p, doc, 0)
+		if err != nil {
+			return fmt.Errorf("creating the scratch volume %s: %w", scratch, err)
+		}
+		defer func() { _ = l.StorageVolDelete(sv, 0) }()
+		if err := l.StorageVolUpload(sv, bytes.NewReader(content), 0, uint64(len(content)), 0); err != nil {
+			return fmt.Errorf("writing the claim to %s: %w", scratch, err)
+		}
+		if doc, err = vol(name); err != nil {
+			return err
+		}
+		if _, err := l.StorageVolCreateXMLFrom(p, doc, sv, 0); err != nil {
+			if libvirtCode(err, libvirt.ErrStorageVolExist) {
+				return fmt.Errorf("claim volume %s: %w", name, fs.ErrExist)
+			}
+			return err
+		}
+		return nil
+	})
+}
+
+// claimReadWait bounds ReadClaim's wait for a claim another apply is
+// cloning into place ("still being allocated").
+const claimReadWait = 5 * time.Second
+
+// ReadClaim returns a claim volume's content; one that (or whose pool)
+// does not exist is an error wrapping fs.ErrNotExist.
+func (c *Client) ReadClaim(ctx context.Context, name string) ([]byte, error) {
+	deadline := time.Now().Add(claimReadWait)
+	for {
+		_, b, err := c.ReadVolume(ctx, claim.Pool, name, claimLimit)
+		if errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("claim volume %s: %w", name, fs.ErrNotExist)
+		}
+		if err == nil || !strings.Contains(err.Error(), "being allocated") || time.Now().After(deadline) {
+			return b, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// DeleteClaim deletes a claim volume; one already gone is no error.
+func (c *Client) DeleteClaim(ctx context.Context, name string) error {
+	return c.RemoveVolume(ctx, claim.Pool, name)
+}
+
+// ListClaims lists the claim pool's volume names; none when the host has
+// no claim pool yet.
+func (c *Client) ListClaims(ctx context.Context) ([]string, error) {
+	names, err := c.ListVolumeNames(ctx, claim.Pool)
+	if errors.Is(err, ErrPoolNotFound) {
+		return nil, nil
+	}
+	return names, err
+}
+
+// Domains lists every domain of the host, running or only defined, with
+// the host PCI functions its XML has as hostdevs (a running domain's live
+// XML, so a device attached by hand counts).
+func (c *Client) Domains(ctx context.Context) ([]claim.Domain, error) {
+	var out []claim.Domain
+	err := c.Call(ctx, "list domains and their PCI hostdevs", func(l *libvirt.Libvirt) error {
+		doms, _, err := l.ConnectListAllDomains(1, 0)
+		if err != nil {
+			return err
+		}
+		out = make([]claim.Domain, 0, len(doms))
+		for _, d := range doms {
+			doc, err := l.DomainGetXMLDesc(d, 0)
+			if notFound(err) {
+				continue // undefined while we listed
+			}
+			if err != nil {
+				return fmt.Errorf("reading domain %s: %w", d.Name, err)
+			}
+			addrs, err := pciHostdevs(doc)
+			if err != nil {
+				return fmt.Errorf("domain %s: %w", d.Name, err)
+			}
+			cd := claim.Domain{Name: d.Name, UUID: FormatUUID(d.UUID)}
+			for _, s := range addrs {
+				a, err := vfio.ParseAddress(s)
+				if err != nil {
+					return fmt.Errorf("domain %s: hostdev %s: %w", d.Name, s, err)
+				}
+				cd.Hostdevs = append(cd.Hostdevs, a)
+			}
+			out = append(out, cd)
+		}
+		return nil
+	})
+	return out, err
+}
