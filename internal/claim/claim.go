@@ -324,11 +324,12 @@ func (c *Claimer) takeOver(ctx context.Context, dev vfio.Address, cur *Record, r
 	// The reservation is ours: the claim is still cur unless cur's holder
 	// gave it back (then someone may have claimed it afresh).
 	now, err := c.read(ctx, name)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	gone := errors.Is(err, fs.ErrNotExist)
+	if err != nil && !gone {
 		release()
 		return nil, false, fmt.Errorf("claiming %s: reading its claim again: %w", dev, err)
 	}
-	if err != nil || now.Token != cur.Token {
+	if gone || now.Token != cur.Token {
 		release()
 		return nil, true, nil
 	}

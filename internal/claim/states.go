@@ -53,7 +53,7 @@ func (c *Claimer) Annotate(gpus []placement.GPU, claims []Record, doms []Domain,
 			if c.Stale(rec, doms) {
 				g.Holder = fmt.Sprintf("stale claim of %s, to be taken over", rec.Holder)
 			} else {
-				g.State, g.Holder = placement.Claimed, rec.Holder.String()
+				g.State, g.Holder = placement.Claimed, rec.String()
 			}
 			if g.State == placement.Claimed {
 				continue
