@@ -54,11 +54,15 @@ type Host interface {
 	Domains(ctx context.Context) ([]Domain, error)
 }
 
-// Domain is one domain of a host as claims see it.
+// Domain is one domain of a host as claims (and capacity) see it.
 type Domain struct {
 	Name     string
 	UUID     string
 	Hostdevs []vfio.Address
+	// PinnedCPUs are the host CPUs its vCPUs are pinned to one to one
+	// (a <vcpupin> whose cpuset is a single CPU), sorted. A pin to a
+	// set of CPUs (a whole NUMA node) takes none for itself.
+	PinnedCPUs []int
 }
 
 // Holder is who takes a claim: a VM, known by its domain UUID (chosen

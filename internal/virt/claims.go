@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/claim"
+	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 )
 
@@ -179,21 +181,46 @@ func (c *Client) Domains(ctx context.Context) ([]claim.Domain, error) {
 			if err != nil {
 				return fmt.Errorf("reading domain %s: %w", d.Name, err)
 			}
-			addrs, err := pciHostdevs(doc)
+			cd, err := claimDomain(doc)
 			if err != nil {
 				return fmt.Errorf("domain %s: %w", d.Name, err)
 			}
-			cd := claim.Domain{Name: d.Name, UUID: FormatUUID(d.UUID)}
-			for _, s := range addrs {
-				a, err := vfio.ParseAddress(s)
-				if err != nil {
-					return fmt.Errorf("domain %s: hostdev %s: %w", d.Name, s, err)
-				}
-				cd.Hostdevs = append(cd.Hostdevs, a)
-			}
+			cd.Name, cd.UUID = d.Name, FormatUUID(d.UUID)
 			out = append(out, cd)
 		}
 		return nil
 	})
 	return out, err
+}
+
+// claimDomain reads what a domain takes of its host from its XML: its PCI
+// hostdevs and the CPUs its vCPUs are pinned to one to one.
+func claimDomain(doc string) (claim.Domain, error) {
+	var cd claim.Domain
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(doc); err != nil {
+		return cd, fmt.Errorf("parsing domain XML: %w", err)
+	}
+	if dom.Devices != nil {
+		for _, h := range dom.Devices.Hostdevs {
+			if h.SubsysPCI == nil || h.SubsysPCI.Source == nil || h.SubsysPCI.Source.Address == nil {
+				continue
+			}
+			a := h.SubsysPCI.Source.Address
+			cd.Hostdevs = append(cd.Hostdevs, vfio.Address{Domain: uint16(pciField(a.Domain)), Bus: uint8(pciField(a.Bus)), Slot: uint8(pciField(a.Slot)), Function: uint8(pciField(a.Function))})
+		}
+	}
+	if dom.CPUTune != nil {
+		for _, p := range dom.CPUTune.VCPUPin {
+			cpus, err := domain.ParseCPUSet(p.CPUSet)
+			if err != nil {
+				return cd, fmt.Errorf("vcpupin of vCPU %d: %w", p.VCPU, err)
+			}
+			if len(cpus) == 1 && !slices.Contains(cd.PinnedCPUs, cpus[0]) {
+				cd.PinnedCPUs = append(cd.PinnedCPUs, cpus[0])
+			}
+		}
+		slices.Sort(cd.PinnedCPUs)
+	}
+	return cd, nil
 }
