@@ -64,6 +64,10 @@
 // huge pages, pinned CPUs) from its copy, so the next request sees what is
 // left and a fleet of 8 hosts costs 8 reads for 50 VMs (BenchmarkPlace50
 // reports host-reads/apply). A host that cannot be read is counted as down.
+// capacity.Reader is the Source over libvirt connections: one read of a
+// host is its NUMA nodes, its PCI node devices (GPUs and mdev types), its
+// claims, its domains (hostdevs and pinned CPUs) and, where the connection
+// can read the host's files, its GPUs' BARs.
 //
 // # Sticky placement
 //
