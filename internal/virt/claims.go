@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -76,9 +77,13 @@ func ensureClaimPool(l *libvirt.Libvirt) (libvirt.StoragePool, error) {
 // created as its clone, so the claim appears with its content or not at
 // all, and the clone fails when the name exists (libvirt checks and adds
 // the name under the pool's lock). That failure wraps fs.ErrExist. The
-// scratch volume is deleted either way.
+// scratch volume is deleted either way, once the call is over.
 func (c *Client) CreateClaim(ctx context.Context, name string, content []byte) error {
-	return c.Call(ctx, "create claim "+name, func(l *libvirt.Libvirt) error {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	scratch := "kohaku-scratch-" + hex.EncodeToString(b)
+	var made atomic.Bool
+	err := c.Call(ctx, "create claim "+name, func(l *libvirt.Libvirt) error {
 		p, err := ensureClaimPool(l)
 		if err != nil {
 			return err
@@ -88,9 +93,6 @@ func (c *Client) CreateClaim(ctx context.Context, name string, content []byte) e
 		} else if !libvirtCode(err, libvirt.ErrNoStorageVol) {
 			return err
 		}
-		b := make([]byte, 6)
-		_, _ = rand.Read(b)
-		scratch := "kohaku-scratch-" + hex.EncodeToString(b)
 		vol := func(n string) (string, error) {
 			return (&libvirtxml.StorageVolume{
 				Name:     n,
@@ -102,11 +104,11 @@ func (c *Client) CreateClaim(ctx context.Context, name string, content []byte) e
 		if err != nil {
 			return err
 		}
+		made.Store(true)
 		sv, err := l.StorageVolCreateXML(p, doc, 0)
 		if err != nil {
 			return fmt.Errorf("creating the scratch volume %s: %w", scratch, err)
 		}
-		defer func() { _ = l.StorageVolDelete(sv, 0) }()
 		if err := l.StorageVolUpload(sv, bytes.NewReader(content), 0, uint64(len(content)), 0); err != nil {
 			return fmt.Errorf("writing the claim to %s: %w", scratch, err)
 		}
@@ -114,13 +116,28 @@ func (c *Client) CreateClaim(ctx context.Context, name string, content []byte) e
 			return err
 		}
 		if _, err := l.StorageVolCreateXMLFrom(p, doc, sv, 0); err != nil {
-			if libvirtCode(err, libvirt.ErrStorageVolExist) {
+			if volumeNameTaken(err) {
 				return fmt.Errorf("claim volume %s: %w", name, fs.ErrExist)
 			}
 			return err
 		}
 		return nil
 	})
+	if made.Load() {
+		// libvirtd may still hold the scratch volume for the upload's
+		// stream it is tearing down; deleteUnused waits for it. A scratch
+		// volume left behind is not a claim and nothing reads it.
+		_ = c.deleteUnused(context.WithoutCancel(ctx), claim.Pool, scratch)
+	}
+	return err
+}
+
+// volumeNameTaken reports whether libvirt refused to create a volume
+// because its name is in use in the pool: a volume create says so with
+// its own code, a clone (storageVolCreateXMLFrom) with an internal error
+// "storage volume name '...' already in use".
+func volumeNameTaken(err error) bool {
+	return libvirtCode(err, libvirt.ErrStorageVolExist) || strings.Contains(err.Error(), "already in use")
 }
 
 // claimReadWait bounds ReadClaim's wait for a claim another apply is

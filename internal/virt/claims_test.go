@@ -1,8 +1,11 @@
 package virt
 
 import (
+	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/digitalocean/go-libvirt"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 )
@@ -40,5 +43,22 @@ func TestClaimDomain_hostdevsAndOneToOnePins(t *testing.T) {
 	}
 	if _, err := claimDomain("<domain"); err == nil {
 		t.Error("broken XML parsed")
+	}
+}
+
+func TestVolumeNameTaken(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{libvirt.Error{Code: uint32(libvirt.ErrStorageVolExist), Message: "storage volume 'kohaku-claim-0000_3b_00_0' exists already"}, true},
+		{fmt.Errorf("create claim: %w", libvirt.Error{Code: uint32(libvirt.ErrInternalError), Message: "internal error: storage volume name 'kohaku-claim-0000_3b_00_0' already in use."}), true},
+		{libvirt.Error{Code: uint32(libvirt.ErrOperationInvalid), Message: "volume 'kohaku-scratch-1' is still in use."}, false},
+		{libvirt.Error{Code: uint32(libvirt.ErrNoStoragePool), Message: "no storage pool with matching name 'kohaku-claims'"}, false},
+	} {
+		if got := volumeNameTaken(c.err); got != c.want {
+			t.Errorf("volumeNameTaken(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
