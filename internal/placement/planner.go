@@ -101,7 +101,7 @@ func Deduct(h *Host, r *Request, pl *Placement) {
 		if nd == nil {
 			continue
 		}
-		if r.HugePageKiB > 0 {
+		if r.HugePageKiB > 0 && nd.FreeHugePages != nil {
 			pages := uint64(mib) << 10 / r.HugePageKiB
 			nd.FreeHugePages[r.HugePageKiB] -= min(pages, nd.FreeHugePages[r.HugePageKiB])
 		} else {

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -327,7 +328,11 @@ func ValidateAgainstFleet(r *Request, hosts []*Host) error {
 	}
 	sel := r.GPU.Selector
 	bestHost, bestHostN, bestNode, bestNodeN := "", 0, "", 0
-	for _, h := range hosts {
+	// hosts in name order and nodes by id, so the host and node a
+	// message names are always the same
+	sorted := slices.Clone(hosts)
+	slices.SortFunc(sorted, func(a, b *Host) int { return strings.Compare(a.Name, b.Name) })
+	for _, h := range sorted {
 		if !allowed(r, h.Name) {
 			continue
 		}
@@ -342,8 +347,8 @@ func ValidateAgainstFleet(r *Request, hosts []*Host) error {
 		if total > bestHostN {
 			bestHost, bestHostN = h.Name, total
 		}
-		for id, c := range perNode {
-			if c > bestNodeN || (c == bestNodeN && bestNode == "") {
+		for _, id := range slices.Sorted(maps.Keys(perNode)) {
+			if c := perNode[id]; c > bestNodeN {
 				bestNode, bestNodeN = fmt.Sprintf("%s node %d", h.Name, id), c
 			}
 		}

@@ -93,3 +93,16 @@ func TestParseSelector(t *testing.T) {
 		t.Errorf("ParsePolicy(\"\") = %q, %v; want pack", p, err)
 	}
 }
+
+func TestValidateAgainstFleet_namesTheSameHostAndNodeWhateverTheOrder(t *testing.T) {
+	t.Parallel()
+	fleet := []*Host{hgx("b"), hgx("a"), hgx("c")}
+	r := &Request{GPU: h100s(5), NUMALocal: true, VCPUs: 1, MemoryMiB: 1}
+	for i := range 30 {
+		fleet[0], fleet[i%3] = fleet[i%3], fleet[0]
+		err := ValidateAgainstFleet(r, fleet)
+		if err == nil || !strings.Contains(err.Error(), "(a node 0)") {
+			t.Fatalf("order %v: %v, want it to name a node 0", hostNames(fleet), err)
+		}
+	}
+}
