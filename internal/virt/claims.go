@@ -27,11 +27,11 @@ var _ claim.Host = (*Client)(nil)
 // claimLimit bounds what a claim volume may hold when read.
 const claimLimit = 64 << 10
 
-// ensureClaimPool returns the claim pool, defining, building and starting
-// it (autostarted) when the host has none yet. Two applies doing so at
-// once both succeed: a define that fails because the other defined the
-// pool first, or a start that fails because the other started it, is
-// followed by a look that finds it there and running.
+// ensureClaimPool returns the claim pool, defining it (autostarted) and
+// starting it (building its directory) when the host has none yet. Two
+// applies doing so at once both succeed: a define that fails because the
+// other defined the pool first, or a start that fails because the other
+// started it, is followed by a look that finds it there and running.
 func ensureClaimPool(l *libvirt.Libvirt) (libvirt.StoragePool, error) {
 	p, err := l.StoragePoolLookupByName(claim.Pool)
 	if err != nil && !libvirtCode(err, libvirt.ErrNoStoragePool) {
@@ -52,9 +52,6 @@ func ensureClaimPool(l *libvirt.Libvirt) (libvirt.StoragePool, error) {
 				return p, fmt.Errorf("defining the claim pool %s at %s: %w", claim.Pool, claim.PoolPath, derr)
 			}
 		} else {
-			if err := l.StoragePoolBuild(p, 0); err != nil {
-				return p, fmt.Errorf("building the claim pool %s (mkdir %s): %w", claim.Pool, claim.PoolPath, err)
-			}
 			_ = l.StoragePoolSetAutostart(p, 1) // a pool not autostarted is started again on first use
 		}
 	}
@@ -63,8 +60,17 @@ func ensureClaimPool(l *libvirt.Libvirt) (libvirt.StoragePool, error) {
 		return p, err
 	}
 	if active == 0 {
-		if serr := l.StoragePoolCreate(p, 0); serr != nil {
-			if active, err = l.StoragePoolIsActive(p); err != nil || active == 0 {
+		// WithBuild makes the directory first when it is not there, so
+		// whichever apply starts the pool needs no build of its own.
+		if serr := l.StoragePoolCreate(p, libvirt.StoragePoolCreateWithBuild); serr != nil {
+			if active, err = l.StoragePoolIsActive(p); err == nil && active == 0 {
+				// a build that refused the directory already there
+				if l.StoragePoolCreate(p, 0) == nil {
+					return p, nil
+				}
+				active, err = l.StoragePoolIsActive(p)
+			}
+			if err != nil || active == 0 {
 				return p, fmt.Errorf("starting the claim pool %s: %w", claim.Pool, serr)
 			}
 		}
