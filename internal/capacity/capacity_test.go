@@ -32,6 +32,9 @@ type fakeHost struct {
 
 func (f *fakeHost) CreateClaim(_ context.Context, name string, b []byte) error {
 	f.calls["CreateClaim"]++
+	if _, ok := f.vols[name]; ok {
+		return fmt.Errorf("volume %s: %w", name, fs.ErrExist)
+	}
 	f.vols[name] = b
 	return nil
 }
@@ -182,5 +185,44 @@ func TestNode_unknownFreeMemoryCountsAll(t *testing.T) {
 	n := Node(virt.NUMANode{ID: 1, CPUs: []int{2, 3}, MemoryMiB: 4096, HugePages: []virt.HugePages{{SizeKiB: 1 << 20, Total: 2}}})
 	if n.FreeMemoryMiB != 4096 || n.FreeHugePages[1<<20] != 2 || n.ID != 1 {
 		t.Errorf("node %+v", n)
+	}
+}
+
+// Two applies plan from the same capacity (both see the GPU free), place
+// the same VM shape, and claim: the first gets the GPU, the second fails
+// naming it before making anything; a third apply reads the claim and
+// places nothing on that GPU.
+func TestTwoAppliesPlanTheSameGPUAndOneClaimsIt(t *testing.T) {
+	t.Parallel()
+	f := workstation(t)
+	r := &Reader{Host: func(string) (Host, error) { return f, nil }}
+	req := &placement.Request{GPU: &placement.GPUAsk{Count: 1, Selector: placement.Selector{VendorID: 0x10de}}, NUMALocal: true, VCPUs: 4, MemoryMiB: 8 << 10}
+	ctx := context.Background()
+	plan := func(vm string) *placement.Placement {
+		rq := *req
+		rq.Name = vm
+		p, err := placement.NewPlanner(r, []string{"ws"}, placement.Pack).Place(ctx, &rq)
+		if err != nil {
+			t.Fatalf("%s: %v", vm, err)
+		}
+		return p
+	}
+	pa, pb := plan("a"), plan("b")
+	if pa.GPUs[0] != gpu || pb.GPUs[0] != gpu {
+		t.Fatalf("placements %v and %v, want both on %s", pa.GPUs, pb.GPUs, gpu)
+	}
+	cl := &claim.Claimer{Host: f}
+	a := claim.Holder{VM: "a", UUID: "u-a", Workspace: "one"}
+	if _, err := cl.TakeAll(ctx, []claim.Device{{Address: pa.GPUs[0]}}, a); err != nil {
+		t.Fatal(err)
+	}
+	f.domains = append(f.domains, claim.Domain{Name: "a", UUID: "u-a", Hostdevs: []vfio.Address{gpu, {Bus: 1, Function: 1}}})
+	_, err := cl.TakeAll(ctx, []claim.Device{{Address: pb.GPUs[0]}}, claim.Holder{VM: "b", UUID: "u-b", Workspace: "two"})
+	if err == nil || !strings.Contains(err.Error(), "0000:01:00.0 is claimed by VM a (u-a) of workspace one") {
+		t.Fatalf("second apply's claim: %v", err)
+	}
+	_, err = placement.NewPlanner(r, []string{"ws"}, placement.Pack).Place(ctx, &placement.Request{Name: "c", GPU: req.GPU, VCPUs: 1, MemoryMiB: 1024})
+	if err == nil || !strings.Contains(err.Error(), "ws: 0 free GPUs matching vendor 10de of 1 asked (in use: 0000:01:00.0 by a (u-a))") {
+		t.Fatalf("third apply's placement: %v", err)
 	}
 }

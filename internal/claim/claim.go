@@ -250,10 +250,14 @@ func (c *Claimer) Take(ctx context.Context, d Device, h Holder) (*Taken, error) 
 
 // take is Take with the host's domains read.
 func (c *Claimer) take(ctx context.Context, d Device, h Holder, doms []Domain) (*Taken, error) {
+	name := VolumeName(d.Address)
 	if e := byHand(d, h, doms); e != nil {
+		// the domain that has it may be the claim's holder, running
+		if cur, err := c.read(ctx, name); err == nil && strings.EqualFold(cur.UUID, e.Holder.UUID) {
+			return nil, &ClaimedError{Device: d.Address, Holder: cur.Holder, Created: cur.Created}
+		}
 		return nil, e
 	}
-	name := VolumeName(d.Address)
 	for range maxRounds {
 		rec := Record{Version: 1, Device: d.Address.String(), Holder: h, Token: c.token(), Created: c.now().UTC()}
 		body, err := json.Marshal(rec)
@@ -368,7 +372,7 @@ func live(r *Record, doms []Domain) bool {
 
 // byHand is a *ClaimedError when a domain other than h's has a function of
 // d as a hostdev.
-func byHand(d Device, h Holder, doms []Domain) error {
+func byHand(d Device, h Holder, doms []Domain) *ClaimedError {
 	fns := d.Functions
 	if !slices.Contains(fns, d.Address) {
 		fns = append(slices.Clone(fns), d.Address)

@@ -295,6 +295,19 @@ func TestTake_aDeviceGivenByHandIsTaken(t *testing.T) {
 	if f.creates != 0 {
 		t.Error("a claim was created")
 	}
+	// a domain that holds the claim is named as its holder, not as by hand
+	f.domains = nil
+	if _, err := c.Take(context.Background(), dev, holder(3)); err != nil {
+		t.Fatal(err)
+	}
+	f.domains = []Domain{{Name: "vm-3", UUID: holder(3).UUID, Hostdevs: []vfio.Address{gpu}}}
+	if _, err := c.Take(context.Background(), dev, holder(1)); !errors.As(err, &ce) || ce.ByHand || ce.Holder != holder(3) {
+		t.Errorf("device of a running claimed VM: %v", err)
+	}
+	if err := c.Release(context.Background(), gpu, holder(3)); err != nil {
+		t.Fatal(err)
+	}
+	f.domains = []Domain{{Name: "handmade", UUID: "u-hand", Hostdevs: []vfio.Address{audio}}}
 	// the holder's own domain having it is fine (a retried create)
 	f.domains[0].UUID = holder(1).UUID
 	if _, err := c.Take(context.Background(), dev, holder(1)); err != nil {
