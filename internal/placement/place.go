@@ -95,19 +95,21 @@ func Place(r *Request, hosts []*Host, policy Policy) (*Placement, error) {
 		if !allowed(r, h.Name) {
 			continue
 		}
-		c, why := fitHost(r, h, policy)
-		if c == nil {
-			miss.Misses = append(miss.Misses, HostMiss{Host: h.Name, Reason: why})
-			continue
-		}
-		if best == nil || better(policy, c, best) {
+		if c, _ := fitHost(r, h, policy, false); c != nil && (best == nil || better(policy, c, best)) {
 			best = c
 		}
 	}
-	if best == nil {
-		return nil, miss
+	if best != nil {
+		return best.p, nil
 	}
-	return best.p, nil
+	// Only a request that fits nowhere pays for the words of why.
+	for _, h := range sorted {
+		if allowed(r, h.Name) {
+			_, why := fitHost(r, h, policy, true)
+			miss.Misses = append(miss.Misses, HostMiss{Host: h.Name, Reason: why})
+		}
+	}
+	return nil, miss
 }
 
 // better reports whether a ranks before b under the policy; equal keys
@@ -149,8 +151,9 @@ func units(g *GPU, sel Selector) int {
 	return 1
 }
 
-// fitHost finds how h can take r: nil and why not when it cannot.
-func fitHost(r *Request, h *Host, policy Policy) (*candidate, string) {
+// fitHost finds how h can take r: nil and, when explain is set, why not
+// when it cannot (without explain the reason is only non-empty).
+func fitHost(r *Request, h *Host, policy Policy, explain bool) (*candidate, string) {
 	if !h.Schedulable {
 		if h.Reason == "" {
 			return nil, "down"
@@ -193,6 +196,9 @@ func fitHost(r *Request, h *Host, policy Policy) (*candidate, string) {
 		}
 	}
 	if total < n {
+		if !explain {
+			return nil, "-"
+		}
 		return nil, gpuShortfall(h, r, total)
 	}
 	pinned := map[int]bool{}
@@ -224,8 +230,10 @@ func fitHost(r *Request, h *Host, policy Policy) (*candidate, string) {
 		var why []string
 		for i := range nodes {
 			nd := &nodes[i]
-			if reason := nodeShortfall(r, nd, perNode[nd.ID], pinned); reason != "" {
-				why = append(why, fmt.Sprintf("node %d %s", nd.ID, reason))
+			if reason := nodeShortfall(r, nd, perNode[nd.ID], pinned, explain); reason != "" {
+				if explain {
+					why = append(why, fmt.Sprintf("node %d %s", nd.ID, reason))
+				}
 				continue
 			}
 			fits = append(fits, nd)
@@ -264,7 +272,7 @@ func fitHost(r *Request, h *Host, policy Policy) (*candidate, string) {
 	// Memory, huge pages and pinned CPUs come from the GPUs' nodes first,
 	// then the others by id.
 	order := gpuNodesFirst(h, p, nodes)
-	if reason := spreadMemory(r, p, order); reason != "" {
+	if reason := spreadMemory(r, p, order, explain); reason != "" {
 		return nil, reason
 	}
 	if r.PinCPUs {
@@ -282,10 +290,16 @@ func fitHost(r *Request, h *Host, policy Policy) (*candidate, string) {
 			}
 		}
 		if len(cpus) < r.VCPUs {
+			if !explain {
+				return nil, "-"
+			}
 			return nil, fmt.Sprintf("%d CPUs free to pin of %d vCPUs asked (%d pinned by other VMs, one per node kept for emulator threads)", len(cpus), r.VCPUs, len(h.PinnedCPUs))
 		}
 		p.CPUs, p.EmulatorCPUs = cpus, emu
 	} else if cpus := hostCPUs(h); r.VCPUs > cpus {
+		if !explain {
+			return nil, "-"
+		}
 		return nil, fmt.Sprintf("%d vCPUs asked of a host with %d CPUs", r.VCPUs, cpus)
 	}
 	return &candidate{p: p, free: free, mem: h.freeMemoryMiB()}, ""
@@ -353,7 +367,7 @@ func gpuNodesFirst(h *Host, p *Placement, nodes []Node) []*Node {
 
 // spreadMemory takes r's memory (and huge pages) from the nodes in order,
 // recording each node's share in p; why not when they do not hold it.
-func spreadMemory(r *Request, p *Placement, order []*Node) string {
+func spreadMemory(r *Request, p *Placement, order []*Node, explain bool) string {
 	left := r.MemoryMiB
 	var free int64
 	for _, nd := range order {
@@ -366,6 +380,9 @@ func spreadMemory(r *Request, p *Placement, order []*Node) string {
 		}
 	}
 	if left > 0 {
+		if !explain {
+			return "-"
+		}
 		if r.HugePageKiB > 0 {
 			return fmt.Sprintf("%s free in %s huge pages of %s asked", humanMiB(free), humanKiB(r.HugePageKiB), humanMiB(r.MemoryMiB))
 		}
@@ -383,8 +400,21 @@ func nodeMemory(r *Request, nd *Node) int64 {
 	return nd.FreeMemoryMiB
 }
 
-// nodeShortfall says what node nd lacks to hold all of r; "" when it fits.
-func nodeShortfall(r *Request, nd *Node, gpus int, pinned map[int]bool) string {
+// nodeShortfall says what node nd lacks to hold all of r; "" when it
+// fits. Without explain it only says whether ("-" when it does not fit).
+func nodeShortfall(r *Request, nd *Node, gpus int, pinned map[int]bool, explain bool) string {
+	if !explain {
+		fits := gpus >= r.gpuCount() && nodeMemory(r, nd) >= r.MemoryMiB
+		if r.PinCPUs {
+			fits = fits && len(nd.pinnable(pinned)) >= r.VCPUs
+		} else {
+			fits = fits && len(nd.CPUs) >= r.VCPUs
+		}
+		if fits {
+			return ""
+		}
+		return "-"
+	}
 	var why []string
 	if n := r.gpuCount(); gpus < n {
 		why = append(why, fmt.Sprintf("has %d free matching GPU%s of %d asked", gpus, plural(gpus), n))
