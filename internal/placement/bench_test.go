@@ -2,7 +2,9 @@ package placement
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -33,22 +35,27 @@ func fifty() []*Request {
 }
 
 func placeAll(src *countingSource, rs []*Request) ([]*Placement, error) {
+	_, ps, err := planAll(src, rs)
+	return ps, err
+}
+
+func planAll(src *countingSource, rs []*Request) (*Planner, []*Placement, error) {
 	pl := NewPlanner(src, src.names(), Pack)
 	out := make([]*Placement, 0, len(rs))
 	for _, r := range rs {
 		p, err := pl.Place(context.Background(), r)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, p)
 	}
-	return out, nil
+	return pl, out, nil
 }
 
 func TestPlanner_fiftyVMsReadEachHostOnce(t *testing.T) {
 	t.Parallel()
 	src := fleet8()
-	ps, err := placeAll(src, fifty())
+	pl, ps, err := planAll(src, fifty())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +85,19 @@ func TestPlanner_fiftyVMsReadEachHostOnce(t *testing.T) {
 	if perHost["cpu1"]+perHost["cpu2"] != 16 {
 		t.Errorf("VMs per host %v: the 16 CPU-only VMs belong on the CPU hosts under pack", perHost)
 	}
-	// one more GPU VM finds nothing, and says so host by host
+	// one more GPU VM finds nothing in this apply, and says so host by
+	// host without reading any host again
+	_, err = pl.Place(context.Background(), h100Req())
+	var nf *NoFitError
+	if !errors.As(err, &nf) || len(nf.Misses) != 8 || !strings.Contains(err.Error(), "hgx4: 0 free GPUs matching") {
+		t.Fatalf("a 51st VM: %v", err)
+	}
+	for name, n := range src.reads {
+		if n != 1 {
+			t.Errorf("%s read %d times after a failed placement", name, n)
+		}
+	}
+	// the source's hosts are untouched: a new apply's snapshot has room
 	if _, err := NewPlanner(src, src.names(), Pack).Place(context.Background(), h100Req()); err != nil {
 		t.Fatalf("a fresh snapshot has room: %v", err)
 	}
