@@ -156,7 +156,7 @@ func (c *Client) ReadClaim(ctx context.Context, name string) ([]byte, error) {
 	deadline := time.Now().Add(claimReadWait)
 	for {
 		_, b, err := c.ReadVolume(ctx, claim.Pool, name, claimLimit)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, ErrNotFound) || notFound(err) { // gone before, or while, it was read
 			return nil, fmt.Errorf("claim volume %s: %w", name, fs.ErrNotExist)
 		}
 		if err == nil || !strings.Contains(err.Error(), "being allocated") || time.Now().After(deadline) {
