@@ -1,0 +1,163 @@
+// Package capacity reads a host's capacity for placement: its NUMA nodes,
+// its GPUs with what holds each (claims, domains' hostdevs, host
+// processes, quarantine) and the CPUs other VMs have pinned, through a
+// small host interface that internal/virt's Client satisfies. A Reader is
+// the placement.Source a planner reads each host through once per apply.
+package capacity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/claim"
+	"github.com/kohaku/terraform-provider-kohaku/internal/holders"
+	"github.com/kohaku/terraform-provider-kohaku/internal/mdev"
+	"github.com/kohaku/terraform-provider-kohaku/internal/placement"
+	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+)
+
+// Host is what reading one host's capacity needs of its connection.
+type Host interface {
+	claim.Host
+	NUMANodes(ctx context.Context) ([]virt.NUMANode, error)
+	// PCINodeDevices returns libvirt's XML of every PCI node device.
+	PCINodeDevices(ctx context.Context) ([]string, error)
+}
+
+// Reader reads hosts' capacity by name.
+type Reader struct {
+	// Host returns the connection of a host of the fleet.
+	Host func(name string) (Host, error)
+	// Files, when set, reads a host's sysfs files, for the BARs that size
+	// its GPUs' memory; nil or a failure leaves the memory unknown (0).
+	Files func(name string) vfio.HostFiles
+	// Held, when set, lists the processes on the host that hold its GPUs'
+	// functions (gpubind's holder check); nil counts none.
+	Held func(ctx context.Context, name string, gpus []placement.GPU) ([]holders.Holder, error)
+	// Quarantined, when set, names the GPUs held back until an operator
+	// clears them, with why.
+	Quarantined func(ctx context.Context, name string) (map[vfio.Address]string, error)
+	// StaleAfter is the claims' stale limit (claim.DefaultStaleAfter when 0).
+	StaleAfter time.Duration
+}
+
+var (
+	_ placement.Source = (*Reader)(nil)
+	_ Host             = (*virt.Client)(nil)
+)
+
+// ReadHost reads one host: NUMA nodes, PCI node devices (GPUs and the mdev
+// types they offer, from the same XML), claims, and domains (hostdevs and
+// one-to-one pinned CPUs), then the optional BARs, holders and quarantine.
+// A node whose driver does not report free memory counts all its memory as
+// free: libvirt will refuse at start what does not fit.
+func (r *Reader) ReadHost(ctx context.Context, name string) (*placement.Host, error) {
+	h, err := r.Host(name)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := h.NUMANodes(ctx)
+	if err != nil && !virt.Unsupported(err) {
+		return nil, fmt.Errorf("reading NUMA nodes: %w", err)
+	}
+	docs, err := h.PCINodeDevices(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing PCI devices: %w", err)
+	}
+	inv, err := vfio.ParseInventory(docs)
+	if err != nil {
+		return nil, err
+	}
+	cl := &claim.Claimer{Host: h, StaleAfter: r.StaleAfter}
+	claims, err := cl.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	doms, err := h.Domains(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing domains: %w", err)
+	}
+	var bars map[vfio.Address][]vfio.BAR
+	gpus := placement.GPUsFromInventory(inv, nil)
+	if r.Files != nil && len(gpus) > 0 {
+		if files := r.Files(name); files != nil {
+			addrs := make([]vfio.Address, len(gpus))
+			for i, g := range gpus {
+				addrs[i] = g.Address
+			}
+			fns, err := vfio.ReadFunctions(ctx, files, addrs)
+			if err != nil && !errors.Is(err, virt.ErrHostFilesUnsupported) {
+				return nil, fmt.Errorf("reading the GPUs' BARs: %w", err)
+			}
+			bars = map[vfio.Address][]vfio.BAR{}
+			for a, f := range fns {
+				bars[a] = f.BARs
+			}
+			gpus = placement.GPUsFromInventory(inv, bars)
+		}
+	}
+	if err := mdevTypes(gpus, docs); err != nil {
+		return nil, err
+	}
+	var held []holders.Holder
+	if r.Held != nil && len(gpus) > 0 {
+		if held, err = r.Held(ctx, name, gpus); err != nil {
+			return nil, fmt.Errorf("listing the processes that hold GPUs: %w", err)
+		}
+	}
+	var quarantined map[vfio.Address]string
+	if r.Quarantined != nil {
+		if quarantined, err = r.Quarantined(ctx, name); err != nil {
+			return nil, fmt.Errorf("reading quarantined GPUs: %w", err)
+		}
+	}
+	cl.Annotate(gpus, claims, doms, held, quarantined)
+	out := &placement.Host{Name: name, Schedulable: true, GPUs: gpus}
+	for _, n := range nodes {
+		out.Nodes = append(out.Nodes, Node(n))
+	}
+	for _, d := range doms {
+		out.PinnedCPUs = append(out.PinnedCPUs, d.PinnedCPUs...)
+	}
+	return out, nil
+}
+
+// Node converts a NUMA node as virt reads it.
+func Node(n virt.NUMANode) placement.Node {
+	out := placement.Node{ID: n.ID, CPUs: n.CPUs, FreeMemoryMiB: n.FreeMemoryMiB, FreeHugePages: map[uint64]uint64{}}
+	if !n.FreeKnown {
+		out.FreeMemoryMiB = n.MemoryMiB
+	}
+	for _, p := range n.HugePages {
+		out.FreeHugePages[p.SizeKiB] = p.Free
+		if !n.FreeKnown {
+			out.FreeHugePages[p.SizeKiB] = p.Total
+		}
+	}
+	return out
+}
+
+// mdevTypes sets the mdev types each GPU offers, from its node device's XML.
+func mdevTypes(gpus []placement.GPU, docs []string) error {
+	byName := map[string]*placement.GPU{}
+	for i := range gpus {
+		byName[vfio.NodeDeviceName(gpus[i].Address)] = &gpus[i]
+	}
+	for _, doc := range docs {
+		p, err := mdev.ParseParent(doc)
+		if err != nil {
+			return err
+		}
+		g := byName[p.Name]
+		if g == nil {
+			continue
+		}
+		for _, t := range p.Types {
+			g.MdevTypes = append(g.MdevTypes, placement.MdevType{ID: t.ID, Name: t.Name, Available: int(t.Available)})
+		}
+	}
+	return nil
+}
