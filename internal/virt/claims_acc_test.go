@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 	"github.com/kohaku/terraform-provider-kohaku/internal/claim"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 )
@@ -26,6 +27,27 @@ func accHolder(t *testing.T, vm string) claim.Holder {
 	return claim.Holder{VM: vm, UUID: fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16]), Workspace: fmt.Sprintf("acc-%d", os.Getpid())}
 }
 
+// keepHostAsFound removes the claim pool at the end of the test when the
+// test's claims made it (the provider leaves it for the next claim; a test
+// leaves the host as it found it).
+func keepHostAsFound(t *testing.T) {
+	t.Helper()
+	uri := acctest.URI(t)
+	if _, err := acctest.Virsh(uri, "pool-info", claim.Pool); err == nil {
+		return
+	}
+	_, statErr := os.Stat(claim.PoolPath)
+	t.Cleanup(func() {
+		_, _ = acctest.Virsh(uri, "pool-destroy", claim.Pool)
+		if out, err := acctest.Virsh(uri, "pool-undefine", claim.Pool); err != nil {
+			t.Errorf("removing the claim pool the test made: %v\n%s", err, out)
+		}
+		if os.IsNotExist(statErr) {
+			_ = os.Remove(claim.PoolPath)
+		}
+	})
+}
+
 // accDevice is a PCI address no host has, so the claims made on it touch
 // no real device; the claim protocol never looks at the device itself.
 func accDevice(i int) claim.Device {
@@ -38,6 +60,7 @@ func accDevice(i int) claim.Device {
 // fails naming it; the winner gives it back and the volume is gone.
 func TestAccClaims_raceOneWins(t *testing.T) {
 	a, b := accClient(t), accClient(t)
+	keepHostAsFound(t)
 	ctx := context.Background()
 	for _, c := range []*Client{a, b} { // dial both before the race
 		if _, err := c.Domains(ctx); err != nil {
@@ -104,6 +127,7 @@ func TestAccClaims_raceOneWins(t *testing.T) {
 // UUID) is taken over by the next apply, which says so.
 func TestAccClaims_staleClaimTakenOver(t *testing.T) {
 	c := accClient(t)
+	keepHostAsFound(t)
 	ctx := context.Background()
 	dev := accDevice(2)
 	t.Cleanup(func() { _ = c.DeleteClaim(context.Background(), claim.VolumeName(dev.Address)) })
