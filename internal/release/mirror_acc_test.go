@@ -206,16 +206,6 @@ func (l lockFile) has(h string) bool {
 	return false
 }
 
-func (l lockFile) count(prefix string) int {
-	n := 0
-	for _, x := range l.hashes {
-		if strings.HasPrefix(x, prefix) {
-			n++
-		}
-	}
-	return n
-}
-
 var lockBlockRE = regexp.MustCompile(`(?s)provider "[^"]*/kohaku/kohaku" \{(.*?)\n\}`)
 
 // readLock reads kohaku's block of a .terraform.lock.hcl.
