@@ -50,26 +50,23 @@ locals {
   worker_hosts = { for name, h in data.kohaku_host.each : name => h if !h.reachable || coalesce(h.memory_mib, 0) >= 65536 }
 }
 
-locals {
-  # Free GPUs per host: display-class functions not already held for
-  # passthrough (kohaku_gpu_binding moves a GPU to vfio-pci). A host that is
-  # down has no gpus list; it keeps its place below, as for worker_hosts.
-  free_gpus = {
-    for name, h in data.kohaku_host.each : name => [
-      for g in(h.reachable ? coalesce(h.gpus, []) : []) : g if g.driver != "vfio-pci"
-    ]
-  }
+# What each host has free now: per NUMA node its CPUs, free memory and huge
+# pages, and its GPUs with their state and who holds them. It is read fresh
+# on every plan, so use it to look (the outputs below), not to choose hosts
+# for VMs in HCL: a choice made from it changes as the fleet fills.
+data "kohaku_capacity" "fleet" {
+  hosts = keys(var.hosts)
+}
 
-  # Hosts with at least one free GPU, with the NUMA node of the first one
-  # and that node's CPUs and free memory, to size and place a GPU worker.
-  gpu_hosts = {
-    for name, gpus in local.free_gpus : name => {
-      gpu       = try(gpus[0].address, null)
-      numa_node = try(gpus[0].numa_node, null)
-      node = try(one([
-        for n in data.kohaku_host.each[name].numa_nodes : n if n.id == coalesce(gpus[0].numa_node, 0)
-      ]), null)
-    } if !data.kohaku_host.each[name].reachable || length(gpus) > 0
+locals {
+  # Free GPUs per host: no VM's claim, no domain and no host process has
+  # them, whatever driver they are on (a GPU bound to vfio-pci that no VM
+  # uses is free; one on its host driver that a CUDA job has open is not).
+  # A host that is down has no GPUs here; its error is in down_hosts.
+  free_gpus = {
+    for name, c in data.kohaku_capacity.fleet.capacity : name => [
+      for g in c.gpus : g if g.state == "free"
+    ]
   }
 }
 
@@ -124,15 +121,35 @@ output "workers" {
   value = { for name, vm in kohaku_vm.worker : name => vm.uuid }
 }
 
-output "gpu_hosts" {
-  description = "Hosts with a free GPU: its address, its NUMA node, and that node's CPUs, free memory and free 2 MiB pages."
+output "free_gpus" {
+  description = "Free GPUs per host: address, model, NUMA node, and that node's free memory and CPUs no VM has pinned."
   value = {
-    for name, h in local.gpu_hosts : name => {
-      gpu             = h.gpu
-      numa_node       = h.numa_node
-      cpuset          = try(h.node.cpuset, null)
-      free_memory_mib = try(h.node.free_memory_mib, null)
-      free_2m_pages   = try(one([for p in h.node.hugepages : p.free if p.size_kib == 2048]), null)
+    for name, gpus in local.free_gpus : name => [
+      for g in gpus : {
+        address   = g.address
+        model     = g.model
+        numa_node = g.numa_node
+        node = try(one([
+          for n in data.kohaku_capacity.fleet.capacity[name].numa_nodes : {
+            free_memory_mib = n.free_memory_mib
+            unpinned_cpus   = n.cpus - n.pinned_cpus
+          } if n.id == g.numa_node
+        ]), null)
+      }
+    ]
+  }
+}
+
+output "gpu_holders" {
+  description = "GPUs that are not free, per host: claimed or in use by a VM, held by a host process, or quarantined, with who holds them."
+  value = {
+    for name, c in data.kohaku_capacity.fleet.capacity : name => {
+      for g in c.gpus : g.address => "${g.state}: ${g.holder}" if g.state != "free"
     }
   }
+}
+
+output "down_hosts" {
+  description = "Hosts that could not be read, with why."
+  value       = { for name, c in data.kohaku_capacity.fleet.capacity : name => c.error if !c.up }
 }

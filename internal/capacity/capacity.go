@@ -34,9 +34,10 @@ type Reader struct {
 	// Files, when set, reads a host's sysfs files, for the BARs that size
 	// its GPUs' memory; nil or a failure leaves the memory unknown (0).
 	Files func(name string) vfio.HostFiles
-	// Held, when set, lists the processes on the host that hold its GPUs'
-	// functions (gpubind's holder check); nil counts none.
-	Held func(ctx context.Context, name string, gpus []placement.GPU) ([]holders.Holder, error)
+	// Held, when set, lists the processes on the host that hold any of
+	// fns: every function of the GPUs' IOMMU groups that is on a host
+	// driver (not vfio-pci), with that driver. nil counts none.
+	Held func(ctx context.Context, name string, fns []holders.Function) ([]holders.Holder, error)
 	// Quarantined, when set, names the GPUs held back until an operator
 	// clears them, with why.
 	Quarantined func(ctx context.Context, name string) (map[vfio.Address]string, error)
@@ -103,8 +104,8 @@ func (r *Reader) ReadHost(ctx context.Context, name string) (*placement.Host, er
 		return nil, err
 	}
 	var held []holders.Holder
-	if r.Held != nil && len(gpus) > 0 {
-		if held, err = r.Held(ctx, name, gpus); err != nil {
+	if fns := hostDriven(inv, gpus); r.Held != nil && len(fns) > 0 {
+		if held, err = r.Held(ctx, name, fns); err != nil {
 			return nil, fmt.Errorf("listing the processes that hold GPUs: %w", err)
 		}
 	}
@@ -135,6 +136,23 @@ func Node(n virt.NUMANode) placement.Node {
 		out.FreeHugePages[p.SizeKiB] = p.Free
 		if !n.FreeKnown {
 			out.FreeHugePages[p.SizeKiB] = p.Total
+		}
+	}
+	return out
+}
+
+// hostDriven returns the functions of the GPUs' IOMMU groups that are on a
+// host driver, which a host process can hold; those on vfio-pci are a VM's
+// (the domains say which) or no one's.
+func hostDriven(inv *vfio.Inventory, gpus []placement.GPU) []holders.Function {
+	var out []holders.Function
+	for _, g := range gpus {
+		for _, a := range g.GroupMembers {
+			d := inv.Lookup(a)
+			if d == nil || d.Driver == "" || d.Driver == vfio.DriverVFIO {
+				continue
+			}
+			out = append(out, holders.Function{Address: a, Driver: d.Driver, NVIDIAMinor: -1})
 		}
 	}
 	return out

@@ -162,11 +162,16 @@ func TestReadHost_handAttachedHeldAndQuarantined(t *testing.T) {
 		t.Errorf("hand-attached GPU: %s %q", g.State, g.Holder)
 	}
 	f.domains = nil
-	r.Held = func(context.Context, string, []placement.GPU) ([]holders.Holder, error) {
+	var asked []holders.Function
+	r.Held = func(_ context.Context, _ string, fns []holders.Function) ([]holders.Holder, error) {
+		asked = fns
 		return []holders.Holder{{Function: gpu, PID: 7, Comm: "Xorg"}}, nil
 	}
 	if h, err = r.ReadHost(context.Background(), "ws"); err != nil || h.GPUs[0].State != placement.HostHeld || h.GPUs[0].Holder != "process 7 (Xorg)" {
 		t.Errorf("held GPU: %+v, %v", h.GPUs, err)
+	}
+	if len(asked) != 2 || asked[0].Address != gpu || asked[0].Driver != "nvidia" || asked[1].Driver != "snd_hda_intel" {
+		t.Errorf("holders asked of %+v, want the GPU and its audio function with their drivers", asked)
 	}
 	r.Quarantined = func(context.Context, string) (map[vfio.Address]string, error) {
 		return map[vfio.Address]string{gpu: "reset failed"}, nil
@@ -224,5 +229,25 @@ func TestTwoAppliesPlanTheSameGPUAndOneClaimsIt(t *testing.T) {
 	_, err = placement.NewPlanner(r, []string{"ws"}, placement.Pack).Place(ctx, &placement.Request{Name: "c", GPU: req.GPU, VCPUs: 1, MemoryMiB: 1024})
 	if err == nil || !strings.Contains(err.Error(), "ws: 0 free GPUs matching vendor 10de of 1 asked (in use: 0000:01:00.0 by a (u-a))") {
 		t.Fatalf("third apply's placement: %v", err)
+	}
+}
+
+// A fleet read reports each host in the order asked; a host that cannot be
+// reached is a result with its error, and the others are read all the same.
+func TestReadHosts_aHostDownLeavesTheOthers(t *testing.T) {
+	t.Parallel()
+	f := workstation(t)
+	r := &Reader{Host: func(n string) (Host, error) {
+		if n == "gpu2" {
+			return nil, fmt.Errorf("dialing gpu2: connection refused")
+		}
+		return f, nil
+	}}
+	res := r.ReadHosts(context.Background(), []string{"gpu2", "ws"})
+	if len(res) != 2 || res[0].Name != "gpu2" || res[0].Err == nil || res[0].Host != nil {
+		t.Fatalf("down host: %+v", res)
+	}
+	if res[1].Name != "ws" || res[1].Err != nil || len(res[1].Host.GPUs) != 1 || res[1].Host.GPUs[0].State != placement.Free {
+		t.Fatalf("up host: %+v", res[1])
 	}
 }

@@ -53,36 +53,52 @@ func (e *HoldersError) Error() string {
 // on vfio-pci are left alone). A failure to look is returned as it is.
 func CheckHolders(ctx context.Context, src HolderSource, plan []vfio.Binding) error {
 	var fns []holders.Function
-	var infos []string
 	for _, b := range plan {
 		if b.AlreadyBound || b.Driver == "" {
 			continue
 		}
 		fns = append(fns, holders.Function{Address: b.Address, Driver: b.Driver, NVIDIAMinor: -1})
-		if b.Driver == vfio.DriverNVIDIA {
-			infos = append(infos, holders.NVIDIAInfoPath(b.Address))
-		}
 	}
+	hs, err := Holding(ctx, src, fns)
+	if err != nil {
+		return err
+	}
+	if len(hs) > 0 {
+		return &HoldersError{Holders: hs}
+	}
+	return nil
+}
+
+// Holding returns the processes on the host that hold any of fns (each
+// with the driver it is on now), sorted by function, then PID. It reads
+// NVIDIA's device minor of the functions on NVIDIA's driver first, so a
+// process with one GPU's /dev/nvidiaN open holds that GPU alone; an
+// NVIDIAMinor already set is kept.
+func Holding(ctx context.Context, src HolderSource, fns []holders.Function) ([]holders.Holder, error) {
 	if len(fns) == 0 {
-		return nil
+		return nil, nil
+	}
+	fns = append([]holders.Function(nil), fns...)
+	var infos []string
+	for _, fn := range fns {
+		if fn.Driver == vfio.DriverNVIDIA && fn.NVIDIAMinor < 0 {
+			infos = append(infos, holders.NVIDIAInfoPath(fn.Address))
+		}
 	}
 	if len(infos) > 0 {
 		files, err := src.ReadHostFiles(ctx, infos, 4096)
 		if err != nil {
-			return fmt.Errorf("reading NVIDIA's GPU information: %w", err)
+			return nil, fmt.Errorf("reading NVIDIA's GPU information: %w", err)
 		}
 		for i := range fns {
-			if info, ok := files[holders.NVIDIAInfoPath(fns[i].Address)]; ok {
+			if info, ok := files[holders.NVIDIAInfoPath(fns[i].Address)]; ok && fns[i].NVIDIAMinor < 0 {
 				fns[i].NVIDIAMinor = holders.ParseNVIDIAMinor(info)
 			}
 		}
 	}
 	opens, err := src.OpenFiles(ctx)
 	if err != nil {
-		return fmt.Errorf("listing the host's open device files: %w", err)
+		return nil, fmt.Errorf("listing the host's open device files: %w", err)
 	}
-	if hs := holders.Find(opens, fns); len(hs) > 0 {
-		return &HoldersError{Holders: hs}
-	}
-	return nil
+	return holders.Find(opens, fns), nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/holders"
+	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 )
 
 // hangingHost is the fake host whose unbind of the audio function never
@@ -214,5 +215,27 @@ func TestBindUnbindOutlastingTheDeadlineReattachRefused(t *testing.T) {
 	}
 	if n := strings.Count(strings.Join(h.ops, ","), "reattach"); n < 2 || n > 20 {
 		t.Errorf("%d reattach attempts in 300 ms at a 20 ms poll", n)
+	}
+}
+
+// Holding returns the holders rather than refusing, and keeps a device
+// minor the caller already knows instead of reading NVIDIA's file.
+func TestHolding(t *testing.T) {
+	t.Parallel()
+	gpu := vfio.Address{Bus: 3}
+	src := holderSource{
+		opens: []holders.Open{{PID: 900, Comm: "python3", Target: "/dev/nvidia0"}, {PID: 901, Comm: "python3", Target: "/dev/nvidia1"}},
+		files: map[string][]byte{holders.NVIDIAInfoPath(gpu): []byte("Device Minor:\t 1\n")},
+	}
+	hs, err := Holding(context.Background(), src, []holders.Function{{Address: gpu, Driver: "nvidia", NVIDIAMinor: -1}})
+	if err != nil || len(hs) != 1 || hs[0].PID != 901 {
+		t.Fatalf("minor read from the host: %+v, %v", hs, err)
+	}
+	hs, err = Holding(context.Background(), src, []holders.Function{{Address: gpu, Driver: "nvidia", NVIDIAMinor: 0}})
+	if err != nil || len(hs) != 1 || hs[0].PID != 900 {
+		t.Fatalf("minor given: %+v, %v", hs, err)
+	}
+	if hs, err := Holding(context.Background(), holderSource{err: errors.New("ssh down")}, nil); err != nil || hs != nil {
+		t.Fatalf("no functions: %+v, %v (want no look at all)", hs, err)
 	}
 }

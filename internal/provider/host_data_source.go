@@ -165,9 +165,10 @@ func (d *hostDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 				Description: "The host's display-class PCI functions (class `03xxxx`: VGA controllers and 3D " +
 					"controllers such as most compute GPUs), sorted by address, with the same attributes as " +
 					"`kohaku_pci_devices`. " +
-					"For placement: a GPU whose `driver` is `vfio-pci` is already held for passthrough " +
-					"(`kohaku_gpu_binding` or by hand), so count those that are not to find hosts with free " +
-					"GPUs; `numa_node` says which of `numa_nodes` to put the VM's CPUs and memory on. " +
+					"The driver does not say whether a GPU is free (one on `vfio-pci` that no VM uses is " +
+					"free; one on its host driver that a process has open is not): `kohaku_capacity` reports " +
+					"each GPU's state and holder. `numa_node` says which of `numa_nodes` to put the VM's CPUs " +
+					"and memory on. " +
 					"Each GPU's BARs and reset methods are read from the host's sysfs over local and SSH connections (null over `tcp` and `tls`). " +
 					"Null, with a warning, when the host's libvirt has no node-device driver.",
 				NestedObject: schema.NestedAttributeObject{Attributes: pciDeviceAttributes()},

@@ -401,6 +401,7 @@ func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource
 func (p *kohakuProvider) DataSources(_ context.Context) []func() datasource.DataSource {
 	return []func() datasource.DataSource{
 		newHostDataSource,
+		newCapacityDataSource,
 		newPCIDevicesDataSource,
 		newVMHealthDataSource,
 	}

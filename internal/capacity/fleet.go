@@ -1,0 +1,74 @@
+package capacity
+
+import (
+	"context"
+	"sync"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
+	"github.com/kohaku/terraform-provider-kohaku/internal/holders"
+	"github.com/kohaku/terraform-provider-kohaku/internal/placement"
+	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+)
+
+// ForClients is the Reader over a fleet's libvirt connections, host gives
+// the connection of a host by name (virt.Fleet's Host). Where a connection
+// can read the host's files (local and SSH), it reads the GPUs' BARs and
+// looks for host processes holding them with gpubind's holder check;
+// over tcp and tls neither is read (memory unknown, no process counted).
+func ForClients(host func(name string) (*virt.Client, error)) *Reader {
+	return &Reader{
+		Host: func(name string) (Host, error) {
+			c, err := host(name)
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
+		},
+		Files: func(name string) vfio.HostFiles {
+			c, err := host(name)
+			if err != nil || !c.ReadsHostFiles() {
+				return nil
+			}
+			return c
+		},
+		Held: func(ctx context.Context, name string, fns []holders.Function) ([]holders.Holder, error) {
+			c, err := host(name)
+			if err != nil {
+				return nil, err
+			}
+			src := gpubind.HostHolders(c)
+			if src == nil {
+				return nil, nil
+			}
+			return gpubind.Holding(ctx, src, fns)
+		},
+	}
+}
+
+// Result is one host's capacity as ReadHosts reports it: what was read, or
+// why the host could not be read.
+type Result struct {
+	Name string
+	Host *placement.Host
+	Err  error
+}
+
+// ReadHosts reads each named host once, all at the same time, and returns
+// their results in the order of names. A host that cannot be read (down,
+// refusing, failing a read) is a Result with its error: one host that is
+// down does not hide the others.
+func (r *Reader) ReadHosts(ctx context.Context, names []string) []Result {
+	out := make([]Result, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		out[i].Name = n
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i].Host, out[i].Err = r.ReadHost(ctx, n)
+		}()
+	}
+	wg.Wait()
+	return out
+}
