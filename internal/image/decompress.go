@@ -15,7 +15,6 @@ import (
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
-	"github.com/ulikunitz/xz"
 )
 
 // Compression kinds, as they appear in Result.Compression (possibly with a
@@ -68,11 +67,7 @@ func isTar(b []byte) bool {
 func openDecompressor(kind string, r io.Reader) (io.ReadCloser, error) {
 	switch kind {
 	case compXZ:
-		d, err := xz.NewReader(newXZGuard(r, MaxXZDictionary))
-		if err != nil {
-			return nil, err
-		}
-		return io.NopCloser(d), nil
+		return io.NopCloser(newXZReader(r, MaxXZDictionary)), nil
 	case compGzip:
 		return gzip.NewReader(r)
 	case compZstd:

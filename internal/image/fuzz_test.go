@@ -39,8 +39,8 @@ func checkUnpacked(t *testing.T, dir string, u unpacked, err error) {
 	}
 }
 
-// FuzzUnpack feeds arbitrary bytes to the decompressors (xz behind its
-// dictionary guard, gzip, zstd, bzip2) and the tar extraction.
+// FuzzUnpack feeds arbitrary bytes to the decompressors (xz with its
+// bounded dictionary, gzip, zstd, bzip2) and the tar extraction.
 func FuzzUnpack(f *testing.F) {
 	f.Add([]byte("plain bytes"))
 	dir := fuzzDir(f)
