@@ -73,6 +73,9 @@ type Server struct {
 	serveDone chan struct{}
 	closed    chan struct{}
 	waiters   map[[sha256.Size]byte]*entry
+	// boots are the boots (domain UUID/boot ID) whose report was taken:
+	// each is taken once.
+	boots map[string]struct{}
 }
 
 type serverState int
@@ -247,6 +250,9 @@ func (s *Server) Deliver(token string, r *Report) error {
 		s.logf("report for token %s accepted: kind=%s transport=other", e.id, r.Kind)
 	case deliveredAgain:
 		s.logf("report for token %s repeated: kind=%s transport=other", e.id, r.Kind)
+	case deliveredStale:
+		s.logf("report for token %s refused: a report of its boot was already taken (replay)", e.id)
+		return fmt.Errorf("%w: a report of this boot was already taken", ErrStale)
 	default:
 		return fmt.Errorf("%w: token %s", ErrUnknownToken, TokenID(token))
 	}
@@ -299,7 +305,20 @@ const (
 	deliveredGone deliverOutcome = iota
 	deliveredFirst
 	deliveredAgain
+	deliveredStale
 )
+
+// checkFresh checks a signed report against the domain its waiter expects
+// (see Waiter.ExpectDomain and CheckFresh).
+func (s *Server) checkFresh(e *entry, r *Report) error {
+	s.mu.Lock()
+	domain := e.domain
+	s.mu.Unlock()
+	if domain == "" {
+		return fmt.Errorf("%w: the provider does not know the VM's domain yet", ErrStale)
+	}
+	return CheckFresh(r, domain, true)
+}
 
 // deliver stores r in e and wakes its waiter, unless e was unregistered
 // meanwhile or already has a report (the first report wins; a repeat is
@@ -312,6 +331,15 @@ func (s *Server) deliver(e *entry, r *Report) deliverOutcome {
 	}
 	if e.report != nil {
 		return deliveredAgain
+	}
+	if k := bootKey(r); k != "" {
+		if _, seen := s.boots[k]; seen {
+			return deliveredStale
+		}
+		if s.boots == nil {
+			s.boots = map[string]struct{}{}
+		}
+		s.boots[k] = struct{}{}
 	}
 	e.report = r
 	close(e.done)
@@ -394,11 +422,20 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rep.RemoteAddr = r.RemoteAddr
 	rep.ReceivedAt, rep.Via = time.Now(), ViaPhoneHome
+	if signedPath {
+		if err := s.checkFresh(e, rep); err != nil {
+			s.respond(w, r, http.StatusConflict, "report refused: not fresh", id, err.Error())
+			return
+		}
+	}
 	switch s.deliver(e, rep) {
 	case deliveredFirst:
 		s.logf("report for token %s accepted: kind=%s from %s", id, rep.Kind, r.RemoteAddr)
 	case deliveredAgain:
 		s.logf("report for token %s repeated: kind=%s from %s", id, rep.Kind, r.RemoteAddr)
+	case deliveredStale:
+		s.respond(w, r, http.StatusConflict, "report refused: not fresh", id, "a report of this boot was already taken (replay)")
+		return
 	default:
 		s.respond(w, r, http.StatusNotFound, "not found", id, "waiter closed meanwhile")
 		return
