@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"net/http"
@@ -629,7 +630,12 @@ func (f *fetcher) readFail(o *opened, err error, n int64) error {
 
 // pipeline streams the opened source through the digest, the decompressor
 // and the tar extraction into a temporary file in the cache directory, and
-// verifies and inspects the result. On error no temporary file is left.
+// verifies and inspects the result. With an expected digest (which covers
+// the published file, compressed as it is) the source is first stored as
+// it came and compared, and only a verified copy is decompressed: an
+// unverified source costs at most its own size on disk, never evicts a
+// cached image and never reaches a decompressor. On error no temporary
+// file is left.
 func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected *Digest) (*fetched, error) {
 	alg := SHA256
 	if expected != nil {
@@ -642,14 +648,16 @@ func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected 
 	}
 	m := newMeter(ctx, o.body, o.total, f.req.Progress, onData)
 	src := bufio.NewReaderSize(io.TeeReader(m, h), streamBufSize)
-
 	lim := f.req.Limits
 	lim.grow = func(written int64) { f.evict(key, written) }
+	if expected != nil {
+		return f.verifyFirst(o, m, src, h, key, *expected, lim)
+	}
+
 	u, err := unpack(src, f.dir, key+".*.part", lim)
-	if err == nil || expected != nil && m.err == nil {
-		// Hash what the decompressor left unread; after a decompression
-		// error with a digest to compare, a mismatch is the better report.
-		if _, derr := io.Copy(io.Discard, src); derr != nil && err == nil {
+	if err == nil {
+		// Hash what the decompressor left unread.
+		if _, derr := io.Copy(io.Discard, src); derr != nil {
 			err = derr
 		}
 	}
@@ -665,28 +673,79 @@ func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected 
 	if o.total >= 0 && m.n != o.total {
 		return fail(f.readFail(o, io.ErrUnexpectedEOF, m.n))
 	}
-	d := digestOf(alg, h)
-	if expected != nil && d != *expected {
-		e := mismatch(f.src, *expected, d)
-		if err != nil {
-			e = fmt.Errorf("%w (and %v)", e, err)
-		}
-		return fail(e)
-	}
 	if err != nil {
-		if errors.Is(err, ErrUnsupportedImage) {
-			return fail(fmt.Errorf("image %s %w", f.src, err))
-		}
-		if errors.Is(err, ErrLimit) {
-			return fail(fmt.Errorf("%s: %w; refusing it (raise the limit if the image is genuine)", f.src, err))
-		}
-		return fail(fmt.Errorf("%s: %w", f.src, err))
+		return fail(f.unpackFail(err))
 	}
 	m.finish()
 	if o.t != nil {
 		o.t.stopWatchdog() // all read: what follows may take its time
 	}
+	return f.inspect(u, digestOf(alg, h))
+}
 
+// verifyFirst stores the source as it comes (within the size limit, with
+// no eviction: nothing is known of it yet), compares its digest, and
+// unpacks the verified copy.
+func (f *fetcher) verifyFirst(o *opened, m *meter, src io.Reader, h hash.Hash, key string, expected Digest, lim Limits) (*fetched, error) {
+	maxSize := lim.withDefaults().MaxSize
+	lr := &io.LimitedReader{R: src, N: maxSize + 1}
+	dl, _, err := writeTemp(lr, f.dir, key+".*.part")
+	if err != nil && m.err == nil {
+		return nil, fmt.Errorf("writing the download to the cache directory: %w", err)
+	}
+	defer func() {
+		if dl != "" {
+			os.Remove(dl)
+		}
+	}()
+	if m.err != nil {
+		return nil, f.readFail(o, m.err, m.n)
+	}
+	if lr.N <= 0 {
+		return nil, fmt.Errorf("%s: %w: the download is larger than %s; refusing it (raise the limit if the image is genuine)",
+			f.src, ErrLimit, byteSize(maxSize))
+	}
+	if o.total >= 0 && m.n != o.total {
+		return nil, f.readFail(o, io.ErrUnexpectedEOF, m.n)
+	}
+	d := digestOf(expected.Algorithm, h)
+	if d != expected {
+		return nil, mismatch(f.src, expected, d)
+	}
+	m.finish()
+	if o.t != nil {
+		o.t.stopWatchdog() // all read: what follows may take its time
+	}
+	fh, err := os.Open(dl)
+	if err != nil {
+		return nil, fmt.Errorf("reading the verified download: %w", err)
+	}
+	defer fh.Close()
+	u, err := unpack(bufio.NewReaderSize(fh, streamBufSize), f.dir, key+".*.part", lim)
+	if err != nil {
+		return nil, f.unpackFail(err)
+	}
+	return f.inspect(u, d)
+}
+
+// unpackFail describes an error of unpack.
+func (f *fetcher) unpackFail(err error) error {
+	switch {
+	case errors.Is(err, ErrUnsupportedImage):
+		return fmt.Errorf("image %s %w", f.src, err)
+	case errors.Is(err, ErrLimit):
+		return fmt.Errorf("%s: %w; refusing it (raise the limit if the image is genuine)", f.src, err)
+	}
+	return fmt.Errorf("%s: %w", f.src, err)
+}
+
+// inspect syncs the unpacked image and checks its format; on error it
+// removes the file.
+func (f *fetcher) inspect(u unpacked, d Digest) (*fetched, error) {
+	fail := func(e error) (*fetched, error) {
+		os.Remove(u.path)
+		return nil, e
+	}
 	fh, err := os.OpenFile(u.path, os.O_RDWR, 0)
 	if err != nil {
 		return fail(err)
