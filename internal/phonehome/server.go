@@ -24,7 +24,10 @@ const (
 	DefaultReadTimeout       = 10 * time.Second
 	DefaultWriteTimeout      = 10 * time.Second
 	DefaultIdleTimeout       = 5 * time.Second
-	maxHeaderBytes           = 8 << 10
+	// DefaultMaxConns bounds the connections served at once; more wait,
+	// unread, until one ends (each ends within the read timeouts).
+	DefaultMaxConns = 64
+	maxHeaderBytes  = 8 << 10
 )
 
 var (
@@ -59,6 +62,9 @@ type Config struct {
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
+	// MaxConns bounds the connections served at once; zero means
+	// DefaultMaxConns.
+	MaxConns int
 }
 
 // Server is the phone-home listener of one provider process. It starts on
@@ -104,6 +110,9 @@ func NewServer(cfg Config) *Server {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
 	return &Server{
 		cfg:     cfg,
 		closed:  make(chan struct{}),
@@ -126,6 +135,7 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("phonehome: listening on %s: %w", s.cfg.ListenAddr, err)
 	}
+	ln = newLimitListener(ln, s.cfg.MaxConns)
 	srv := &http.Server{
 		Handler:           http.HandlerFunc(s.serveHTTP),
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
@@ -479,4 +489,49 @@ type logWriter struct{ s *Server }
 func (l logWriter) Write(p []byte) (int, error) {
 	l.s.logf("http: %s", strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// limitListener accepts a connection only while fewer than its bound are
+// open, so a guest (or anyone who reaches the port) opening connections
+// without end cannot exhaust the provider's file descriptors or memory.
+type limitListener struct {
+	net.Listener
+	slots chan struct{}
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newLimitListener(ln net.Listener, n int) *limitListener {
+	return &limitListener{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// limitConn gives its slot back once, when closed.
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	c.once.Do(c.release)
+	return c.Conn.Close()
 }
