@@ -209,6 +209,13 @@ func parseSource(s string) (source, error) {
 	scheme := ""
 	if err == nil {
 		scheme = strings.ToLower(u.Scheme)
+	} else if looksLikeURL(s) {
+		// Not a local path: a URL that does not parse is an error, never a
+		// file name. The parser's message quotes parts of the URL (the
+		// "port" of "user:pass/word@host" is the password), so it is left
+		// out.
+		return source{}, fmt.Errorf("URL %s does not parse; percent-encode '/', '#', '?' and '@' in a user name "+
+			"or password", redact(s))
 	}
 	// A one-letter scheme is a Windows drive letter ("C:\image.qcow2").
 	if len(scheme) == 1 {
@@ -217,12 +224,12 @@ func parseSource(s string) (source, error) {
 	switch scheme {
 	case "http", "https":
 		if u.Host == "" {
-			return source{}, fmt.Errorf("URL %q has no host", s)
+			return source{}, fmt.Errorf("URL %s has no host", redact(s))
 		}
 		return source{raw: s, url: u.String(), name: path.Base(u.Path)}, nil
 	case "file":
 		if u.Host != "" && u.Host != "localhost" {
-			return source{}, fmt.Errorf("file URL %q names host %q; only local files are supported", s, u.Host)
+			return source{}, fmt.Errorf("file URL %s names host %q; only local files are supported", redact(s), u.Host)
 		}
 		p := u.Path
 		if runtime.GOOS == "windows" && len(p) >= 3 && p[0] == '/' && p[2] == ':' {
@@ -232,7 +239,22 @@ func parseSource(s string) (source, error) {
 	case "":
 		return localSource(s, s)
 	}
-	return source{}, fmt.Errorf("unsupported source %q: use an http, https or file URL, or a local path", s)
+	return source{}, fmt.Errorf("unsupported source %s: use an http, https or file URL, or a local path", redact(s))
+}
+
+// looksLikeURL reports whether s starts with a scheme of two letters or
+// more and "://" (a Windows drive letter has one).
+func looksLikeURL(s string) bool {
+	scheme, _, ok := strings.Cut(s, "://")
+	if !ok || len(scheme) < 2 {
+		return false
+	}
+	for i, c := range scheme {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return true
 }
 
 func localSource(raw, p string) (source, error) {

@@ -190,7 +190,21 @@ func redact(u string) string {
 	if p, err := url.Parse(u); err == nil {
 		return redactURL(p)
 	}
-	return u
+	// A URL that does not parse may still carry a password: one with a
+	// '/', '#' or '?' that was not percent-encoded ends the authority
+	// early, which is often why it does not parse. Keep the scheme and
+	// what follows the last '@', drop what precedes it.
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = "xxxxx@" + rest[i+1:]
+	}
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	return scheme + "://" + rest
 }
 
 // Redact is redact for messages and logs outside this package: a source
