@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -134,6 +135,12 @@ type Result struct {
 	file     *os.File
 	expected *Digest
 	src      source
+	// headSum is the SHA-256 of the first headLen bytes of file, read
+	// before it was inspected; Open fails an upload whose first bytes
+	// differ (the file was rewritten in place between the check and the
+	// upload), with or without an expected digest.
+	headSum []byte
+	headLen int64
 	// stored is what the cache recorded of an entry's image, which Open
 	// checks the bytes it reads against.
 	stored *storedFile
@@ -517,6 +524,14 @@ func (f *fetcher) inPlace(expected *Digest) (*Result, bool, error) {
 	if detectCompression(head) != "" || isTar(head) {
 		return nil, false, nil
 	}
+	// Hash the region the format check reads before the check: the upload
+	// is compared with it, so a file rewritten in place after the check
+	// (a backing file added) is not uploaded as checked.
+	headLen := min(fi.Size(), inPlaceHead)
+	hh := sha256.New()
+	if _, err := io.Copy(hh, io.NewSectionReader(fh, 0, headLen)); err != nil {
+		return nil, false, fmt.Errorf("source: %w", err)
+	}
 	info, err := inspectImage(fh, fi.Size())
 	if err != nil {
 		return nil, false, fmt.Errorf("image %s %w", f.src.path, err)
@@ -525,6 +540,8 @@ func (f *fetcher) inPlace(expected *Digest) (*Result, bool, error) {
 	var once sync.Once
 	return &Result{
 		file:             fh,
+		headSum:          hh.Sum(nil),
+		headLen:          headLen,
 		expected:         expected,
 		src:              f.src,
 		release:          func() { once.Do(func() { fh.Close() }) },
@@ -538,6 +555,27 @@ func (f *fetcher) inPlace(expected *Digest) (*Result, bool, error) {
 	}, true, nil
 }
 
+// inPlaceHead is how much of a local image used in place is compared
+// between its check and its upload: every header, table and extension the
+// format check reads lies within it.
+const inPlaceHead = 1 << 20
+
+// headTee hashes the first left bytes read through it.
+type headTee struct {
+	r    io.Reader
+	h    hash.Hash
+	left int64
+}
+
+func (t *headTee) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if k := min(int64(n), t.left); k > 0 {
+		t.h.Write(p[:k])
+		t.left -= k
+	}
+	return n, err
+}
+
 // newVerifyingReader reads a local image used in place and computes its
 // digest as it goes (see Result.Open).
 func newVerifyingReader(r *Result) *checkedReader {
@@ -545,9 +583,14 @@ func newVerifyingReader(r *Result) *checkedReader {
 	if r.expected != nil {
 		alg = r.expected.Algorithm
 	}
+	head := &headTee{r: io.NewSectionReader(r.file, 0, r.Size), h: sha256.New(), left: r.headLen}
 	return &checkedReader{
-		r: io.NewSectionReader(r.file, 0, r.Size), path: r.Path, size: r.Size, h: Digest{Algorithm: alg}.newHash(),
+		r: head, path: r.Path, size: r.Size, h: Digest{Algorithm: alg}.newHash(),
 		verdict: func(sum []byte) error {
+			if r.headSum != nil && !bytes.Equal(head.h.Sum(nil), r.headSum) {
+				return fmt.Errorf("image %s changed between its check and its upload: its first %s differ from "+
+					"those checked; nothing was uploaded as checked", r.Path, byteSize(r.headLen))
+			}
 			d := Digest{Algorithm: alg, Hex: hex.EncodeToString(sum)}
 			if r.expected != nil && d != *r.expected {
 				return mismatch(r.src, *r.expected, d)
