@@ -144,6 +144,8 @@ type Result struct {
 	// stored is what the cache recorded of an entry's image, which Open
 	// checks the bytes it reads against.
 	stored *storedFile
+	// dir is the cache directory the entry is read through.
+	dir *cacheDir
 }
 
 // Open returns a reader of the image, to be closed by the caller before
@@ -162,7 +164,11 @@ func (r *Result) Open() (io.ReadCloser, error) {
 	if r.file != nil {
 		return newVerifyingReader(r), nil
 	}
-	fh, err := openNoFollow(r.Path)
+	open := openNoFollow
+	if r.dir != nil {
+		open = r.dir.openNoFollow
+	}
+	fh, err := open(r.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -276,6 +282,7 @@ func localSource(raw, p string) (source, error) {
 type fetcher struct {
 	cache  *Cache
 	dir    string
+	cd     *cacheDir // dir, held open
 	req    Request
 	src    source
 	client *http.Client
@@ -361,11 +368,28 @@ func (c *Cache) Fetch(ctx context.Context, req Request) (*Result, error) {
 	if err := os.MkdirAll(f.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating image cache directory: %w", err)
 	}
-	if err := checkPrivateDir(f.dir); err != nil {
+	if f.cd, err = openCacheDir(f.dir); err != nil {
 		return nil, err
 	}
-	return f.fetchCached(ctx, expected)
+	if testHookCacheDirOpened != nil {
+		testHookCacheDirOpened(f.dir)
+	}
+	r, err := f.fetchCached(ctx, expected)
+	if r == nil {
+		f.cd.Close()
+		return r, err
+	}
+	// The Result reads its entry through the directory's handle until it
+	// is released.
+	var once sync.Once
+	release, cd := r.release, f.cd
+	r.release = func() { once.Do(func() { release(); cd.Close() }) }
+	return r, err
 }
+
+// testHookCacheDirOpened, when set by a test, runs once the cache
+// directory was checked and opened, before it is used.
+var testHookCacheDirOpened func(dir string)
 
 // fetchSums fetches the checksum file at loc and returns its digest for the
 // source's base name. With signing keys, the file's signature is checked
@@ -719,7 +743,7 @@ func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected 
 		return f.verifyFirst(o, m, src, h, key, *expected, lim)
 	}
 
-	u, err := unpack(src, f.dir, key+".*.part", lim)
+	u, err := unpack(src, f.cd, key+".*.part", lim)
 	if err == nil {
 		// Hash what the decompressor left unread.
 		if _, derr := io.Copy(io.Discard, src); derr != nil {
@@ -728,7 +752,7 @@ func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected 
 	}
 	fail := func(e error) (*fetched, error) {
 		if u.path != "" {
-			os.Remove(u.path)
+			_ = f.cd.Remove(u.path)
 		}
 		return nil, e
 	}
@@ -754,13 +778,13 @@ func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected 
 func (f *fetcher) verifyFirst(o *opened, m *meter, src io.Reader, h hash.Hash, key string, expected Digest, lim Limits) (*fetched, error) {
 	maxSize := lim.withDefaults().MaxSize
 	lr := &io.LimitedReader{R: src, N: maxSize + 1}
-	dl, _, err := writeTemp(lr, f.dir, key+".*.part")
+	dl, _, err := writeTemp(lr, f.cd, key+".*.part")
 	if err != nil && m.err == nil {
 		return nil, fmt.Errorf("writing the download to the cache directory: %w", err)
 	}
 	defer func() {
 		if dl != "" {
-			os.Remove(dl)
+			_ = f.cd.Remove(dl)
 		}
 	}()
 	if m.err != nil {
@@ -781,12 +805,12 @@ func (f *fetcher) verifyFirst(o *opened, m *meter, src io.Reader, h hash.Hash, k
 	if o.t != nil {
 		o.t.stopWatchdog() // all read: what follows may take its time
 	}
-	fh, err := os.Open(dl)
+	fh, err := f.cd.OpenFile(dl, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("reading the verified download: %w", err)
 	}
 	defer fh.Close()
-	u, err := unpack(bufio.NewReaderSize(fh, streamBufSize), f.dir, key+".*.part", lim)
+	u, err := unpack(bufio.NewReaderSize(fh, streamBufSize), f.cd, key+".*.part", lim)
 	if err != nil {
 		return nil, f.unpackFail(err)
 	}
@@ -808,10 +832,10 @@ func (f *fetcher) unpackFail(err error) error {
 // removes the file.
 func (f *fetcher) inspect(u unpacked, d Digest) (*fetched, error) {
 	fail := func(e error) (*fetched, error) {
-		os.Remove(u.path)
+		_ = f.cd.Remove(u.path)
 		return nil, e
 	}
-	fh, err := os.OpenFile(u.path, os.O_RDWR, 0)
+	fh, err := f.cd.OpenFile(u.path, os.O_RDWR, 0)
 	if err != nil {
 		return fail(err)
 	}

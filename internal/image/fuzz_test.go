@@ -45,7 +45,7 @@ func FuzzUnpack(f *testing.F) {
 	f.Add([]byte("plain bytes"))
 	dir := fuzzDir(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		u, err := unpack(bufio.NewReader(bytes.NewReader(data)), dir, "f.*.part", fuzzLimits)
+		u, err := unpack(bufio.NewReader(bytes.NewReader(data)), pathDir(dir), "f.*.part", fuzzLimits)
 		checkUnpacked(t, dir, u, err)
 	})
 }
@@ -55,7 +55,7 @@ func FuzzExtractTar(f *testing.F) {
 	f.Add(make([]byte, 1024))
 	dir := fuzzDir(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		path, _, member, err := extractTar(bytes.NewReader(data), dir, "f.*.part", fuzzLimits.MaxSize)
+		path, _, member, err := extractTar(bytes.NewReader(data), pathDir(dir), "f.*.part", fuzzLimits.MaxSize)
 		checkUnpacked(t, dir, unpacked{path: path, member: member}, err)
 	})
 }

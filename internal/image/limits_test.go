@@ -42,7 +42,7 @@ func TestDecompressionSizeBombRefused(t *testing.T) {
 		lim.grow = func(n int64) { seen = max(seen, dirBytes(t, dir)) }
 		old := growStep
 		growStep = 1 << 20
-		_, err := unpack(bufio.NewReader(bytes.NewReader(packed)), dir, "x.*.part", lim)
+		_, err := unpack(bufio.NewReader(bytes.NewReader(packed)), pathDir(dir), "x.*.part", lim)
 		growStep = old
 		if !errors.Is(err, ErrLimit) {
 			t.Fatalf("%s: error %v does not wrap ErrLimit", name, err)
@@ -61,7 +61,7 @@ func TestDecompressionRatioBombRefused(t *testing.T) {
 	data := bytes.Repeat([]byte{0xAA}, 32<<20)
 	packed := zstdBytes(t, data)
 	dir := t.TempDir()
-	_, err := unpack(bufio.NewReader(bytes.NewReader(packed)), dir, "x.*.part", Limits{MaxRatio: 100, grace: 1 << 20})
+	_, err := unpack(bufio.NewReader(bytes.NewReader(packed)), pathDir(dir), "x.*.part", Limits{MaxRatio: 100, grace: 1 << 20})
 	if !errors.Is(err, ErrLimit) {
 		t.Fatalf("error %v does not wrap ErrLimit", err)
 	}
@@ -70,7 +70,7 @@ func TestDecompressionRatioBombRefused(t *testing.T) {
 		t.Errorf("%d bytes left behind", n)
 	}
 	// Within the grace the same ratio passes, and within the ratio too.
-	u, err := unpack(bufio.NewReader(bytes.NewReader(packed)), dir, "x.*.part", Limits{MaxRatio: 100, grace: 64 << 20})
+	u, err := unpack(bufio.NewReader(bytes.NewReader(packed)), pathDir(dir), "x.*.part", Limits{MaxRatio: 100, grace: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,7 +67,7 @@ func TestXZDictionaryBombRefused(t *testing.T) {
 
 	var err error
 	grew := heapGrowth(func() {
-		_, err = unpack(bufio.NewReader(bytes.NewReader(bomb)), t.TempDir(), "x.*.part", Limits{})
+		_, err = unpack(bufio.NewReader(bytes.NewReader(bomb)), pathDir(t.TempDir()), "x.*.part", Limits{})
 	})
 	errContains(t, err, "decompressing xz data", "4.0 GiB LZMA2 dictionary", "more than the 256 MiB allowed")
 	if grew > 64<<20 {
@@ -76,7 +76,7 @@ func TestXZDictionaryBombRefused(t *testing.T) {
 
 	// Just over the bound is refused too; within it the file decodes.
 	over := setXZDict(t, xzBytes(t, data), 33) // 384 MiB
-	_, err = unpack(bufio.NewReader(bytes.NewReader(over)), t.TempDir(), "x.*.part", Limits{})
+	_, err = unpack(bufio.NewReader(bytes.NewReader(over)), pathDir(t.TempDir()), "x.*.part", Limits{})
 	errContains(t, err, "384 MiB LZMA2 dictionary")
 	got, err := io.ReadAll(newXZReader(bytes.NewReader(setXZDict(t, xzBytes(t, data), 22)), MaxXZDictionary)) // 4 MiB
 	if err != nil || !bytes.Equal(got, data) {
@@ -130,7 +130,7 @@ func TestXZChunkDesyncRefused(t *testing.T) {
 	}
 	var err error
 	grew := heapGrowth(func() {
-		_, err = unpack(bufio.NewReader(bytes.NewReader(bomb)), t.TempDir(), "x.*.part", Limits{})
+		_, err = unpack(bufio.NewReader(bytes.NewReader(bomb)), pathDir(t.TempDir()), "x.*.part", Limits{})
 	})
 	if grew > 64<<20 {
 		t.Errorf("decoding a %d-byte file allocated %d MiB", len(bomb), grew>>20)
