@@ -69,6 +69,10 @@ type Request struct {
 	// StallTimeout fails a transfer that delivers no bytes for this long
 	// (response headers included); zero means DefaultStallTimeout.
 	StallTimeout time.Duration
+	// MinRate fails a download that delivers fewer than this many bytes
+	// per second over a StallTimeout window; zero means DefaultMinRate,
+	// negative means no minimum.
+	MinRate int64
 	// Limits bound the decompressed size and the compression ratio.
 	Limits Limits
 	// Progress, if not nil, is called about once a second while the source
@@ -298,6 +302,17 @@ type fetcher struct {
 	signedBy string
 }
 
+// minRate is the download's minimum rate in bytes per second (0: none).
+func (f *fetcher) minRate() int64 {
+	switch {
+	case f.req.MinRate == 0:
+		return DefaultMinRate
+	case f.req.MinRate < 0:
+		return 0
+	}
+	return f.req.MinRate
+}
+
 // verified reports whether a Result with this expected digest is Verified.
 func (f *fetcher) verified(expected *Digest) bool { return expected != nil && !f.sumsOverHTTP }
 
@@ -502,7 +517,7 @@ func (f *fetcher) readSmall(ctx context.Context, s source, limit int64, what str
 		}
 		return data, nil
 	}
-	t, err := startGET(ctx, f.client, s.url, nil, f.stall)
+	t, err := startGET(ctx, f.client, s.url, nil, f.stall, f.minRate())
 	if err != nil {
 		return nil, fmt.Errorf("fetching %s: %w", what, err)
 	}
@@ -668,7 +683,7 @@ func (f *fetcher) open(ctx context.Context, prev *entryMeta) (*opened, error) {
 			hdr.Set("If-Modified-Since", prev.LastModified)
 		}
 	}
-	t, err := startGET(ctx, f.client, f.src.url, hdr, f.stall)
+	t, err := startGET(ctx, f.client, f.src.url, hdr, f.stall, f.minRate())
 	if err != nil {
 		return nil, err
 	}
@@ -731,7 +746,7 @@ func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected 
 		alg = expected.Algorithm
 	}
 	h := Digest{Algorithm: alg}.newHash()
-	var onData func()
+	var onData func(int)
 	if o.t != nil {
 		onData = o.t.touch
 	}
