@@ -38,3 +38,20 @@ func TestConnectionLimit(t *testing.T) {
 		t.Fatalf("after one connection closed: %v", err)
 	}
 }
+
+// TestPortTakenSaysWho: a listen address whose port another process
+// holds fails with a message saying that whoever holds it would get the
+// reports.
+func TestPortTakenSaysWho(t *testing.T) {
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	s := NewServer(Config{ListenAddr: other.Addr().String()})
+	defer s.Close()
+	err = s.Start()
+	if err == nil || !strings.Contains(err.Error(), "another process holds the port") {
+		t.Fatalf("Start on a taken port: %v", err)
+	}
+}

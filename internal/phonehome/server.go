@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -133,6 +134,10 @@ func (s *Server) Start() error {
 	}
 	ln, err := net.Listen("tcp", s.cfg.ListenAddr)
 	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("phonehome: listening on %s: %w; another process holds the port, possibly another "+
+				"user's, which would receive the guests' reports: free it or choose another listen_address", s.cfg.ListenAddr, err)
+		}
 		return fmt.Errorf("phonehome: listening on %s: %w", s.cfg.ListenAddr, err)
 	}
 	ln = newLimitListener(ln, s.cfg.MaxConns)
