@@ -117,7 +117,7 @@ func (f *fetcher) file(key, suffix string) string { return filepath.Join(f.dir, 
 // loadEntry returns the sidecar of a complete entry, or nil when there is
 // none (or it is damaged).
 func (f *fetcher) loadEntry(key string) *entryMeta {
-	fh, err := openNoFollow(f.file(key, ".json"))
+	fh, err := f.cd.openNoFollow(key + ".json")
 	if err != nil {
 		return nil
 	}
@@ -137,7 +137,7 @@ func (f *fetcher) loadEntry(key string) *entryMeta {
 	if m.Format != FormatQCOW2 && m.Format != FormatRaw || len(m.StoredSHA256) != 2*sha256.Size || !isLowerHex(m.StoredSHA256) {
 		return nil
 	}
-	fi, err := os.Lstat(f.file(key, ".img"))
+	fi, err := f.cd.Lstat(key + ".img")
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() != m.Size {
 		return nil
 	}
@@ -150,7 +150,7 @@ func (f *fetcher) writeMeta(key string, m *entryMeta) error {
 	if err != nil {
 		return err
 	}
-	t, err := os.CreateTemp(f.dir, key+".*.part")
+	t, err := f.cd.CreateTemp(key + ".*.part")
 	if err != nil {
 		return err
 	}
@@ -162,10 +162,10 @@ func (f *fetcher) writeMeta(key string, m *entryMeta) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(t.Name(), f.file(key, ".json"))
+		err = f.cd.Rename(t.Name(), key+".json")
 	}
 	if err != nil {
-		os.Remove(t.Name())
+		_ = f.cd.Remove(t.Name())
 	}
 	return err
 }
@@ -195,7 +195,7 @@ func (f *fetcher) fetchCached(ctx context.Context, expected *Digest) (*Result, e
 // goes back to a shared lock. It reports retry when the lock file or entry
 // vanished (another process evicted it) between these steps.
 func (f *fetcher) tryEntry(ctx context.Context, key string, expected *Digest) (r *Result, retry bool, err error) {
-	lk, err := acquireLock(ctx, f.file(key, ".lock"), false)
+	lk, err := acquireLock(ctx, f.cd, key+".lock", false)
 	if err != nil {
 		return nil, false, fmt.Errorf("locking image cache entry: %w", err)
 	}
@@ -330,7 +330,7 @@ func (f *fetcher) download(ctx context.Context, key string, prev *entryMeta, exp
 	img := f.file(key, ".img")
 	err = f.store(key, fe.tmp, img, m)
 	if err != nil {
-		os.Remove(fe.tmp)
+		_ = f.cd.Remove(fe.tmp)
 		return nil, fmt.Errorf("storing image in the cache: %w", err)
 	}
 	f.downloaded = true
@@ -340,20 +340,20 @@ func (f *fetcher) download(ctx context.Context, key string, prev *entryMeta, exp
 // store moves a complete, verified image into place and writes its sidecar.
 func (f *fetcher) store(key, tmp, img string, m *entryMeta) error {
 	if runtime.GOOS != "windows" {
-		if err := os.Chmod(tmp, 0o444); err != nil {
+		if err := f.cd.Chmod(tmp, 0o444); err != nil {
 			return err
 		}
 	}
 	// Invalidate the previous entry first: an image without a sidecar is
 	// no entry.
-	if err := os.Remove(f.file(key, ".json")); err != nil && !os.IsNotExist(err) {
+	if err := f.cd.Remove(key + ".json"); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	if err := os.Rename(tmp, img); err != nil {
+	if err := f.cd.Rename(tmp, img); err != nil {
 		return err
 	}
 	if err := f.writeMeta(key, m); err != nil {
-		os.Remove(img)
+		_ = f.cd.Remove(img)
 		return err
 	}
 	return nil
@@ -364,7 +364,7 @@ func (f *fetcher) store(key, tmp, img string, m *entryMeta) error {
 func (f *fetcher) result(key string, m *entryMeta, expected *Digest, lk *fileLock) *Result {
 	img := f.file(key, ".img")
 	now := time.Now()
-	_ = os.Chtimes(img, now, now) // best effort: a stale time only makes the entry evicted sooner
+	_ = f.cd.root.Chtimes(key+".img", now, now) // best effort: a stale time only makes the entry evicted sooner
 	d, _ := ParseDigest(m.Digest)
 	return &Result{
 		Path:             img,
@@ -379,6 +379,7 @@ func (f *fetcher) result(key string, m *entryMeta, expected *Digest, lk *fileLoc
 		Downloaded:       f.downloaded,
 		release:          lk.release,
 		stored:           &storedFile{sha256: m.StoredSHA256, evict: func() { f.evictChanged(key) }},
+		dir:              f.cd,
 	}
 }
 
@@ -387,8 +388,8 @@ func (f *fetcher) result(key string, m *entryMeta, expected *Digest, lk *fileLoc
 // under a shared lock: holders that opened the image already read through
 // their own handles, which check what they read.
 func (f *fetcher) evictChanged(key string) {
-	os.Remove(f.file(key, ".json"))
-	os.Remove(f.file(key, ".img"))
+	_ = f.cd.Remove(key + ".json")
+	_ = f.cd.Remove(key + ".img")
 }
 
 // evict removes leftovers of crashed Fetches and, when the cache has a size
@@ -397,7 +398,7 @@ func (f *fetcher) evictChanged(key string) {
 // the bound holds while an entry is written, too). The entry keep is never
 // evicted.
 func (f *fetcher) evict(keep string, writing int64) {
-	des, err := os.ReadDir(f.dir)
+	des, err := f.cd.readDir()
 	if err != nil {
 		return
 	}
@@ -439,8 +440,8 @@ func (f *fetcher) evict(keep string, writing int64) {
 		if key == keep || err != nil || time.Since(fi.ModTime()) < staleTempAge {
 			continue
 		}
-		if lk, _ := tryAcquireLock(f.file(key, ".lock")); lk != nil {
-			os.Remove(filepath.Join(f.dir, de.Name()))
+		if lk, _ := tryAcquireLock(f.cd, key+".lock"); lk != nil {
+			_ = f.cd.Remove(de.Name())
 			if byKey[key] == nil {
 				lk.remove()
 			}
@@ -465,12 +466,12 @@ func (f *fetcher) evict(keep string, writing int64) {
 		if e.key == keep {
 			continue
 		}
-		lk, _ := tryAcquireLock(f.file(e.key, ".lock"))
+		lk, _ := tryAcquireLock(f.cd, e.key+".lock")
 		if lk == nil {
 			continue // held by a Result or being downloaded
 		}
-		os.Remove(f.file(e.key, ".json"))
-		os.Remove(f.file(e.key, ".img"))
+		_ = f.cd.Remove(e.key + ".json")
+		_ = f.cd.Remove(e.key + ".img")
 		lk.remove()
 		lk.release()
 		total -= e.size

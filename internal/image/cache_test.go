@@ -315,7 +315,7 @@ func TestStaleTempFilesRemoved(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lk, err := acquireLock(context.Background(), filepath.Join(dir, "src-"+strings.Repeat("2", 32)+".lock"), true)
+	lk, err := acquireLock(context.Background(), pathDir(dir), "src-"+strings.Repeat("2", 32)+".lock", true)
 	if err != nil {
 		t.Fatal(err)
 	}

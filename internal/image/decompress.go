@@ -15,7 +15,6 @@ import (
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
-	"github.com/ulikunitz/xz"
 )
 
 // Compression kinds, as they appear in Result.Compression (possibly with a
@@ -68,11 +67,7 @@ func isTar(b []byte) bool {
 func openDecompressor(kind string, r io.Reader) (io.ReadCloser, error) {
 	switch kind {
 	case compXZ:
-		d, err := xz.NewReader(newXZGuard(r, MaxXZDictionary))
-		if err != nil {
-			return nil, err
-		}
-		return io.NopCloser(d), nil
+		return io.NopCloser(newXZReader(r, MaxXZDictionary)), nil
 	case compGzip:
 		return gzip.NewReader(r)
 	case compZstd:
@@ -122,7 +117,7 @@ func (e *decompressError) Unwrap() error { return e.err }
 // error wrapping ErrLimit. It reads the
 // decompressed stream to its end (so its integrity checks run) but may leave
 // bytes of src unread. On error no temporary file is left.
-func unpack(src *bufio.Reader, dir, pattern string, lim Limits) (u unpacked, err error) {
+func unpack(src *bufio.Reader, dir fileDir, pattern string, lim Limits) (u unpacked, err error) {
 	head, _ := src.Peek(6)
 	kind := detectCompression(head)
 	in := &counter{r: src}
@@ -149,7 +144,7 @@ func unpack(src *bufio.Reader, dir, pattern string, lim Limits) (u unpacked, err
 		// decompressor verifies its checksums.
 		_, err = io.Copy(io.Discard, br)
 		if err != nil && u.path != "" {
-			os.Remove(u.path)
+			_ = dir.Remove(u.path)
 		}
 	}
 	if err != nil {
@@ -198,7 +193,7 @@ func classifyUnpackError(kind string, err error) error {
 // members declaring more than maxSize bytes are refused before a byte of
 // them is written. It returns the file's path and SHA-256 (see writeTemp)
 // and the member's name.
-func extractTar(r io.Reader, dir, pattern string, maxSize int64) (path, sum, member string, err error) {
+func extractTar(r io.Reader, dir fileDir, pattern string, maxSize int64) (path, sum, member string, err error) {
 	type kept struct{ name, path, sum string }
 	var (
 		tr      = tar.NewReader(r)
@@ -209,7 +204,7 @@ func extractTar(r io.Reader, dir, pattern string, maxSize int64) (path, sum, mem
 	defer func() {
 		for _, f := range files {
 			if f.path != path || err != nil {
-				os.Remove(f.path)
+				_ = dir.Remove(f.path)
 			}
 		}
 	}()
@@ -295,15 +290,15 @@ func hasDiskExtension(name string) bool {
 // checks it when the file is read back for an upload). On error the file is
 // removed. It does not sync the file: that waits until the transfer is over
 // (syncing gigabytes may take longer than the stall timeout).
-func writeTemp(r io.Reader, dir, pattern string) (path, sum string, err error) {
-	f, err := os.CreateTemp(dir, pattern)
+func writeTemp(r io.Reader, dir fileDir, pattern string) (path, sum string, err error) {
+	f, err := dir.CreateTemp(pattern)
 	if err != nil {
 		return "", "", err
 	}
 	defer func() {
 		if err != nil {
 			f.Close()
-			os.Remove(f.Name())
+			_ = dir.Remove(f.Name())
 		}
 	}()
 	w := newSparseWriter(f)

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"net/http"
@@ -67,6 +69,10 @@ type Request struct {
 	// StallTimeout fails a transfer that delivers no bytes for this long
 	// (response headers included); zero means DefaultStallTimeout.
 	StallTimeout time.Duration
+	// MinRate fails a download that delivers fewer than this many bytes
+	// per second over a StallTimeout window; zero means DefaultMinRate,
+	// negative means no minimum.
+	MinRate int64
 	// Limits bound the decompressed size and the compression ratio.
 	Limits Limits
 	// Progress, if not nil, is called about once a second while the source
@@ -133,9 +139,17 @@ type Result struct {
 	file     *os.File
 	expected *Digest
 	src      source
+	// headSum is the SHA-256 of the first headLen bytes of file, read
+	// before it was inspected; Open fails an upload whose first bytes
+	// differ (the file was rewritten in place between the check and the
+	// upload), with or without an expected digest.
+	headSum []byte
+	headLen int64
 	// stored is what the cache recorded of an entry's image, which Open
 	// checks the bytes it reads against.
 	stored *storedFile
+	// dir is the cache directory the entry is read through.
+	dir *cacheDir
 }
 
 // Open returns a reader of the image, to be closed by the caller before
@@ -154,7 +168,11 @@ func (r *Result) Open() (io.ReadCloser, error) {
 	if r.file != nil {
 		return newVerifyingReader(r), nil
 	}
-	fh, err := openNoFollow(r.Path)
+	open := openNoFollow
+	if r.dir != nil {
+		open = r.dir.openNoFollow
+	}
+	fh, err := open(r.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -208,6 +226,13 @@ func parseSource(s string) (source, error) {
 	scheme := ""
 	if err == nil {
 		scheme = strings.ToLower(u.Scheme)
+	} else if looksLikeURL(s) {
+		// Not a local path: a URL that does not parse is an error, never a
+		// file name. The parser's message quotes parts of the URL (the
+		// "port" of "user:pass/word@host" is the password), so it is left
+		// out.
+		return source{}, fmt.Errorf("URL %s does not parse; percent-encode '/', '#', '?' and '@' in a user name "+
+			"or password", redact(s))
 	}
 	// A one-letter scheme is a Windows drive letter ("C:\image.qcow2").
 	if len(scheme) == 1 {
@@ -216,12 +241,12 @@ func parseSource(s string) (source, error) {
 	switch scheme {
 	case "http", "https":
 		if u.Host == "" {
-			return source{}, fmt.Errorf("URL %q has no host", s)
+			return source{}, fmt.Errorf("URL %s has no host", redact(s))
 		}
 		return source{raw: s, url: u.String(), name: path.Base(u.Path)}, nil
 	case "file":
 		if u.Host != "" && u.Host != "localhost" {
-			return source{}, fmt.Errorf("file URL %q names host %q; only local files are supported", s, u.Host)
+			return source{}, fmt.Errorf("file URL %s names host %q; only local files are supported", redact(s), u.Host)
 		}
 		p := u.Path
 		if runtime.GOOS == "windows" && len(p) >= 3 && p[0] == '/' && p[2] == ':' {
@@ -231,7 +256,22 @@ func parseSource(s string) (source, error) {
 	case "":
 		return localSource(s, s)
 	}
-	return source{}, fmt.Errorf("unsupported source %q: use an http, https or file URL, or a local path", s)
+	return source{}, fmt.Errorf("unsupported source %s: use an http, https or file URL, or a local path", redact(s))
+}
+
+// looksLikeURL reports whether s starts with a scheme of two letters or
+// more and "://" (a Windows drive letter has one).
+func looksLikeURL(s string) bool {
+	scheme, _, ok := strings.Cut(s, "://")
+	if !ok || len(scheme) < 2 {
+		return false
+	}
+	for i, c := range scheme {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return true
 }
 
 func localSource(raw, p string) (source, error) {
@@ -246,6 +286,7 @@ func localSource(raw, p string) (source, error) {
 type fetcher struct {
 	cache  *Cache
 	dir    string
+	cd     *cacheDir // dir, held open
 	req    Request
 	src    source
 	client *http.Client
@@ -259,6 +300,17 @@ type fetcher struct {
 	// signedBy is the fingerprint of the key whose signature on the
 	// checksum file was verified.
 	signedBy string
+}
+
+// minRate is the download's minimum rate in bytes per second (0: none).
+func (f *fetcher) minRate() int64 {
+	switch {
+	case f.req.MinRate == 0:
+		return DefaultMinRate
+	case f.req.MinRate < 0:
+		return 0
+	}
+	return f.req.MinRate
 }
 
 // verified reports whether a Result with this expected digest is Verified.
@@ -331,11 +383,28 @@ func (c *Cache) Fetch(ctx context.Context, req Request) (*Result, error) {
 	if err := os.MkdirAll(f.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating image cache directory: %w", err)
 	}
-	if err := checkPrivateDir(f.dir); err != nil {
+	if f.cd, err = openCacheDir(f.dir); err != nil {
 		return nil, err
 	}
-	return f.fetchCached(ctx, expected)
+	if testHookCacheDirOpened != nil {
+		testHookCacheDirOpened(f.dir)
+	}
+	r, err := f.fetchCached(ctx, expected)
+	if r == nil {
+		f.cd.Close()
+		return r, err
+	}
+	// The Result reads its entry through the directory's handle until it
+	// is released.
+	var once sync.Once
+	release, cd := r.release, f.cd
+	r.release = func() { once.Do(func() { release(); cd.Close() }) }
+	return r, err
 }
+
+// testHookCacheDirOpened, when set by a test, runs once the cache
+// directory was checked and opened, before it is used.
+var testHookCacheDirOpened func(dir string)
 
 // fetchSums fetches the checksum file at loc and returns its digest for the
 // source's base name. With signing keys, the file's signature is checked
@@ -448,7 +517,7 @@ func (f *fetcher) readSmall(ctx context.Context, s source, limit int64, what str
 		}
 		return data, nil
 	}
-	t, err := startGET(ctx, f.client, s.url, nil, f.stall)
+	t, err := startGET(ctx, f.client, s.url, nil, f.stall, f.minRate())
 	if err != nil {
 		return nil, fmt.Errorf("fetching %s: %w", what, err)
 	}
@@ -494,6 +563,14 @@ func (f *fetcher) inPlace(expected *Digest) (*Result, bool, error) {
 	if detectCompression(head) != "" || isTar(head) {
 		return nil, false, nil
 	}
+	// Hash the region the format check reads before the check: the upload
+	// is compared with it, so a file rewritten in place after the check
+	// (a backing file added) is not uploaded as checked.
+	headLen := min(fi.Size(), inPlaceHead)
+	hh := sha256.New()
+	if _, err := io.Copy(hh, io.NewSectionReader(fh, 0, headLen)); err != nil {
+		return nil, false, fmt.Errorf("source: %w", err)
+	}
 	info, err := inspectImage(fh, fi.Size())
 	if err != nil {
 		return nil, false, fmt.Errorf("image %s %w", f.src.path, err)
@@ -502,6 +579,8 @@ func (f *fetcher) inPlace(expected *Digest) (*Result, bool, error) {
 	var once sync.Once
 	return &Result{
 		file:             fh,
+		headSum:          hh.Sum(nil),
+		headLen:          headLen,
 		expected:         expected,
 		src:              f.src,
 		release:          func() { once.Do(func() { fh.Close() }) },
@@ -515,6 +594,27 @@ func (f *fetcher) inPlace(expected *Digest) (*Result, bool, error) {
 	}, true, nil
 }
 
+// inPlaceHead is how much of a local image used in place is compared
+// between its check and its upload: every header, table and extension the
+// format check reads lies within it.
+const inPlaceHead = 1 << 20
+
+// headTee hashes the first left bytes read through it.
+type headTee struct {
+	r    io.Reader
+	h    hash.Hash
+	left int64
+}
+
+func (t *headTee) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if k := min(int64(n), t.left); k > 0 {
+		t.h.Write(p[:k])
+		t.left -= k
+	}
+	return n, err
+}
+
 // newVerifyingReader reads a local image used in place and computes its
 // digest as it goes (see Result.Open).
 func newVerifyingReader(r *Result) *checkedReader {
@@ -522,9 +622,14 @@ func newVerifyingReader(r *Result) *checkedReader {
 	if r.expected != nil {
 		alg = r.expected.Algorithm
 	}
+	head := &headTee{r: io.NewSectionReader(r.file, 0, r.Size), h: sha256.New(), left: r.headLen}
 	return &checkedReader{
-		r: io.NewSectionReader(r.file, 0, r.Size), path: r.Path, size: r.Size, h: Digest{Algorithm: alg}.newHash(),
+		r: head, path: r.Path, size: r.Size, h: Digest{Algorithm: alg}.newHash(),
 		verdict: func(sum []byte) error {
+			if r.headSum != nil && !bytes.Equal(head.h.Sum(nil), r.headSum) {
+				return fmt.Errorf("image %s changed between its check and its upload: its first %s differ from "+
+					"those checked; nothing was uploaded as checked", r.Path, byteSize(r.headLen))
+			}
 			d := Digest{Algorithm: alg, Hex: hex.EncodeToString(sum)}
 			if r.expected != nil && d != *r.expected {
 				return mismatch(r.src, *r.expected, d)
@@ -578,7 +683,7 @@ func (f *fetcher) open(ctx context.Context, prev *entryMeta) (*opened, error) {
 			hdr.Set("If-Modified-Since", prev.LastModified)
 		}
 	}
-	t, err := startGET(ctx, f.client, f.src.url, hdr, f.stall)
+	t, err := startGET(ctx, f.client, f.src.url, hdr, f.stall, f.minRate())
 	if err != nil {
 		return nil, err
 	}
@@ -629,33 +734,40 @@ func (f *fetcher) readFail(o *opened, err error, n int64) error {
 
 // pipeline streams the opened source through the digest, the decompressor
 // and the tar extraction into a temporary file in the cache directory, and
-// verifies and inspects the result. On error no temporary file is left.
+// verifies and inspects the result. With an expected digest (which covers
+// the published file, compressed as it is) the source is first stored as
+// it came and compared, and only a verified copy is decompressed: an
+// unverified source costs at most its own size on disk, never evicts a
+// cached image and never reaches a decompressor. On error no temporary
+// file is left.
 func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected *Digest) (*fetched, error) {
 	alg := SHA256
 	if expected != nil {
 		alg = expected.Algorithm
 	}
 	h := Digest{Algorithm: alg}.newHash()
-	var onData func()
+	var onData func(int)
 	if o.t != nil {
 		onData = o.t.touch
 	}
 	m := newMeter(ctx, o.body, o.total, f.req.Progress, onData)
 	src := bufio.NewReaderSize(io.TeeReader(m, h), streamBufSize)
-
 	lim := f.req.Limits
 	lim.grow = func(written int64) { f.evict(key, written) }
-	u, err := unpack(src, f.dir, key+".*.part", lim)
-	if err == nil || expected != nil && m.err == nil {
-		// Hash what the decompressor left unread; after a decompression
-		// error with a digest to compare, a mismatch is the better report.
-		if _, derr := io.Copy(io.Discard, src); derr != nil && err == nil {
+	if expected != nil {
+		return f.verifyFirst(o, m, src, h, key, *expected, lim)
+	}
+
+	u, err := unpack(src, f.cd, key+".*.part", lim)
+	if err == nil {
+		// Hash what the decompressor left unread.
+		if _, derr := io.Copy(io.Discard, src); derr != nil {
 			err = derr
 		}
 	}
 	fail := func(e error) (*fetched, error) {
 		if u.path != "" {
-			os.Remove(u.path)
+			_ = f.cd.Remove(u.path)
 		}
 		return nil, e
 	}
@@ -665,29 +777,80 @@ func (f *fetcher) pipeline(ctx context.Context, o *opened, key string, expected 
 	if o.total >= 0 && m.n != o.total {
 		return fail(f.readFail(o, io.ErrUnexpectedEOF, m.n))
 	}
-	d := digestOf(alg, h)
-	if expected != nil && d != *expected {
-		e := mismatch(f.src, *expected, d)
-		if err != nil {
-			e = fmt.Errorf("%w (and %v)", e, err)
-		}
-		return fail(e)
-	}
 	if err != nil {
-		if errors.Is(err, ErrUnsupportedImage) {
-			return fail(fmt.Errorf("image %s %w", f.src, err))
-		}
-		if errors.Is(err, ErrLimit) {
-			return fail(fmt.Errorf("%s: %w; refusing it (raise the limit if the image is genuine)", f.src, err))
-		}
-		return fail(fmt.Errorf("%s: %w", f.src, err))
+		return fail(f.unpackFail(err))
 	}
 	m.finish()
 	if o.t != nil {
 		o.t.stopWatchdog() // all read: what follows may take its time
 	}
+	return f.inspect(u, digestOf(alg, h))
+}
 
-	fh, err := os.OpenFile(u.path, os.O_RDWR, 0)
+// verifyFirst stores the source as it comes (within the size limit, with
+// no eviction: nothing is known of it yet), compares its digest, and
+// unpacks the verified copy.
+func (f *fetcher) verifyFirst(o *opened, m *meter, src io.Reader, h hash.Hash, key string, expected Digest, lim Limits) (*fetched, error) {
+	maxSize := lim.withDefaults().MaxSize
+	lr := &io.LimitedReader{R: src, N: maxSize + 1}
+	dl, _, err := writeTemp(lr, f.cd, key+".*.part")
+	if err != nil && m.err == nil {
+		return nil, fmt.Errorf("writing the download to the cache directory: %w", err)
+	}
+	defer func() {
+		if dl != "" {
+			_ = f.cd.Remove(dl)
+		}
+	}()
+	if m.err != nil {
+		return nil, f.readFail(o, m.err, m.n)
+	}
+	if lr.N <= 0 {
+		return nil, fmt.Errorf("%s: %w: the download is larger than %s; refusing it (raise the limit if the image is genuine)",
+			f.src, ErrLimit, byteSize(maxSize))
+	}
+	if o.total >= 0 && m.n != o.total {
+		return nil, f.readFail(o, io.ErrUnexpectedEOF, m.n)
+	}
+	d := digestOf(expected.Algorithm, h)
+	if d != expected {
+		return nil, mismatch(f.src, expected, d)
+	}
+	m.finish()
+	if o.t != nil {
+		o.t.stopWatchdog() // all read: what follows may take its time
+	}
+	fh, err := f.cd.OpenFile(dl, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reading the verified download: %w", err)
+	}
+	defer fh.Close()
+	u, err := unpack(bufio.NewReaderSize(fh, streamBufSize), f.cd, key+".*.part", lim)
+	if err != nil {
+		return nil, f.unpackFail(err)
+	}
+	return f.inspect(u, d)
+}
+
+// unpackFail describes an error of unpack.
+func (f *fetcher) unpackFail(err error) error {
+	switch {
+	case errors.Is(err, ErrUnsupportedImage):
+		return fmt.Errorf("image %s %w", f.src, err)
+	case errors.Is(err, ErrLimit):
+		return fmt.Errorf("%s: %w; refusing it (raise the limit if the image is genuine)", f.src, err)
+	}
+	return fmt.Errorf("%s: %w", f.src, err)
+}
+
+// inspect syncs the unpacked image and checks its format; on error it
+// removes the file.
+func (f *fetcher) inspect(u unpacked, d Digest) (*fetched, error) {
+	fail := func(e error) (*fetched, error) {
+		_ = f.cd.Remove(u.path)
+		return nil, e
+	}
+	fh, err := f.cd.OpenFile(u.path, os.O_RDWR, 0)
 	if err != nil {
 		return fail(err)
 	}

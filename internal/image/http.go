@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +22,11 @@ const maxRedirects = 10
 // DefaultStallTimeout is how long a transfer may deliver no bytes before it
 // fails, when Request.StallTimeout is zero.
 const DefaultStallTimeout = 60 * time.Second
+
+// DefaultMinRate is the minimum download rate, in bytes per second, over
+// each stall window, when Request.MinRate is zero: 16 KiB/s (a 1 GiB image
+// in under 18 hours).
+const DefaultMinRate = 16 << 10
 
 // userAgent is sent with every request.
 const userAgent = "terraform-provider-kohaku (image fetch)"
@@ -132,6 +138,18 @@ type stallError struct{ d time.Duration }
 
 func (e *stallError) Error() string { return fmt.Sprintf("stalled: no data for %v", e.d) }
 
+// slowError is the cause of a transfer cancelled for delivering less than
+// the minimum rate.
+type slowError struct {
+	got  int64
+	d    time.Duration
+	rate int64
+}
+
+func (e *slowError) Error() string {
+	return fmt.Sprintf("too slow: %d bytes in %v, less than the minimum of %d bytes/s", e.got, e.d, e.rate)
+}
+
 // transfer is one GET in progress: its response and the watchdog that
 // cancels it when it stalls.
 type transfer struct {
@@ -142,16 +160,25 @@ type transfer struct {
 	cancel context.CancelCauseFunc
 	timer  *time.Timer
 	stall  time.Duration
+	// minRate is the minimum rate, in bytes per second, over each stall
+	// window once the body flows; window counts the bytes of the current
+	// window.
+	minRate int64
+	window  atomic.Int64
+	stopped atomic.Bool
 }
 
 // startGET sends a GET for u with the extra headers and returns once the
 // response headers are in, with a watchdog that cancels the request when no
-// bytes arrive for stall (headers included). Non-2xx statuses other than 304
+// bytes arrive for stall (headers included), or when fewer than minRate
+// bytes per second arrive over a stall window of the body (minRate <= 0:
+// no minimum): a server sending a byte now and then cannot hold a create
+// until its own timeout. Non-2xx statuses other than 304
 // are errors naming the URL (with any password redacted) and status.
-func startGET(ctx context.Context, client *http.Client, u string, hdr http.Header, stall time.Duration) (*transfer, error) {
+func startGET(ctx context.Context, client *http.Client, u string, hdr http.Header, stall time.Duration, minRate int64) (*transfer, error) {
 	tctx, cancel := context.WithCancelCause(ctx)
-	t := &transfer{url: redact(u), ctx: tctx, parent: ctx, cancel: cancel, stall: stall}
-	t.timer = time.AfterFunc(stall, func() { cancel(&stallError{stall}) })
+	t := &transfer{url: redact(u), ctx: tctx, parent: ctx, cancel: cancel, stall: stall, minRate: minRate}
+	t.timer = time.AfterFunc(stall, t.check)
 	req, err := http.NewRequestWithContext(tctx, http.MethodGet, u, nil)
 	if err != nil {
 		t.close()
@@ -171,7 +198,8 @@ func startGET(ctx context.Context, client *http.Client, u string, hdr http.Heade
 		return nil, err
 	}
 	t.resp = resp
-	t.touch()
+	t.window.Store(0)
+	t.timer.Reset(t.stall) // the body gets a whole window
 	if resp.StatusCode == http.StatusNotModified || resp.StatusCode/100 == 2 {
 		return t, nil
 	}
@@ -190,7 +218,21 @@ func redact(u string) string {
 	if p, err := url.Parse(u); err == nil {
 		return redactURL(p)
 	}
-	return u
+	// A URL that does not parse may still carry a password: one with a
+	// '/', '#' or '?' that was not percent-encoded ends the authority
+	// early, which is often why it does not parse. Keep the scheme and
+	// what follows the last '@', drop what precedes it.
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = "xxxxx@" + rest[i+1:]
+	}
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	return scheme + "://" + rest
 }
 
 // Redact is redact for messages and logs outside this package: a source
@@ -215,14 +257,36 @@ func redactURL(p *url.URL) string {
 	return c.Redacted()
 }
 
-// touch restarts the stall watchdog: bytes arrived.
-func (t *transfer) touch() { t.timer.Reset(t.stall) }
+// touch counts n bytes that arrived.
+func (t *transfer) touch(n int) { t.window.Add(int64(n)) }
+
+// check runs at the end of each stall window: it cancels a transfer that
+// delivered nothing, or less than the minimum rate, and starts the next
+// window otherwise.
+func (t *transfer) check() {
+	if t.stopped.Load() {
+		return
+	}
+	got := t.window.Swap(0)
+	switch {
+	case got == 0:
+		t.cancel(&stallError{t.stall})
+	case t.minRate > 0 && float64(got) < float64(t.minRate)*t.stall.Seconds():
+		t.cancel(&slowError{got: got, d: t.stall, rate: t.minRate})
+	default:
+		t.timer.Reset(t.stall)
+	}
+}
 
 // stopWatchdog stops the stall watchdog once everything was read.
-func (t *transfer) stopWatchdog() { t.timer.Stop() }
+func (t *transfer) stopWatchdog() {
+	t.stopped.Store(true)
+	t.timer.Stop()
+}
 
 // close stops the watchdog and releases the response.
 func (t *transfer) close() {
+	t.stopped.Store(true)
 	t.timer.Stop()
 	if t.resp != nil {
 		t.resp.Body.Close()
@@ -244,6 +308,7 @@ func (t *transfer) describe(err error, got, total int64) error {
 	var (
 		re   *redirectError
 		se   *stallError
+		slow *slowError
 		cve  *tls.CertificateVerificationError
 		uae  x509.UnknownAuthorityError
 		he   x509.HostnameError
@@ -256,6 +321,9 @@ func (t *transfer) describe(err error, got, total int64) error {
 		return fmt.Errorf("GET %s: %w (after %d of %s bytes)", t.url, t.parent.Err(), got, of)
 	case errors.As(context.Cause(t.ctx), &se):
 		return fmt.Errorf("GET %s: transfer stalled: no data received for %v (after %d of %s bytes)", t.url, se.d, got, of)
+	case errors.As(context.Cause(t.ctx), &slow):
+		return fmt.Errorf("GET %s: transfer too slow: %d bytes in the last %v, less than the minimum of %d bytes/s "+
+			"(after %d of %s bytes)", t.url, slow.got, slow.d, slow.rate, got, of)
 	case errors.As(err, &re):
 		return fmt.Errorf("GET %s: %w", t.url, re)
 	case errors.As(err, &cve), errors.As(err, &uae), errors.As(err, &he), errors.As(err, &cie),
@@ -275,7 +343,7 @@ type meter struct {
 	ctx      context.Context
 	total    int64
 	n        int64
-	onData   func()
+	onData   func(n int)
 	progress func(Progress)
 
 	start, last time.Time
@@ -286,7 +354,7 @@ type meter struct {
 // progressInterval is the minimum time between two Progress reports.
 const progressInterval = time.Second
 
-func newMeter(ctx context.Context, r io.Reader, total int64, progress func(Progress), onData func()) *meter {
+func newMeter(ctx context.Context, r io.Reader, total int64, progress func(Progress), onData func(n int)) *meter {
 	now := time.Now()
 	return &meter{r: r, ctx: ctx, total: total, progress: progress, onData: onData, start: now, last: now}
 }
@@ -304,7 +372,7 @@ func (m *meter) Read(p []byte) (int, error) {
 	if n > 0 {
 		m.n += int64(n)
 		if m.onData != nil {
-			m.onData()
+			m.onData(n)
 		}
 		if m.progress != nil {
 			if now := time.Now(); now.Sub(m.last) >= progressInterval {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -40,7 +42,7 @@ func TestDecompressionSizeBombRefused(t *testing.T) {
 		lim.grow = func(n int64) { seen = max(seen, dirBytes(t, dir)) }
 		old := growStep
 		growStep = 1 << 20
-		_, err := unpack(bufio.NewReader(bytes.NewReader(packed)), dir, "x.*.part", lim)
+		_, err := unpack(bufio.NewReader(bytes.NewReader(packed)), pathDir(dir), "x.*.part", lim)
 		growStep = old
 		if !errors.Is(err, ErrLimit) {
 			t.Fatalf("%s: error %v does not wrap ErrLimit", name, err)
@@ -59,7 +61,7 @@ func TestDecompressionRatioBombRefused(t *testing.T) {
 	data := bytes.Repeat([]byte{0xAA}, 32<<20)
 	packed := zstdBytes(t, data)
 	dir := t.TempDir()
-	_, err := unpack(bufio.NewReader(bytes.NewReader(packed)), dir, "x.*.part", Limits{MaxRatio: 100, grace: 1 << 20})
+	_, err := unpack(bufio.NewReader(bytes.NewReader(packed)), pathDir(dir), "x.*.part", Limits{MaxRatio: 100, grace: 1 << 20})
 	if !errors.Is(err, ErrLimit) {
 		t.Fatalf("error %v does not wrap ErrLimit", err)
 	}
@@ -68,7 +70,7 @@ func TestDecompressionRatioBombRefused(t *testing.T) {
 		t.Errorf("%d bytes left behind", n)
 	}
 	// Within the grace the same ratio passes, and within the ratio too.
-	u, err := unpack(bufio.NewReader(bytes.NewReader(packed)), dir, "x.*.part", Limits{MaxRatio: 100, grace: 64 << 20})
+	u, err := unpack(bufio.NewReader(bytes.NewReader(packed)), pathDir(dir), "x.*.part", Limits{MaxRatio: 100, grace: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +78,8 @@ func TestDecompressionRatioBombRefused(t *testing.T) {
 }
 
 // TestFetchBombLeavesNoEntry fetches a zstd bomb with a wrong checksum
-// through the cache: the checksum mismatch is reported, and neither the
-// image nor a temporary file is left.
+// through the cache: the checksum mismatch is reported before anything is
+// decompressed, and neither the image nor a temporary file is left.
 func TestFetchBombLeavesNoEntry(t *testing.T) {
 	data := bytes.Repeat([]byte("bomb"), 8<<20)
 	srv := newImageServer(t)
@@ -88,7 +90,9 @@ func TestFetchBombLeavesNoEntry(t *testing.T) {
 	if !errors.Is(err, ErrChecksumMismatch) {
 		t.Fatalf("error %v is not a checksum mismatch", err)
 	}
-	errContains(t, err, "decompresses to more than 4 MiB")
+	if strings.Contains(err.Error(), "decompress") {
+		t.Errorf("the unverified bomb was decompressed: %v", err)
+	}
 	assertEmptyCache(t, dir)
 	_, err = fetch(t, &Cache{Dir: dir}, Request{Source: url, Limits: Limits{MaxSize: 4 << 20}})
 	errContains(t, err, url, "decompresses to more than 4 MiB", "raise the limit")
@@ -96,11 +100,36 @@ func TestFetchBombLeavesNoEntry(t *testing.T) {
 }
 
 // TestCacheBoundHoldsWhileWriting fills a bounded cache, then writes a
-// large entry: older entries are evicted while it is written, not only
-// once it is stored.
+// large, verified entry: older entries are evicted while it is written,
+// not only once it is stored.
 func TestCacheBoundHoldsWhileWriting(t *testing.T) {
 	dir := t.TempDir()
 	c := &Cache{Dir: dir, MaxBytes: 3 << 20}
+	fillCache(t, c)
+	big := makeRaw(8<<20, true)
+	copy(big[4096:], bytes.Repeat([]byte("x"), 6<<20))
+	p := filepath.Join(t.TempDir(), "big.img.gz")
+	packed := gzipBytes(t, big)
+	if err := os.WriteFile(p, packed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256Digest(packed)
+	old := growStep
+	growStep = 1 << 20
+	defer func() { growStep = old }()
+	r, err := fetch(t, c, Request{Source: p, Checksum: &sum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Release()
+	if n := dirBytes(t, dir); n > 8<<20+(2<<20) {
+		t.Errorf("the older entries were not evicted: the cache holds %d bytes", n)
+	}
+}
+
+// fillCache stores two 1 MiB entries in c.
+func fillCache(t *testing.T, c *Cache) {
+	t.Helper()
 	for i := range 2 {
 		img := makeRaw(1<<20, true)
 		copy(img[2048:], randomish(4096, uint64(i)))
@@ -110,24 +139,35 @@ func TestCacheBoundHoldsWhileWriting(t *testing.T) {
 		}
 		mustFetch(t, c, Request{Source: p}).Release()
 	}
-	if n := dirBytes(t, dir); n < 2<<20 {
+	if n := dirBytes(t, c.Dir); n < 2<<20 {
 		t.Fatalf("cache holds %d bytes after two 1 MiB entries", n)
 	}
-	big := makeRaw(8<<20, true)
-	copy(big[4096:], bytes.Repeat([]byte("x"), 6<<20))
-	p := filepath.Join(t.TempDir(), "big.img.gz")
-	if err := os.WriteFile(p, gzipBytes(t, big), 0o644); err != nil {
-		t.Fatal(err)
-	}
+}
+
+// TestUnverifiedBombEvictsNothing: a bomb that does not match its
+// checksum is refused before it is decompressed, so it neither writes its
+// decompressed bytes nor evicts the cached images to make room for them.
+func TestUnverifiedBombEvictsNothing(t *testing.T) {
+	dir := t.TempDir()
+	c := &Cache{Dir: dir, MaxBytes: 3 << 20}
+	fillCache(t, c)
+	before := cacheFiles(t, dir)
+	bomb := zstdBytes(t, bytes.Repeat([]byte("bomb"), 16<<20)) // 64 MiB
+	srv := newImageServer(t)
+	url := srv.put("/bomb.raw.zst", bomb)
 	wrong := sha256Digest([]byte("not it"))
 	old := growStep
 	growStep = 1 << 20
 	defer func() { growStep = old }()
-	_, err := fetch(t, c, Request{Source: p, Checksum: &wrong})
+	var most int64
+	_, err := fetch(t, c, Request{Source: url, Checksum: &wrong, Progress: func(Progress) { most = max(most, dirBytes(t, dir)) }})
 	if !errors.Is(err, ErrChecksumMismatch) {
 		t.Fatalf("error %v is not a checksum mismatch", err)
 	}
-	if n := dirBytes(t, dir); n > 1<<20 {
-		t.Errorf("the older entries (%d bytes) were not evicted while the large one was written", n)
+	if after := cacheFiles(t, dir); !slices.Equal(before, after) {
+		t.Errorf("cache held %v, now %v: the unverified bomb evicted entries", before, after)
+	}
+	if most > 2*(1<<20)+int64(len(bomb))+(1<<20) {
+		t.Errorf("the cache directory grew to %d bytes for a %d-byte unverified download", most, len(bomb))
 	}
 }

@@ -13,7 +13,8 @@ import (
 // one at the path, and retries otherwise.
 type fileLock struct {
 	f    *os.File
-	path string
+	dir  fileDir
+	name string
 	once sync.Once
 }
 
@@ -26,9 +27,9 @@ const (
 
 // acquireLock opens (creating it if needed) the lock file at path and locks
 // it, shared or exclusive, waiting until it can or ctx is done.
-func acquireLock(ctx context.Context, path string, exclusive bool) (*fileLock, error) {
+func acquireLock(ctx context.Context, dir fileDir, name string, exclusive bool) (*fileLock, error) {
 	for {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		f, err := dir.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
 		if err != nil {
 			return nil, err
 		}
@@ -36,8 +37,8 @@ func acquireLock(ctx context.Context, path string, exclusive bool) (*fileLock, e
 			f.Close()
 			return nil, err
 		}
-		if lockFileCurrent(f, path) {
-			return &fileLock{f: f, path: path}, nil
+		if lockFileCurrent(f, dir, name) {
+			return &fileLock{f: f, dir: dir, name: name}, nil
 		}
 		f.Close() // removed or replaced while we waited: lock the new one
 	}
@@ -45,17 +46,17 @@ func acquireLock(ctx context.Context, path string, exclusive bool) (*fileLock, e
 
 // tryAcquireLock locks the lock file at path exclusively if nobody holds it,
 // returning nil (and no error) when somebody does.
-func tryAcquireLock(path string) (*fileLock, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+func tryAcquireLock(dir fileDir, name string) (*fileLock, error) {
+	f, err := dir.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	ok, err := tryLockFile(f, true)
-	if err != nil || !ok || !lockFileCurrent(f, path) {
+	if err != nil || !ok || !lockFileCurrent(f, dir, name) {
 		f.Close()
 		return nil, err
 	}
-	return &fileLock{f: f, path: path}, nil
+	return &fileLock{f: f, dir: dir, name: name}, nil
 }
 
 // relock changes the lock to shared or exclusive, waiting as acquireLock
@@ -68,7 +69,7 @@ func (l *fileLock) relock(ctx context.Context, exclusive bool) (bool, error) {
 		l.release()
 		return false, err
 	}
-	if !lockFileCurrent(l.f, l.path) {
+	if !lockFileCurrent(l.f, l.dir, l.name) {
 		l.release()
 		return false, nil
 	}
@@ -77,7 +78,7 @@ func (l *fileLock) relock(ctx context.Context, exclusive bool) (bool, error) {
 
 // remove deletes the lock file; the caller must hold it exclusively and
 // release it next.
-func (l *fileLock) remove() { os.Remove(l.path) }
+func (l *fileLock) remove() { _ = l.dir.Remove(l.name) }
 
 // release unlocks and closes the lock file; it is idempotent.
 func (l *fileLock) release() {
@@ -106,13 +107,13 @@ func waitLock(ctx context.Context, f *os.File, exclusive bool) error {
 	}
 }
 
-// lockFileCurrent reports whether f is still the file at path.
-func lockFileCurrent(f *os.File, path string) bool {
+// lockFileCurrent reports whether f is still the file name in dir.
+func lockFileCurrent(f *os.File, dir fileDir, name string) bool {
 	a, err := f.Stat()
 	if err != nil {
 		return false
 	}
-	b, err := os.Stat(path)
+	b, err := dir.Stat(name)
 	return err == nil && os.SameFile(a, b)
 }
 

@@ -4,9 +4,9 @@ package image
 
 import "os"
 
-// checkPrivateDir relies on the directory's ACLs where there are no Unix
+// checkPrivateInfo relies on the directory's ACLs where there are no Unix
 // permissions.
-func checkPrivateDir(dir string) error { return nil }
+func checkPrivateInfo(dir string, fi os.FileInfo) error { return nil }
 
 // openNoFollow opens a cache file for reading.
 func openNoFollow(path string) (*os.File, error) { return os.Open(path) }

@@ -10,17 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// checkPrivateDir refuses a cache directory that another local user could
-// fill: one owned by someone else, or writable by group or others. Entries
-// there would be trusted (and uploaded as verified) on a later Fetch.
-func checkPrivateDir(dir string) error {
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return err
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("image cache directory %s is not a directory (a symbolic link is not accepted)", dir)
-	}
+// checkPrivateInfo refuses a cache directory that another local user
+// could fill: one owned by someone else, or writable by group or others.
+// Entries there would be trusted (and uploaded as verified) on a later
+// Fetch. fi is read through the directory's open handle (openCacheDir).
+func checkPrivateInfo(dir string, fi os.FileInfo) error {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return nil
@@ -51,7 +45,7 @@ func openNoFollow(path string) (*os.File, error) {
 
 // privateTempDir is the fallback cache directory of a user with no cache
 // directory of their own: one per user in the temporary directory, checked
-// by checkPrivateDir like any other.
+// by checkPrivateInfo like any other.
 func privateTempDir() string {
 	return fmt.Sprintf("kohaku-images-%d", os.Getuid())
 }

@@ -83,7 +83,7 @@ func TestTarSparseMembersRefused(t *testing.T) {
 	for name, archive := range map[string][]byte{"gnu": gnuSparseTar(), "pax": paxSparseTar()} {
 		for _, packed := range [][]byte{archive, zstdBytes(t, archive)} {
 			dir := t.TempDir()
-			_, err := unpack(bufio.NewReader(bytes.NewReader(packed)), dir, "x.*.part", Limits{})
+			_, err := unpack(bufio.NewReader(bytes.NewReader(packed)), pathDir(dir), "x.*.part", Limits{})
 			if !errors.Is(err, ErrUnsupportedImage) {
 				t.Fatalf("%s: error %v is not ErrUnsupportedImage", name, err)
 			}
@@ -99,7 +99,7 @@ func TestTarHugeDeclaredSizeRefused(t *testing.T) {
 	// A base-256 size field declaring 1 PiB, with nothing behind it.
 	b := append(rawTarHeader("disk.raw", '0', 1<<50, true, nil), make([]byte, 1024)...)
 	dir := t.TempDir()
-	_, err := unpack(bufio.NewReader(bytes.NewReader(b)), dir, "x.*.part", Limits{})
+	_, err := unpack(bufio.NewReader(bytes.NewReader(b)), pathDir(dir), "x.*.part", Limits{})
 	if !errors.Is(err, ErrLimit) {
 		t.Fatalf("error %v does not wrap ErrLimit", err)
 	}
@@ -115,7 +115,7 @@ func TestTarStopsAtSecondDiskImage(t *testing.T) {
 	archive := tarBytes(t, tar.FormatPAX, tarFile{"a.img", first}, tarFile{"b.raw", second}, tarFile{"c.qcow2", first})
 	in := &counter{r: bytes.NewReader(archive)}
 	dir := t.TempDir()
-	_, err := unpack(bufio.NewReader(in), dir, "x.*.part", Limits{})
+	_, err := unpack(bufio.NewReader(in), pathDir(dir), "x.*.part", Limits{})
 	errContains(t, err, "at least 2 end in", "ambiguous", `"a.img", "b.raw"`)
 	if in.n > int64(len(first))+int64(len(second))/2 {
 		t.Errorf("read %d bytes of the archive: the second disk image was read, not refused at its header", in.n)
@@ -125,7 +125,7 @@ func TestTarStopsAtSecondDiskImage(t *testing.T) {
 	}
 	// A README next to one disk image still works.
 	u, err := unpack(bufio.NewReader(bytes.NewReader(tarBytes(t, tar.FormatPAX,
-		tarFile{"README", []byte("hi")}, tarFile{"a.img", first}))), dir, "x.*.part", Limits{})
+		tarFile{"README", []byte("hi")}, tarFile{"a.img", first}))), pathDir(dir), "x.*.part", Limits{})
 	if err != nil || u.member != "a.img" {
 		t.Fatalf("member %q, %v", u.member, err)
 	}

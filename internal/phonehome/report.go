@@ -49,6 +49,13 @@ type Report struct {
 	Kind string
 	// InstanceID, Hostname and FQDN as the guest knows them.
 	InstanceID string
+	// DomainUUID is the guest's SMBIOS system UUID, which libvirt sets to
+	// the domain's UUID, and BootID the guest kernel's random ID of the
+	// boot that wrote the report (JSON reports of the first-boot reporter;
+	// empty from older reporters). They make a report fresh: see
+	// CheckFresh.
+	DomainUUID string
+	BootID     string
 	Hostname   string
 	FQDN       string
 	// HostKeys maps an SSH key type ("ssh-ed25519", "ecdsa-sha2-nistp256",
@@ -326,6 +333,8 @@ type wireReport struct {
 	DNSServers []string        `json:"dns_servers"`
 	Checks     []wireCheck     `json:"checks"`
 	SentAt     json.RawMessage `json:"sent_at"`
+	DomainUUID string          `json:"domain_uuid"`
+	BootID     string          `json:"boot_id"`
 }
 
 type wireRoute struct {
@@ -386,6 +395,12 @@ func parseJSON(body []byte) (*Report, error) {
 		return nil, err
 	}
 	if r.FQDN, err = identity(w.FQDN, "fqdn"); err != nil {
+		return nil, err
+	}
+	if r.DomainUUID, err = uuidField(w.DomainUUID, "domain_uuid"); err != nil {
+		return nil, err
+	}
+	if r.BootID, err = uuidField(w.BootID, "boot_id"); err != nil {
 		return nil, err
 	}
 	if err := r.parseHostKeys(w.HostKeys); err != nil {
@@ -692,6 +707,39 @@ func parseCheck(w wireCheck) Check {
 }
 
 // identity checks an identity field (instance id, hostname, fqdn).
+// uuidField checks an optional UUID field and returns it in lower case.
+func uuidField(s, field string) (string, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if s == "" {
+		return "", nil
+	}
+	if !isUUID(s) {
+		return "", fmt.Errorf("%w: %s: not a UUID", ErrMalformed, field)
+	}
+	return s, nil
+}
+
+// isUUID reports whether s is a UUID in lower-case 8-4-4-4-12 hex form.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 func identity(s, field string) (string, error) {
 	return text(s, field, maxIdentity)
 }

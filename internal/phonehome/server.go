@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -24,7 +25,10 @@ const (
 	DefaultReadTimeout       = 10 * time.Second
 	DefaultWriteTimeout      = 10 * time.Second
 	DefaultIdleTimeout       = 5 * time.Second
-	maxHeaderBytes           = 8 << 10
+	// DefaultMaxConns bounds the connections served at once; more wait,
+	// unread, until one ends (each ends within the read timeouts).
+	DefaultMaxConns = 64
+	maxHeaderBytes  = 8 << 10
 )
 
 var (
@@ -59,6 +63,9 @@ type Config struct {
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
+	// MaxConns bounds the connections served at once; zero means
+	// DefaultMaxConns.
+	MaxConns int
 }
 
 // Server is the phone-home listener of one provider process. It starts on
@@ -73,6 +80,9 @@ type Server struct {
 	serveDone chan struct{}
 	closed    chan struct{}
 	waiters   map[[sha256.Size]byte]*entry
+	// boots are the boots (domain UUID/boot ID) whose report was taken:
+	// each is taken once.
+	boots map[string]struct{}
 }
 
 type serverState int
@@ -101,6 +111,9 @@ func NewServer(cfg Config) *Server {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
 	return &Server{
 		cfg:     cfg,
 		closed:  make(chan struct{}),
@@ -121,8 +134,13 @@ func (s *Server) Start() error {
 	}
 	ln, err := net.Listen("tcp", s.cfg.ListenAddr)
 	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("phonehome: listening on %s: %w; another process holds the port, possibly another "+
+				"user's, which would receive the guests' reports: free it or choose another listen_address", s.cfg.ListenAddr, err)
+		}
 		return fmt.Errorf("phonehome: listening on %s: %w", s.cfg.ListenAddr, err)
 	}
+	ln = newLimitListener(ln, s.cfg.MaxConns)
 	srv := &http.Server{
 		Handler:           http.HandlerFunc(s.serveHTTP),
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
@@ -247,6 +265,9 @@ func (s *Server) Deliver(token string, r *Report) error {
 		s.logf("report for token %s accepted: kind=%s transport=other", e.id, r.Kind)
 	case deliveredAgain:
 		s.logf("report for token %s repeated: kind=%s transport=other", e.id, r.Kind)
+	case deliveredStale:
+		s.logf("report for token %s refused: a report of its boot was already taken (replay)", e.id)
+		return fmt.Errorf("%w: a report of this boot was already taken", ErrStale)
 	default:
 		return fmt.Errorf("%w: token %s", ErrUnknownToken, TokenID(token))
 	}
@@ -299,7 +320,20 @@ const (
 	deliveredGone deliverOutcome = iota
 	deliveredFirst
 	deliveredAgain
+	deliveredStale
 )
+
+// checkFresh checks a signed report against the domain its waiter expects
+// (see Waiter.ExpectDomain and CheckFresh).
+func (s *Server) checkFresh(e *entry, r *Report) error {
+	s.mu.Lock()
+	domain := e.domain
+	s.mu.Unlock()
+	if domain == "" {
+		return fmt.Errorf("%w: the provider does not know the VM's domain yet", ErrStale)
+	}
+	return CheckFresh(r, domain, true)
+}
 
 // deliver stores r in e and wakes its waiter, unless e was unregistered
 // meanwhile or already has a report (the first report wins; a repeat is
@@ -312,6 +346,15 @@ func (s *Server) deliver(e *entry, r *Report) deliverOutcome {
 	}
 	if e.report != nil {
 		return deliveredAgain
+	}
+	if k := bootKey(r); k != "" {
+		if _, seen := s.boots[k]; seen {
+			return deliveredStale
+		}
+		if s.boots == nil {
+			s.boots = map[string]struct{}{}
+		}
+		s.boots[k] = struct{}{}
 	}
 	e.report = r
 	close(e.done)
@@ -394,11 +437,20 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rep.RemoteAddr = r.RemoteAddr
 	rep.ReceivedAt, rep.Via = time.Now(), ViaPhoneHome
+	if signedPath {
+		if err := s.checkFresh(e, rep); err != nil {
+			s.respond(w, r, http.StatusConflict, "report refused: not fresh", id, err.Error())
+			return
+		}
+	}
 	switch s.deliver(e, rep) {
 	case deliveredFirst:
 		s.logf("report for token %s accepted: kind=%s from %s", id, rep.Kind, r.RemoteAddr)
 	case deliveredAgain:
 		s.logf("report for token %s repeated: kind=%s from %s", id, rep.Kind, r.RemoteAddr)
+	case deliveredStale:
+		s.respond(w, r, http.StatusConflict, "report refused: not fresh", id, "a report of this boot was already taken (replay)")
+		return
 	default:
 		s.respond(w, r, http.StatusNotFound, "not found", id, "waiter closed meanwhile")
 		return
@@ -442,4 +494,49 @@ type logWriter struct{ s *Server }
 func (l logWriter) Write(p []byte) (int, error) {
 	l.s.logf("http: %s", strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// limitListener accepts a connection only while fewer than its bound are
+// open, so a guest (or anyone who reaches the port) opening connections
+// without end cannot exhaust the provider's file descriptors or memory.
+type limitListener struct {
+	net.Listener
+	slots chan struct{}
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newLimitListener(ln net.Listener, n int) *limitListener {
+	return &limitListener{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// limitConn gives its slot back once, when closed.
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	c.once.Do(c.release)
+	return c.Conn.Close()
 }

@@ -3,6 +3,7 @@ package phonehome
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -35,12 +36,13 @@ func TestReplayedReportRefused(t *testing.T) {
 	c := newClient(t)
 	tok := mustToken(t)
 	w := register(t, s, tok)
+	w.ExpectDomain(testDomainA)
 	u := SignedURL(endpoint(s, tok), tok)
 	if strings.Contains(u, tok) {
 		t.Fatalf("signed URL %s carries the token", u)
 	}
 
-	genuine := []byte(`{"instance_id":"i-1","hostname":"vm","host_keys":{"ssh-ed25519":"AAAAgenuine"}}`)
+	genuine := []byte(`{"instance_id":"i-1","hostname":"vm","host_keys":{"ssh-ed25519":"AAAAgenuine"},"domain_uuid":"` + testDomainA + `"}`)
 	forged := []byte(`{"instance_id":"i-1","hostname":"evil","host_keys":{"ssh-ed25519":"AAAAattacker"}}`)
 	sig := Sign(tok, genuine)
 
@@ -90,5 +92,81 @@ func TestSignedURL(t *testing.T) {
 	}
 	if !validToken(ReportID(tok)) {
 		t.Error("report ID is not token-shaped")
+	}
+}
+
+const (
+	testDomainA = "0e3a9c52-5d7a-4c35-9a0b-1f2e3d4c5b6a"
+	testDomainB = "7b1f0d44-2c9e-4e1a-8f3d-6a5b4c3d2e1f"
+	testBoot1   = "11111111-2222-4333-8444-555555555555"
+	testBoot2   = "66666666-7777-4888-9999-aaaaaaaaaaaa"
+)
+
+// signedReport is a reporter's signed report of domain and boot.
+func signedReport(tok, domain, boot, hostname string) ([]byte, string) {
+	body := []byte(`{"instance_id":"i-1","hostname":"` + hostname + `","domain_uuid":"` + domain + `","boot_id":"` + boot + `"}`)
+	return body, Sign(tok, body)
+}
+
+// TestReplayAcrossVMReplacement: a signed report captured from a VM is
+// refused for the VM that replaced it (same seed, same token, another
+// domain), and a report is taken for one boot only once.
+func TestReplayAcrossVMReplacement(t *testing.T) {
+	s := newTestServer(t, Config{})
+	c := newClient(t)
+	tok := mustToken(t)
+	u := SignedURL(endpoint(s, tok), tok)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	// The old VM reports; someone on the path keeps its post.
+	old := register(t, s, tok)
+	oldBody, oldSig := signedReport(tok, testDomainA, testBoot1, "old-vm")
+	if code := postSigned(t, c, u, oldBody, oldSig); code != http.StatusConflict {
+		t.Errorf("signed report before the domain is known: %d, want 409", code)
+	}
+	old.ExpectDomain(testDomainA)
+	if code := postSigned(t, c, u, oldBody, oldSig); code != http.StatusOK {
+		t.Fatalf("old VM's report: %d", code)
+	}
+	if _, err := old.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+
+	// Its replacement boots from the same seed.
+	w := register(t, s, tok)
+	w.ExpectDomain(strings.ToUpper(testDomainB))
+	if code := postSigned(t, c, u, oldBody, oldSig); code != http.StatusConflict {
+		t.Errorf("old VM's report replayed for its replacement: %d, want 409", code)
+	}
+	unsignedOld := []byte(`{"instance_id":"i-1","hostname":"vm","host_keys":{"ssh-ed25519":"AAAAold"}}`)
+	if code := postSigned(t, c, u, unsignedOld, Sign(tok, unsignedOld)); code != http.StatusConflict {
+		t.Errorf("signed report naming no domain: %d, want 409", code)
+	}
+	notYet(t, w)
+	newBody, newSig := signedReport(tok, testDomainB, testBoot2, "new-vm")
+	if code := postSigned(t, c, u, newBody, newSig); code != http.StatusOK {
+		t.Fatalf("new VM's report: %d", code)
+	}
+	rep, err := w.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Hostname != "new-vm" || rep.DomainUUID != testDomainB || rep.BootID != testBoot2 {
+		t.Errorf("accepted %s's report of domain %s boot %s", rep.Hostname, rep.DomainUUID, rep.BootID)
+	}
+	w.Close()
+
+	// A later wait on the same domain (it was restarted) takes no report
+	// of a boot whose report was already taken.
+	again := register(t, s, tok)
+	again.ExpectDomain(testDomainB)
+	if code := postSigned(t, c, u, newBody, newSig); code != http.StatusConflict {
+		t.Errorf("report of an earlier boot of the same domain: %d, want 409", code)
+	}
+	notYet(t, again)
+	if err := s.Deliver(tok, &Report{DomainUUID: testDomainB, BootID: testBoot2}); !errors.Is(err, ErrStale) {
+		t.Errorf("the same boot's report over another transport: %v, want ErrStale", err)
 	}
 }

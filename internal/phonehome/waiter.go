@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"strings"
 	"sync"
 )
 
@@ -25,6 +26,9 @@ type entry struct {
 	done      chan struct{} // closed when report is set
 	closed    chan struct{} // closed by Waiter.Close
 	report    *Report       // written once under Server.mu, before done is closed
+	// domain is the UUID of the domain whose report is awaited, set by
+	// ExpectDomain under Server.mu; until then signed reports are refused.
+	domain string
 
 	closeOnce sync.Once
 }
@@ -63,6 +67,18 @@ func (w *Waiter) Wait(ctx context.Context) (*Report, error) {
 	default:
 	}
 	return nil, fmt.Errorf("phonehome: waiting for token %s: %w", e.id, ctx.Err())
+}
+
+// ExpectDomain names the domain (its UUID) whose report the waiter takes.
+// Until it is called, signed reports are refused with a status that makes
+// the reporter try again; after, a signed report is taken only when it
+// names this domain, and a report of a boot whose report the server
+// already took is refused (see CheckFresh). Call it once the domain is
+// defined, before or soon after it starts.
+func (w *Waiter) ExpectDomain(uuid string) {
+	w.s.mu.Lock()
+	w.e.domain = strings.ToLower(strings.TrimSpace(uuid))
+	w.s.mu.Unlock()
 }
 
 // Close unregisters the token (later POSTs for it get 404) and makes a

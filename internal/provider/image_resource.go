@@ -127,7 +127,7 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				Validators:    []validator.String{stringvalidator.LengthAtLeast(1), stringvalidator.RegexMatches(regexp.MustCompile(`^[^/]+$`), "must be a volume name without `/`, e.g. `debian-12.qcow2`")},
 			},
 			"source": schema.StringAttribute{
-				Optional: true,
+				Optional: true, Sensitive: true,
 				Description: "Where the image comes from: an `https://` or `http://` URL (redirects followed, " +
 					"except from https to http), " +
 					"a `file://` URL, or a path on the machine running Terraform (relative to the working " +
@@ -136,7 +136,8 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 					"Compression and format are recognised by content, not by name. Required to create the image; " +
 					"an image that was imported (or adopted through `terraform query`) may leave it out until it " +
 					"is to be replaced, since its source cannot be read back from the volume. A change replaces " +
-					"the image (after import, setting it does not).",
+					"the image (after import, setting it does not). Sensitive, since a URL may carry a password: " +
+					"plans do not show it, and messages show it without the password.",
 				PlanModifiers: []planmodifier.String{replaceUnlessImported()},
 				Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
 					"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2`")},
@@ -154,12 +155,13 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				},
 			},
 			"checksum_url": schema.StringAttribute{
-				Optional: true,
+				Optional: true, Sensitive: true,
 				Description: "URL (or local path) of the vendor's checksum file, e.g. " +
 					"`https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS`: GNU (`<hex>  <name>`) " +
 					"or BSD (`SHA256 (<name>) = <hex>`) style, SHA-256 or SHA-512; the line for the source's " +
 					"file name is used. " +
-					"Without `checksum` or `checksum_url` the image is not verified: its digest is recorded and the create warns. A change replaces the image (after import, setting it does not).",
+					"Without `checksum` or `checksum_url` the image is not verified: its digest is recorded and the create warns. A change replaces the image (after import, setting it does not). " +
+					"Sensitive, like `source`.",
 				PlanModifiers: []planmodifier.String{replaceUnlessImported()},
 				Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
 					"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS`")},

@@ -119,10 +119,10 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Description: "Fully qualified domain name; when set the generated cloud-config sets `hostname` and `fqdn`." + contentChange,
 			},
 			"meta_data": schema.MapAttribute{
-				Optional: true, ElementType: types.StringType,
+				Optional: true, Sensitive: true, ElementType: types.StringType,
 				Description: "Extra meta-data keys. `instance-id` and `local-hostname` (and for ConfigDrive " +
 					"`uuid`, `hostname`, `name`, `public_keys`) are Kohaku's: such keys are dropped with a " +
-					"warning." + contentChange,
+					"warning. Sensitive: values may be secrets, so plans do not show them." + contentChange,
 			},
 			"user": schema.SingleNestedAttribute{
 				Optional:    true,
@@ -177,11 +177,13 @@ func (r *seedResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Optional:    true,
 				Description: "Files cloud-init writes (`write_files`). Binary content is sent base64-encoded." + contentChange,
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-					"path":           schema.StringAttribute{Required: true, Description: "Absolute path in the guest."},
-					"content":        schema.StringAttribute{Optional: true, Description: "Text content. Exactly one of `content` and `content_base64`."},
-					"content_base64": schema.StringAttribute{Optional: true, Description: "Content as standard base64, for binary files."},
-					"permissions":    schema.StringAttribute{Optional: true, Description: "Octal mode such as `0644`."},
-					"owner":          schema.StringAttribute{Optional: true, Description: "`user:group`; a file owned by the login user is written after the user exists."},
+					"path": schema.StringAttribute{Required: true, Description: "Absolute path in the guest."},
+					"content": schema.StringAttribute{Optional: true, Sensitive: true, Description: "Text content. Exactly one of " +
+						"`content` and `content_base64`. Sensitive: files often hold secrets, so plans do not show it."},
+					"content_base64": schema.StringAttribute{Optional: true, Sensitive: true, Description: "Content as standard " +
+						"base64, for binary files. Sensitive, like `content`."},
+					"permissions": schema.StringAttribute{Optional: true, Description: "Octal mode such as `0644`."},
+					"owner":       schema.StringAttribute{Optional: true, Description: "`user:group`; a file owned by the login user is written after the user exists."},
 					"append": schema.BoolAttribute{Optional: true, Description: "Append to the file instead of overwriting " +
 						"it. Default `false` (overwrite)."},
 				}},

@@ -265,13 +265,23 @@ func autoWait(in *seed.Inspection) ready.Mode {
 func (w *vmWait) wait(ctx context.Context, c *virt.Client, name, serialLog string) (*ready.Outcome, error) {
 	var out *ready.Outcome
 	var err error
+	if w.mode == ready.ModeNone || w.mode == "" {
+		return nil, nil
+	}
+	// Reports are taken only from this domain: one captured from a VM
+	// this one replaced (same seed, same token) names another UUID.
+	ref, err := c.LookupDomain(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("reading the UUID of domain %s to wait for its report: %w", name, err)
+	}
 	switch w.mode {
 	case ready.ModePhoneHome:
+		w.waiter.ExpectDomain(ref.UUID)
 		out, err = ready.WaitPhoneHome(ctx, w.waiter)
 	case ready.ModeGuestAgent:
-		out, err = ready.PollGuestAgentReport(ctx, c, name, agentPollInterval, w.token)
+		out, err = ready.PollGuestAgentReport(ctx, c, name, ref.UUID, agentPollInterval, w.token)
 	case ready.ModeChannel:
-		out, err = ready.WaitChannel(ctx, c, name, phonehome.ReportChannel, w.token)
+		out, err = ready.WaitChannel(ctx, c, name, ref.UUID, phonehome.ReportChannel, w.token)
 	default:
 		return nil, nil
 	}

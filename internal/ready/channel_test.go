@@ -74,7 +74,7 @@ func TestWaitChannelSkipsNoiseAndSurvivesABrokenStream(t *testing.T) {
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	out, err := WaitChannel(ctx, f, "web-1", "org.kohaku.report.0", testToken)
+	out, err := WaitChannel(ctx, f, "web-1", "", "org.kohaku.report.0", testToken)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestWaitChannelTimeoutExplainsItself(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := WaitChannel(ctx, f, "web-1", "org.kohaku.report.0", testToken)
+	_, err := WaitChannel(ctx, f, "web-1", "", "org.kohaku.report.0", testToken)
 	var we *WaitError
 	if !errors.As(err, &we) || !we.TimedOut() || we.Mode != ModeChannel {
 		t.Fatalf("err = %v, want a timed-out channel WaitError", err)
@@ -120,7 +120,7 @@ func TestWaitChannelEndsWhenTheDomainStops(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err := WaitChannel(ctx, f, "web-1", "org.kohaku.report.0", testToken)
+	_, err := WaitChannel(ctx, f, "web-1", "", "org.kohaku.report.0", testToken)
 	var we *WaitError
 	if !errors.As(err, &we) || we.TimedOut() || !strings.Contains(we.Error(), "shut off") {
 		t.Fatalf("err = %v", err)
@@ -137,13 +137,13 @@ func TestWaitChannelIgnoresHeartbeats(t *testing.T) {
 	f := &fakeChannel{batches: []batch{{lines: [][]byte{hb, report(testToken)}}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := WaitChannel(ctx, f, "web-1", "org.kohaku.report.0", testToken); err != nil {
+	if _, err := WaitChannel(ctx, f, "web-1", "", "org.kohaku.report.0", testToken); err != nil {
 		t.Fatal(err)
 	}
 	f = &fakeChannel{batches: []batch{{lines: [][]byte{hb, hb}, block: true}}}
 	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err := WaitChannel(ctx, f, "web-1", "org.kohaku.report.0", testToken)
+	_, err := WaitChannel(ctx, f, "web-1", "", "org.kohaku.report.0", testToken)
 	var we *WaitError
 	if !errors.As(err, &we) || we.Last != nil {
 		t.Fatalf("err = %v; a heartbeat must not be the last thing blamed", err)
@@ -161,7 +161,7 @@ func TestWaitChannelErrorReportFailsNamingTheModuleAndTheClocks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	before := time.Now()
-	out, err := WaitChannel(ctx, f, "web-1", "org.kohaku.report.0", testToken)
+	out, err := WaitChannel(ctx, f, "web-1", "", "org.kohaku.report.0", testToken)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,5 +193,34 @@ func TestReportTimingWithWhatIsKnown(t *testing.T) {
 	}
 	if got := reportTiming("", time.Time{}, time.Time{}); got != "" {
 		t.Errorf("knowing nothing: %q", got)
+	}
+}
+
+// A report on the channel that names another domain (a disk or report
+// carried over from the VM this one replaced) is skipped; the one naming
+// this domain ends the wait.
+func TestWaitChannelSkipsAnotherDomainsReport(t *testing.T) {
+	const mine, other = "7b1f0d44-2c9e-4e1a-8f3d-6a5b4c3d2e1f", "0e3a9c52-5d7a-4c35-9a0b-1f2e3d4c5b6a"
+	withDomain := func(uuid, host string) []byte {
+		return []byte(`{"token":"` + testToken + `","instance_id":"i-1","hostname":"` + host + `","domain_uuid":"` + uuid + `"}`)
+	}
+	f := &fakeChannel{batches: []batch{{lines: [][]byte{withDomain(other, "old-vm"), withDomain(mine, "new-vm")}}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := WaitChannel(ctx, f, "web-1", strings.ToUpper(mine), "org.kohaku.report.0", testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Report.Hostname != "new-vm" {
+		t.Errorf("took %s's report", out.Report.Hostname)
+	}
+
+	f = &fakeChannel{batches: []batch{{lines: [][]byte{withDomain(other, "old-vm")}, block: true}}}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel2()
+	_, err = WaitChannel(ctx2, f, "web-1", mine, "org.kohaku.report.0", testToken)
+	var we *WaitError
+	if !errors.As(err, &we) || we.Last == nil || !strings.Contains(we.Last.Error(), "stale") {
+		t.Fatalf("err = %v, want a timeout whose last sight is the stale report", err)
 	}
 }

@@ -67,10 +67,11 @@ var channelRetry = 2 * time.Second
 
 // WaitChannel reads the guest's report from the domain's report channel
 // until a report carrying token arrives or ctx ends. Reports with another
-// token (a guest booted from another seed) and lines that are not reports
-// are ignored and kept for the error. A stream that breaks is reopened
+// token (a guest booted from another seed), reports naming another domain
+// than domainUUID (see phonehome.CheckFresh; empty: not checked) and lines
+// that are not reports are ignored and kept for the error. A stream that breaks is reopened
 // while the domain runs; a domain that stopped ends the wait at once.
-func WaitChannel(ctx context.Context, r ChannelReader, domain, channel, token string) (*Outcome, error) {
+func WaitChannel(ctx context.Context, r ChannelReader, domain, domainUUID, channel, token string) (*Outcome, error) {
 	start := time.Now()
 	var rep *phonehome.Report
 	var last error
@@ -85,6 +86,8 @@ func WaitChannel(ctx context.Context, r ChannelReader, domain, channel, token st
 				last = fmt.Errorf("the guest wrote a line that is not a report (%v)", perr)
 			case subtle.ConstantTimeCompare([]byte(got.Token), []byte(token)) != 1:
 				last = errors.New("the guest reported with another seed's token (was the disk booted from another seed?)")
+			case domainUUID != "" && phonehome.CheckFresh(got, domainUUID, false) != nil:
+				last = fmt.Errorf("the guest wrote a report refused as %w", phonehome.CheckFresh(got, domainUUID, false))
 			default:
 				got.ReceivedAt, got.Via = time.Now(), string(ModeChannel)
 				rep = got
@@ -165,10 +168,11 @@ func PollGuestAgent(ctx context.Context, a Agent, domain string, interval time.D
 // reporter (token is its report token; empty: no reporter). Once cloud-init
 // has finished without errors it also reads the reporter's report from
 // ReportFile, with its checks of the declared configuration, routes and DNS
-// servers, for up to reportGrace; a report with another token is ignored.
+// servers, for up to reportGrace; a report with another token, or naming
+// another domain than domainUUID (empty: not checked), is ignored.
 // When none comes, cloud-init's result stands, with a check that says the
 // declared configuration could not be checked.
-func PollGuestAgentReport(ctx context.Context, a Agent, domain string, interval time.Duration, token string) (*Outcome, error) {
+func PollGuestAgentReport(ctx context.Context, a Agent, domain, domainUUID string, interval time.Duration, token string) (*Outcome, error) {
 	start := time.Now()
 	out, err := PollGuestAgent(ctx, a, domain, interval)
 	if err != nil || token == "" || out.Report.CloudInit.Failed() {
@@ -188,6 +192,8 @@ func PollGuestAgentReport(ctx context.Context, a Agent, domain string, interval 
 				why = fmt.Sprintf("it is not a report (%v)", perr)
 			case subtle.ConstantTimeCompare([]byte(rep.Token), []byte(token)) != 1:
 				why = "it carries another seed's token"
+			case domainUUID != "" && phonehome.CheckFresh(rep, domainUUID, false) != nil:
+				why = phonehome.CheckFresh(rep, domainUUID, false).Error()
 			default:
 				rep.Token, rep.ReceivedAt, rep.Via = "", time.Now(), string(ModeGuestAgent)
 				if rep.CloudInit == nil {

@@ -262,7 +262,7 @@ func TestPollGuestAgentReadsTheReporterReport(t *testing.T) {
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	out, err := PollGuestAgentReport(ctx, a, "web-1", 10*time.Millisecond, token)
+	out, err := PollGuestAgentReport(ctx, a, "web-1", "", 10*time.Millisecond, token)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestPollGuestAgentReadsTheReporterReport(t *testing.T) {
 	reportGrace = 100 * time.Millisecond
 	defer func() { reportGrace = old }()
 	a = &pathAgent{calls: map[string]int{}, replies: map[string][]func() ([]byte, error){ResultFile: {reply(done, nil)}}}
-	out, err = PollGuestAgentReport(ctx, a, "web-1", 10*time.Millisecond, token)
+	out, err = PollGuestAgentReport(ctx, a, "web-1", "", 10*time.Millisecond, token)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func TestPollGuestAgentReadsTheReporterReport(t *testing.T) {
 	}
 	// No reporter in the seed: cloud-init's result at once, nothing checked.
 	a = &pathAgent{calls: map[string]int{}, replies: map[string][]func() ([]byte, error){ResultFile: {reply(done, nil)}}}
-	if out, err = PollGuestAgentReport(ctx, a, "web-1", 10*time.Millisecond, ""); err != nil || a.calls[ReportFile] != 0 || len(out.Report.Checks) != 0 {
+	if out, err = PollGuestAgentReport(ctx, a, "web-1", "", 10*time.Millisecond, ""); err != nil || a.calls[ReportFile] != 0 || len(out.Report.Checks) != 0 {
 		t.Errorf("without a reporter: %v %v %+v", err, a.calls, out)
 	}
 }

@@ -654,6 +654,10 @@ def main():
     report = {
         "token": cfg.get("token", ""),
         "instance_id": instance,
+        # The domain and the boot that write the report, signed with it, so
+        # that the provider takes it only for this VM and this boot.
+        "domain_uuid": read("/sys/class/dmi/id/product_uuid").strip().lower(),
+        "boot_id": read("/proc/sys/kernel/random/boot_id").strip().lower(),
         "hostname": f["hostname"],
         "fqdn": socket.getfqdn(),
         "host_keys": host_keys(),

@@ -139,7 +139,7 @@ func TestAccReadChannelReleasesEverything(t *testing.T) {
 			dials0 := c.Dials()
 			for i := 0; i < 50; i++ {
 				wctx, wcancel := context.WithTimeout(ctx, 150*time.Millisecond)
-				_, err := ready.WaitChannel(wctx, c, name, phonehome.ReportChannel, "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd")
+				_, err := ready.WaitChannel(wctx, c, name, "", phonehome.ReportChannel, "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd")
 				wcancel()
 				var we *ready.WaitError
 				if !errors.As(err, &we) || !we.TimedOut() {

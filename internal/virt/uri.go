@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 )
 
@@ -51,14 +50,11 @@ type Endpoint struct {
 	password string
 }
 
-// userinfoPassword finds the password of a URI that does not parse.
-var userinfoPassword = regexp.MustCompile(`(//[^/@:]*:)[^/]*@`)
-
 // Redacted returns the URI with any password removed, safe for logs and errors.
 func (e Endpoint) Redacted() string {
 	u, err := url.Parse(e.Raw)
 	if err != nil {
-		return userinfoPassword.ReplaceAllString(e.Raw, "${1}REDACTED@")
+		return redactUnparsed(e.Raw)
 	}
 	if u.User != nil {
 		if _, ok := u.User.Password(); ok {
@@ -66,6 +62,29 @@ func (e Endpoint) Redacted() string {
 		}
 	}
 	return u.String()
+}
+
+// redactUnparsed removes the password of a URI that does not parse. A
+// password with an unencoded '/', '#' or '?' ends the authority early (and
+// is often why the URI does not parse), so the user info runs to the last
+// '@' of the URI, not to the first '/'.
+func redactUnparsed(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "//")
+	if !ok {
+		return raw
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return raw
+	}
+	user, _, hasPass := strings.Cut(rest[:at], ":")
+	if strings.ContainsAny(user, "/?#") {
+		return scheme + "//REDACTED@" + rest[at+1:]
+	}
+	if !hasPass {
+		return raw
+	}
+	return scheme + "//" + user + ":REDACTED@" + rest[at+1:]
 }
 
 // Address is host:port for network transports and the socket path for unix.
@@ -96,6 +115,12 @@ func ParseURI(raw string) (Endpoint, error) {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err // its message quotes the URI, password included
+	}
+	if err != nil && strings.Contains(raw, "@") {
+		// The parser's own message may quote part of the user info (a
+		// password with a '/' reads as a port): leave it out.
+		return Endpoint{}, fmt.Errorf("%q is not a libvirt URI; percent-encode '/', '#', '?' and '@' in a user name or "+
+			"password; for example qemu+ssh://root@gpu1.example.com/system", shown)
 	}
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("%q is not a libvirt URI: %w; for example qemu+ssh://root@gpu1.example.com/system", shown, err)
