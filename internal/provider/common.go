@@ -1,12 +1,11 @@
 package provider
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 )
 
 // providerDataFrom unpacks what Configure stored; nil means the provider is
@@ -24,7 +23,7 @@ func providerDataFrom(data any, diags *diag.Diagnostics) *providerData {
 }
 
 // client picks the connection for a resource's host argument.
-func (pd *providerData) client(host string, diags *diag.Diagnostics) *virt.Client {
+func (pd *providerData) client(host string, diags *diag.Diagnostics) *hosts.Host {
 	if pd == nil {
 		diags.AddError("Provider not configured", "The kohaku provider was not configured before use. This is a bug in the provider; please report it.")
 		return nil
@@ -45,9 +44,8 @@ func addError(diags *diag.Diagnostics, summary string, err error, notes ...strin
 	for _, n := range notes {
 		detail += "\n\n" + n
 	}
-	var conn *virt.ConnectionError
-	if errors.As(err, &conn) {
-		diags.AddError("Cannot use libvirt host "+conn.Endpoint.Redacted(), fmt.Sprintf("%s failed: %s", summary, detail))
+	if host, ok := hosts.Unreachable(err); ok {
+		diags.AddError("Cannot use libvirt host "+host, fmt.Sprintf("%s failed: %s", summary, detail))
 		return
 	}
 	diags.AddError(summary, detail)

@@ -11,8 +11,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // checkHolders refuses, before anything is unbound, when processes on the
@@ -20,7 +20,7 @@ import (
 // read (tcp, tls) or the look fails, the bind goes ahead (with a warning
 // for a failed look): call_timeout and the timeouts block still bound a
 // hang.
-func checkHolders(ctx context.Context, c *virt.Client, bind []vfio.Binding, target vfio.Address, diags *diag.Diagnostics) bool {
+func checkHolders(ctx context.Context, c *hosts.Host, bind []vfio.Binding, target vfio.Address, diags *diag.Diagnostics) bool {
 	src := gpubind.HostHolders(c)
 	if src == nil {
 		tflog.Debug(ctx, "the host's processes cannot be read over this connection; not looking for holders")
@@ -43,7 +43,7 @@ func checkHolders(ctx context.Context, c *virt.Client, bind []vfio.Binding, targ
 // warnNoFLR warns at plan time when a display-class function of the plan
 // cannot be reset on its own (no function-level reset in its reset_method),
 // where the host's files can be read.
-func warnNoFLR(ctx context.Context, c *virt.Client, bind []vfio.Binding, diags *diag.Diagnostics) {
+func warnNoFLR(ctx context.Context, c *hosts.Host, bind []vfio.Binding, diags *diag.Diagnostics) {
 	if !c.ReadsHostFiles() {
 		return
 	}

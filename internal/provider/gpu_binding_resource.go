@@ -25,8 +25,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 var (
@@ -632,7 +632,7 @@ func addBindingPlanError(diags *diag.Diagnostics, target vfio.Address, err error
 // (vendor 10de, or a function the nvidia module drives, whoever made it),
 // or returns null when there is none to read (with a warning when it could
 // not be read at all).
-func (r *gpuBindingResource) nvidiaVersion(ctx context.Context, c *virt.Client, dev *vfio.Device, diags *diag.Diagnostics) types.String {
+func (r *gpuBindingResource) nvidiaVersion(ctx context.Context, c *hosts.Host, dev *vfio.Device, diags *diag.Diagnostics) types.String {
 	if !dev.IsNVIDIA() {
 		return types.StringNull()
 	}
@@ -642,7 +642,7 @@ func (r *gpuBindingResource) nvidiaVersion(ctx context.Context, c *virt.Client, 
 		return types.StringValue(strings.TrimSpace(string(b)))
 	case errors.Is(err, os.ErrNotExist):
 		return types.StringNull() // no NVIDIA module loaded on the host
-	case errors.Is(err, virt.ErrHostFilesUnsupported):
+	case errors.Is(err, hosts.ErrHostFilesUnsupported):
 		diags.AddAttributeWarning(path.Root("nvidia_driver_version"), "Host NVIDIA driver version not read",
 			fmt.Sprintf("Kohaku reads %s from the host only over local and SSH connections, not over %s. Set "+
 				"nvidia_driver_version to the host's version if the guest needs it.", nvidiaVersionFile, c.Endpoint().Transport))
@@ -654,7 +654,7 @@ func (r *gpuBindingResource) nvidiaVersion(ctx context.Context, c *virt.Client, 
 
 // planOnHost reads the host's PCI devices and plans the binding of target:
 // what plan time, create and update each check against the host.
-func planOnHost(ctx context.Context, c *virt.Client, target vfio.Address, opts vfio.Options, diags *diag.Diagnostics) (*vfio.Inventory, *vfio.Plan, bool) {
+func planOnHost(ctx context.Context, c *hosts.Host, target vfio.Address, opts vfio.Options, diags *diag.Diagnostics) (*vfio.Inventory, *vfio.Plan, bool) {
 	inv, err := newBinder(ctx, c).Inventory(ctx)
 	if err != nil {
 		addError(diags, "Reading the host's PCI devices", err)
@@ -669,7 +669,7 @@ func planOnHost(ctx context.Context, c *virt.Client, target vfio.Address, opts v
 }
 
 // newBinder applies binding plans on c, logging each function it moves.
-func newBinder(ctx context.Context, c *virt.Client) gpubind.Binder {
+func newBinder(ctx context.Context, c *hosts.Host) gpubind.Binder {
 	return gpubind.Binder{Host: c, Log: func(msg string, fields map[string]any) { tflog.Info(ctx, msg, fields) }}
 }
 

@@ -23,8 +23,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/image"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 var (
@@ -341,7 +341,7 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 	defer f.Close()
 	tflog.Info(ctx, "uploading image", map[string]any{"source": shown, "pool": pool, "name": name, "format": res.Format, "bytes": res.Size, "virtual_size": res.VirtualSize, "from_cache": !res.Downloaded})
 	up := progressLogger(ctx, "uploading image", map[string]any{"pool": pool, "name": name})
-	vol, err := c.UploadImage(ctx, virt.ImageUpload{
+	vol, err := c.UploadImage(ctx, hosts.ImageUpload{
 		Pool: pool, Name: name, Format: res.Format, Capacity: res.VirtualSize, Length: res.Size, Source: f,
 		Progress: func(sent int64) { up(image.Progress{Done: sent, Total: res.Size}) },
 	})
@@ -442,7 +442,7 @@ func (m *imageResourceModel) setFetched(res *image.Result) {
 	m.Size = types.Int64Value(res.Size)
 }
 
-func (m *imageResourceModel) setVolume(v *virt.VolumeDetail) {
+func (m *imageResourceModel) setVolume(v *hosts.VolumeDetail) {
 	m.VolumePath = types.StringValue(v.Path)
 	m.VirtualSize = types.Int64Value(v.CapacityBytes)
 	if v.Format != "" {
@@ -498,7 +498,7 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	}
 	pool, name := state.Pool.ValueString(), state.Name.ValueString()
 	vol, err := c.VolumeInfo(ctx, pool, name)
-	if errors.Is(err, virt.ErrNotFound) {
+	if errors.Is(err, hosts.ErrNotFound) {
 		tflog.Info(ctx, "image volume is gone; removing it from state so the next apply recreates it", map[string]any{"pool": pool, "name": name})
 		resp.State.RemoveResource(ctx)
 		return
@@ -521,7 +521,7 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 // readVolume records what the host says of the image's volume, as Read and
 // the list resource do: an image imported or listed has no verification to
 // its name.
-func (m *imageResourceModel) readVolume(v *virt.VolumeDetail) {
+func (m *imageResourceModel) readVolume(v *hosts.VolumeDetail) {
 	m.ID = types.StringValue(imageID(m.Host.ValueString(), m.Pool.ValueString(), m.Name.ValueString()))
 	m.setVolume(v)
 	if m.Verified.IsNull() {
@@ -564,7 +564,7 @@ func (r *imageResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 	}
 	pool, name := state.Pool.ValueString(), state.Name.ValueString()
 	vol, err := c.VolumeInfo(ctx, pool, name)
-	if errors.Is(err, virt.ErrNotFound) {
+	if errors.Is(err, hosts.ErrNotFound) {
 		return
 	}
 	if err != nil {

@@ -25,10 +25,10 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
 	"github.com/kohaku/terraform-provider-kohaku/internal/validation"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 var (
@@ -544,7 +544,7 @@ func (r *seedResource) Create(ctx context.Context, req resource.CreateRequest, r
 
 // upload renders the seed and stores it as plan's volume, filling the
 // computed attributes. It returns nil after adding a diagnostic.
-func (r *seedResource) upload(ctx context.Context, c *virt.Client, plan, cfg *seedResourceModel, diags *diag.Diagnostics) *seed.Result {
+func (r *seedResource) upload(ctx context.Context, c *hosts.Host, plan, cfg *seedResourceModel, diags *diag.Diagnostics) *seed.Result {
 	phURL := ""
 	if plan.PhoneHome.ValueBool() {
 		if plan.PhoneHomeURL.IsUnknown() || plan.PhoneHomeURL.ValueString() == "" {
@@ -621,7 +621,7 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 // readSeed refreshes m from its volume, as Read and the list resource do;
 // a seed whose inputs are unknown (imported, or listed) learns what the
 // ISO itself holds. gone is true when the volume is missing.
-func readSeed(ctx context.Context, c *virt.Client, m *seedResourceModel, diags *diag.Diagnostics) (gone bool) {
+func readSeed(ctx context.Context, c *hosts.Host, m *seedResourceModel, diags *diag.Diagnostics) (gone bool) {
 	pool, name := m.Pool.ValueString(), m.Name.ValueString()
 	// A refresh reads the volume after the ISO's system area, which no ISO
 	// 9660 reader looks at and Kohaku writes zero: 24 KiB of a typical
@@ -632,7 +632,7 @@ func readSeed(ctx context.Context, c *virt.Client, m *seedResourceModel, diags *
 		skip = seed.SystemAreaBytes
 	}
 	vol, iso, err := c.ReadVolumeAt(ctx, pool, name, skip, seed.MaxVolumeBytes)
-	if errors.Is(err, virt.ErrNotFound) {
+	if errors.Is(err, hosts.ErrNotFound) {
 		tflog.Info(ctx, "seed volume is gone; removing it from state so the next apply recreates it", map[string]any{"pool": pool, "name": name})
 		return true
 	}
