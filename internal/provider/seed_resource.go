@@ -2,8 +2,6 @@ package provider
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -28,6 +26,7 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
+	"github.com/kohaku/terraform-provider-kohaku/internal/seedlife"
 	"github.com/kohaku/terraform-provider-kohaku/internal/validation"
 )
 
@@ -575,7 +574,7 @@ func (r *seedResource) upload(ctx context.Context, c *hosts.Host, plan, cfg *see
 	}
 	pool, name := plan.Pool.ValueString(), plan.Name.ValueString()
 	tflog.Debug(ctx, "uploading seed", map[string]any{"pool": pool, "name": name, "bytes": len(res.ISO), "sha256": res.ISOSHA256})
-	vol, err := c.UploadVolume(ctx, pool, name, res.ISO)
+	vol, err := seedlife.Store(ctx, c, pool, name, res.ISO)
 	if err != nil {
 		addError(diags, fmt.Sprintf("Storing seed %s/%s", pool, name), err)
 		return nil
@@ -623,16 +622,10 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 // ISO itself holds. gone is true when the volume is missing.
 func readSeed(ctx context.Context, c *hosts.Host, m *seedResourceModel, diags *diag.Diagnostics) (gone bool) {
 	pool, name := m.Pool.ValueString(), m.Name.ValueString()
-	// A refresh reads the volume after the ISO's system area, which no ISO
-	// 9660 reader looks at and Kohaku writes zero: 24 KiB of a typical
-	// 56 KiB seed. An import reads it whole, to learn what it holds.
+	// An import reads the volume whole, to learn what it holds.
 	importing := m.Format.IsNull() || m.InstanceID.IsNull()
-	var skip int64
-	if !importing {
-		skip = seed.SystemAreaBytes
-	}
-	vol, iso, err := c.ReadVolumeAt(ctx, pool, name, skip, seed.MaxVolumeBytes)
-	if errors.Is(err, hosts.ErrNotFound) {
+	got, err := seedlife.ReadBack(ctx, c, pool, name, importing)
+	if errors.Is(err, seedlife.ErrGone) {
 		tflog.Info(ctx, "seed volume is gone; removing it from state so the next apply recreates it", map[string]any{"pool": pool, "name": name})
 		return true
 	}
@@ -641,18 +634,13 @@ func readSeed(ctx context.Context, c *hosts.Host, m *seedResourceModel, diags *d
 		return false
 	}
 	m.ID = types.StringValue(pool + "/" + name)
-	m.VolumeKey = types.StringValue(vol.Key)
-	m.VolumePath = types.StringValue(vol.Path)
-	if skip > 0 && vol.CapacityBytes > skip {
-		m.SHA256 = types.StringValue(seed.ISODigest(iso))
-	} else {
-		sum := sha256.Sum256(iso)
-		m.SHA256 = types.StringValue(hex.EncodeToString(sum[:]))
-	}
-	m.SizeBytes = types.Int64Value(vol.CapacityBytes)
+	m.VolumeKey = types.StringValue(got.Key)
+	m.VolumePath = types.StringValue(got.Path)
+	m.SHA256 = types.StringValue(got.SHA256)
+	m.SizeBytes = types.Int64Value(got.SizeBytes)
 	if importing {
 		// Imported: learn what can be learnt from the ISO itself.
-		if in, err := seed.Inspect(iso); err == nil {
+		if in, err := got.Inspection, got.InspectErr; err == nil {
 			m.Format = types.StringValue(string(in.Format))
 			m.InstanceID = types.StringValue(in.InstanceID)
 			m.MACs = stringList(in.MACs)
@@ -694,7 +682,7 @@ func (r *seedResource) Update(ctx context.Context, req resource.UpdateRequest, r
 	}
 	// Content changed: replace the volume's content under the same name.
 	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	if err := c.DeleteVolume(ctx, pool, name); err != nil {
+	if err := seedlife.Delete(ctx, c, pool, name); err != nil {
 		addError(&resp.Diagnostics, fmt.Sprintf("Replacing the content of seed %s/%s", pool, name), err)
 		return
 	}
@@ -720,7 +708,7 @@ func (r *seedResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 		return
 	}
 	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	if err := c.DeleteVolume(ctx, pool, name); err != nil {
+	if err := seedlife.Delete(ctx, c, pool, name); err != nil {
 		addError(&resp.Diagnostics, fmt.Sprintf("Deleting seed %s/%s", pool, name), err)
 	}
 }
