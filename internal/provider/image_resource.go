@@ -23,8 +23,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/image"
+	"github.com/kohaku/terraform-provider-kohaku/internal/imagelife"
 )
 
 var (
@@ -341,10 +341,7 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 	defer f.Close()
 	tflog.Info(ctx, "uploading image", map[string]any{"source": shown, "pool": pool, "name": name, "format": res.Format, "bytes": res.Size, "virtual_size": res.VirtualSize, "from_cache": !res.Downloaded})
 	up := progressLogger(ctx, "uploading image", map[string]any{"pool": pool, "name": name})
-	vol, err := c.UploadImage(ctx, hosts.ImageUpload{
-		Pool: pool, Name: name, Format: res.Format, Capacity: res.VirtualSize, Length: res.Size, Source: f,
-		Progress: func(sent int64) { up(image.Progress{Done: sent, Total: res.Size}) },
-	})
+	vol, err := imagelife.Upload(ctx, c, pool, name, res, f, func(sent int64) { up(image.Progress{Done: sent, Total: res.Size}) })
 	if errors.Is(err, image.ErrChecksumMismatch) {
 		// A local image used in place is hashed as it uploads: the
 		// upload failed at its last chunk and its volume was deleted.
@@ -442,7 +439,7 @@ func (m *imageResourceModel) setFetched(res *image.Result) {
 	m.Size = types.Int64Value(res.Size)
 }
 
-func (m *imageResourceModel) setVolume(v *hosts.VolumeDetail) {
+func (m *imageResourceModel) setVolume(v *imagelife.Volume) {
 	m.VolumePath = types.StringValue(v.Path)
 	m.VirtualSize = types.Int64Value(v.CapacityBytes)
 	if v.Format != "" {
@@ -497,8 +494,8 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 		return
 	}
 	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	vol, err := c.VolumeInfo(ctx, pool, name)
-	if errors.Is(err, hosts.ErrNotFound) {
+	vol, err := imagelife.Read(ctx, c, pool, name)
+	if errors.Is(err, imagelife.ErrGone) {
 		tflog.Info(ctx, "image volume is gone; removing it from state so the next apply recreates it", map[string]any{"pool": pool, "name": name})
 		resp.State.RemoveResource(ctx)
 		return
@@ -521,7 +518,7 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 // readVolume records what the host says of the image's volume, as Read and
 // the list resource do: an image imported or listed has no verification to
 // its name.
-func (m *imageResourceModel) readVolume(v *hosts.VolumeDetail) {
+func (m *imageResourceModel) readVolume(v *imagelife.Volume) {
 	m.ID = types.StringValue(imageID(m.Host.ValueString(), m.Pool.ValueString(), m.Name.ValueString()))
 	m.setVolume(v)
 	if m.Verified.IsNull() {
@@ -563,27 +560,20 @@ func (r *imageResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 		return
 	}
 	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	vol, err := c.VolumeInfo(ctx, pool, name)
-	if errors.Is(err, hosts.ErrNotFound) {
-		return
-	}
-	if err != nil {
-		addError(&resp.Diagnostics, fmt.Sprintf("Deleting image %s/%s", pool, name), err)
-		return
-	}
-	users, err := c.BackedBy(ctx, vol.Path)
-	if err != nil {
-		addError(&resp.Diagnostics, fmt.Sprintf("Deleting image %s/%s: listing the volumes backed by it", pool, name), err)
-		return
-	}
-	if len(users) > 0 {
+	err := imagelife.Delete(ctx, c, pool, name)
+	var (
+		inUse   *imagelife.InUseError
+		listing *imagelife.BackingListError
+	)
+	switch {
+	case errors.As(err, &inUse):
 		resp.Diagnostics.AddError("Image is in use",
 			fmt.Sprintf("%s/%s is the backing image of %s: deleting it would break them silently. Destroy the "+
 				"VMs (or delete the overlay volumes) that use it first; to keep the volume and stop managing "+
-				"it, run terraform state rm on this resource instead.", pool, name, strings.Join(users, ", ")))
-		return
-	}
-	if err := c.DeleteVolume(ctx, pool, name); err != nil {
+				"it, run terraform state rm on this resource instead.", pool, name, strings.Join(inUse.Users, ", ")))
+	case errors.As(err, &listing):
+		addError(&resp.Diagnostics, fmt.Sprintf("Deleting image %s/%s: listing the volumes backed by it", pool, name), listing.Err)
+	case err != nil:
 		addError(&resp.Diagnostics, fmt.Sprintf("Deleting image %s/%s", pool, name), err)
 	}
 }
