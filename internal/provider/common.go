@@ -1,7 +1,9 @@
 package provider
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 
@@ -34,6 +36,19 @@ func (pd *providerData) client(host string, diags *diag.Diagnostics) *hosts.Host
 		return nil
 	}
 	return c
+}
+
+// open is how a CRUD method that talks to its host starts, once its model
+// is read: the operation's deadline from its timeouts block (timeout, with
+// the diagnostics of reading it) and the connection for its host
+// argument. c is nil after a diagnostic; cancel is always safe to defer.
+func (pd *providerData) open(ctx context.Context, host string, timeout time.Duration, d diag.Diagnostics, diags *diag.Diagnostics) (_ context.Context, cancel context.CancelFunc, c *hosts.Host) {
+	diags.Append(d...)
+	if diags.HasError() {
+		return ctx, func() {}, nil
+	}
+	ctx, cancel = context.WithTimeout(ctx, timeout)
+	return ctx, cancel, pd.client(host, diags)
 }
 
 // addError turns an error from the packages below into a diagnostic whose

@@ -234,13 +234,8 @@ func (r *gpuBindingResource) Create(ctx context.Context, req resource.CreateRequ
 		return
 	}
 	timeout, d := plan.Timeouts.Create(ctx, gpuBindingTimeout)
-	resp.Diagnostics.Append(d...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel, c := r.data.open(ctx, plan.Host.ValueString(), timeout, d, &resp.Diagnostics)
 	defer cancel()
-	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
 	if c == nil {
 		return
 	}
@@ -416,13 +411,8 @@ func (r *gpuBindingResource) Update(ctx context.Context, req resource.UpdateRequ
 		return
 	}
 	timeout, d := plan.Timeouts.Update(ctx, gpuBindingTimeout)
-	resp.Diagnostics.Append(d...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel, c := r.data.open(ctx, plan.Host.ValueString(), timeout, d, &resp.Diagnostics)
 	defer cancel()
-	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
 	if c == nil {
 		return
 	}
@@ -481,13 +471,8 @@ func (r *gpuBindingResource) Delete(ctx context.Context, req resource.DeleteRequ
 		return
 	}
 	timeout, d := state.Timeouts.Delete(ctx, gpuBindingTimeout)
-	resp.Diagnostics.Append(d...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel, c := r.data.open(ctx, state.Host.ValueString(), timeout, d, &resp.Diagnostics)
 	defer cancel()
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
 	if c == nil {
 		return
 	}

@@ -309,13 +309,8 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		return
 	}
 	timeout, d := plan.Timeouts.Create(ctx, imageCreateTimeout)
-	resp.Diagnostics.Append(d...)
-	if d.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel, c := r.data.open(ctx, plan.Host.ValueString(), timeout, d, &resp.Diagnostics)
 	defer cancel()
-	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
 	if c == nil {
 		return
 	}
