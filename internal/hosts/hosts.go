@@ -1,9 +1,16 @@
 package hosts
 
 import (
+	"context"
 	"errors"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
+	"github.com/kohaku/terraform-provider-kohaku/internal/imagelife"
+	"github.com/kohaku/terraform-provider-kohaku/internal/mdev"
+	"github.com/kohaku/terraform-provider-kohaku/internal/ready"
+	"github.com/kohaku/terraform-provider-kohaku/internal/seedlife"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
 // Settings is the connection settings of one host, as the provider's
@@ -67,16 +74,16 @@ func NewFleet(def Settings, named map[string]Settings) (*Fleet, error) {
 }
 
 // Host returns a key of the hosts map; "" is the default host.
-func (f *Fleet) Host(name string) (*Host, error) {
+func (f *Fleet) Host(name string) (Host, error) {
 	c, err := f.f.Host(name)
 	if err != nil {
 		return nil, err
 	}
-	return &Host{Client: c}, nil
+	return c, nil
 }
 
 // Default is the host a resource without a host argument works on.
-func (f *Fleet) Default() *Host { return &Host{Client: f.f.Default()} }
+func (f *Fleet) Default() Host { return f.f.Default() }
 
 // Names lists the keys of the hosts map, sorted.
 func (f *Fleet) Names() []string { return f.f.Names() }
@@ -84,14 +91,35 @@ func (f *Fleet) Names() []string { return f.f.Names() }
 // Close drops every connection the fleet has dialed.
 func (f *Fleet) Close() { f.f.Close() }
 
-// Host is one libvirt host. Lifecycle packages take it as their own small
-// host interfaces (vmlife.Host, gpubind.Host, ...).
-type Host struct {
-	*virt.Client
+// Host is one libvirt host as the provider sees it: what the lifecycle
+// and reading packages below declare they need of a host, and the few
+// listings the provider's list resources and data sources read. Nothing
+// else of the connection is in reach of the Terraform layer: a method
+// added here is a decision, not an accident. *virt.Client is one.
+type Host interface {
+	vmlife.Host
+	vmlife.PowerHost
+	vmlife.GuestAgent
+	gpubind.Machine
+	gpubind.ResetHost
+	mdev.Host
+	seedlife.Host
+	imagelife.Host
+	ready.Agent
+
+	// Listings for the list resources and the host data source.
+	HostInfo(ctx context.Context) (*virt.HostInfo, error)
+	ListDomains(ctx context.Context) ([]virt.DomainSummary, error)
+	ActivePoolNames(ctx context.Context) ([]string, error)
+	VolumeHeads(ctx context.Context, pool, prefix string, n int64) ([]virt.VolumeHead, error)
+	VolumeExists(ctx context.Context, pool, name string) (bool, error)
+	WritableDisks(ctx context.Context) ([]virt.DiskUse, error)
 }
 
-// Local reports whether the host is reached over libvirt's local socket.
-func (h *Host) Local() bool { return h.Endpoint().Transport == virt.TransportUnix }
+var _ Host = (*virt.Client)(nil)
+
+// Local reports whether h is reached over libvirt's local socket.
+func Local(h Host) bool { return h.Endpoint().Transport == virt.TransportUnix }
 
 // Unreachable reports, for an error from a host operation, the redacted
 // address of the host that could not be reached; ok is false when the error

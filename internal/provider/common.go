@@ -25,7 +25,7 @@ func providerDataFrom(data any, diags *diag.Diagnostics) *providerData {
 }
 
 // client picks the connection for a resource's host argument.
-func (pd *providerData) client(host string, diags *diag.Diagnostics) *hosts.Host {
+func (pd *providerData) client(host string, diags *diag.Diagnostics) hosts.Host {
 	if pd == nil {
 		diags.AddError("Provider not configured", "The kohaku provider was not configured before use. This is a bug in the provider; please report it.")
 		return nil
@@ -42,7 +42,7 @@ func (pd *providerData) client(host string, diags *diag.Diagnostics) *hosts.Host
 // is read: the operation's deadline from its timeouts block (timeout, with
 // the diagnostics of reading it) and the connection for its host
 // argument. c is nil after a diagnostic; cancel is always safe to defer.
-func (pd *providerData) open(ctx context.Context, host string, timeout time.Duration, d diag.Diagnostics, diags *diag.Diagnostics) (_ context.Context, cancel context.CancelFunc, c *hosts.Host) {
+func (pd *providerData) open(ctx context.Context, host string, timeout time.Duration, d diag.Diagnostics, diags *diag.Diagnostics) (_ context.Context, cancel context.CancelFunc, c hosts.Host) {
 	diags.Append(d...)
 	if diags.HasError() {
 		return ctx, func() {}, nil

@@ -16,7 +16,7 @@ import (
 // warnNoFLR warns at plan time when a display-class function of the plan
 // cannot be reset on its own (no function-level reset in its reset_method),
 // where the host's files can be read.
-func warnNoFLR(ctx context.Context, c *hosts.Host, bind []vfio.Binding, diags *diag.Diagnostics) {
+func warnNoFLR(ctx context.Context, c hosts.Host, bind []vfio.Binding, diags *diag.Diagnostics) {
 	if !c.ReadsHostFiles() {
 		return
 	}

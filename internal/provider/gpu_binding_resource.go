@@ -607,7 +607,7 @@ func addBindingPlanError(diags *diag.Diagnostics, target vfio.Address, err error
 // warnBindingChecks warns of what a bind could not read before it went
 // ahead: the host's processes holding the functions, and the host's NVIDIA
 // driver version.
-func warnBindingChecks(c *hosts.Host, res *gpubind.Result, diags *diag.Diagnostics) {
+func warnBindingChecks(c hosts.Host, res *gpubind.Result, diags *diag.Diagnostics) {
 	if res.HoldersErr != nil {
 		diags.AddWarning("Could not look for processes holding "+res.Plan.Target.String(),
 			fmt.Sprintf("%v. The bind goes ahead; should a process hold the device, the unbind can hang until call_timeout or the binding's timeout.", res.HoldersErr))
@@ -625,7 +625,7 @@ func warnBindingChecks(c *hosts.Host, res *gpubind.Result, diags *diag.Diagnosti
 
 // planOnHost reads the host's PCI devices and plans the binding of target:
 // what plan time checks against the host.
-func planOnHost(ctx context.Context, c *hosts.Host, target vfio.Address, opts vfio.Options, diags *diag.Diagnostics) (*vfio.Plan, bool) {
+func planOnHost(ctx context.Context, c hosts.Host, target vfio.Address, opts vfio.Options, diags *diag.Diagnostics) (*vfio.Plan, bool) {
 	_, p, err := newBinder(ctx, c).Plan(ctx, target, opts)
 	if refusedBeforeBind(diags, target, err) {
 		return nil, false
@@ -662,7 +662,7 @@ func refusedBeforeBind(diags *diag.Diagnostics, target vfio.Address, err error) 
 }
 
 // newBinder applies binding plans on c, logging each function it moves.
-func newBinder(ctx context.Context, c *hosts.Host) gpubind.Binder {
+func newBinder(ctx context.Context, c hosts.Host) gpubind.Binder {
 	return gpubind.Binder{Host: c,
 		Log:   func(msg string, fields map[string]any) { tflog.Info(ctx, msg, fields) },
 		Debug: func(msg string) { tflog.Debug(ctx, msg) }}

@@ -225,7 +225,7 @@ func pciDeviceAttributes() map[string]schema.Attribute {
 // readPCISysfs reads the BARs and reset methods of the devices from the
 // host's sysfs where the connection can read its files; nil (unknown)
 // elsewhere, or when the read fails, which is logged.
-func readPCISysfs(ctx context.Context, c *hosts.Host, devs []*vfio.Device) map[vfio.Address]vfio.Function {
+func readPCISysfs(ctx context.Context, c hosts.Host, devs []*vfio.Device) map[vfio.Address]vfio.Function {
 	if !c.ReadsHostFiles() || len(devs) == 0 {
 		return nil
 	}

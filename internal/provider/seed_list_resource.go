@@ -40,7 +40,7 @@ func (l *seedListResource) Configure(_ context.Context, req resource.ConfigureRe
 }
 
 func (l *seedListResource) List(ctx context.Context, req list.ListRequest, stream *list.ListResultsStream) {
-	listVolumes(ctx, l.data, req, stream, volkind.Seed, false, func(ctx context.Context, c *hosts.Host, _ hosts.VolumeHead, r *list.ListResult) {
+	listVolumes(ctx, l.data, req, stream, volkind.Seed, false, func(ctx context.Context, c hosts.Host, _ hosts.VolumeHead, r *list.ListResult) {
 		var m seedResourceModel
 		r.Diagnostics.Append(r.Resource.Get(ctx, &m)...)
 		if r.Diagnostics.HasError() {

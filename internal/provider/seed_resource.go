@@ -543,7 +543,7 @@ func (r *seedResource) Create(ctx context.Context, req resource.CreateRequest, r
 
 // upload renders the seed and stores it as plan's volume, filling the
 // computed attributes. It returns nil after adding a diagnostic.
-func (r *seedResource) upload(ctx context.Context, c *hosts.Host, plan, cfg *seedResourceModel, diags *diag.Diagnostics) *seed.Result {
+func (r *seedResource) upload(ctx context.Context, c hosts.Host, plan, cfg *seedResourceModel, diags *diag.Diagnostics) *seed.Result {
 	phURL := ""
 	if plan.PhoneHome.ValueBool() {
 		if plan.PhoneHomeURL.IsUnknown() || plan.PhoneHomeURL.ValueString() == "" {
@@ -620,7 +620,7 @@ func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 // readSeed refreshes m from its volume, as Read and the list resource do;
 // a seed whose inputs are unknown (imported, or listed) learns what the
 // ISO itself holds. gone is true when the volume is missing.
-func readSeed(ctx context.Context, c *hosts.Host, m *seedResourceModel, diags *diag.Diagnostics) (gone bool) {
+func readSeed(ctx context.Context, c hosts.Host, m *seedResourceModel, diags *diag.Diagnostics) (gone bool) {
 	pool, name := m.Pool.ValueString(), m.Name.ValueString()
 	// An import reads the volume whole, to learn what it holds.
 	importing := m.Format.IsNull() || m.InstanceID.IsNull()

@@ -99,7 +99,7 @@ func planMMIOWith(ctx context.Context, plan, config, state *vmModel, size mmioSi
 
 // hostForMMIO is the VM's connection when it can read the host's files;
 // nil otherwise.
-func (r *vmResource) hostForMMIO(m *vmModel) *hosts.Host {
+func (r *vmResource) hostForMMIO(m *vmModel) hosts.Host {
 	if r.data == nil {
 		return nil
 	}

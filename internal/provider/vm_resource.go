@@ -283,7 +283,7 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 
 // awaitReady waits for the started guest and checks its report: a degraded
 // boot is a warning, cloud-init errors fail the wait.
-func awaitReady(ctx context.Context, c *hosts.Host, wait *vmWait, spec domain.Spec, diags *diag.Diagnostics) (*ready.Outcome, error) {
+func awaitReady(ctx context.Context, c hosts.Host, wait *vmWait, spec domain.Spec, diags *diag.Diagnostics) (*ready.Outcome, error) {
 	out, err := wait.wait(ctx, c, spec.Name, serialLogOf(spec))
 	if err == nil && out != nil {
 		var warnings []string
@@ -482,7 +482,7 @@ func pathBase(p string) string { return p[strings.LastIndex(p, "/")+1:] }
 // left the resource leaves the state (the next plan creates it); with its
 // overlay volume still there it stays, marked for replacement, so the volume is
 // deleted rather than orphaned.
-func (r *vmResource) domainGone(ctx context.Context, c *hosts.Host, state *vmModel, resp *resource.ReadResponse) {
+func (r *vmResource) domainGone(ctx context.Context, c hosts.Host, state *vmModel, resp *resource.ReadResponse) {
 	if pool, vol, ok := parseVolumeID(state.OverlayVolume.ValueString()); ok {
 		exists, err := c.VolumeExists(ctx, pool, vol)
 		if err != nil {

@@ -262,7 +262,7 @@ func autoWait(in *seed.Inspection) ready.Mode {
 
 // wait blocks until the guest is ready or ctx ends; a failed wait comes back
 // as a *ready.WaitError filled with what the host can tell.
-func (w *vmWait) wait(ctx context.Context, c *hosts.Host, name, serialLog string) (*ready.Outcome, error) {
+func (w *vmWait) wait(ctx context.Context, c hosts.Host, name, serialLog string) (*ready.Outcome, error) {
 	var out *ready.Outcome
 	var err error
 	switch w.mode {
@@ -281,7 +281,7 @@ func (w *vmWait) wait(ctx context.Context, c *hosts.Host, name, serialLog string
 	if err == nil {
 		err = w.mismatch(name, out)
 	}
-	return out, ready.Story(ctx, err, c, name, w.url, serialLog, c.Local())
+	return out, ready.Story(ctx, err, c, name, w.url, serialLog, hosts.Local(c))
 }
 
 // logReport records when the guest's report came: the host's clock when it
