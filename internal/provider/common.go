@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 )
@@ -64,4 +65,21 @@ func addError(diags *diag.Diagnostics, summary string, err error, notes ...strin
 		return
 	}
 	diags.AddError(summary, detail)
+}
+
+// attributes joins a schema's attributes, written in parts (one function a
+// group of attributes, so no schema function needs scrolling), into one
+// map. A name in two parts is a bug, and panics at the first Schema call,
+// which every unit test makes.
+func attributes(parts ...map[string]schema.Attribute) map[string]schema.Attribute {
+	all := map[string]schema.Attribute{}
+	for _, p := range parts {
+		for name, a := range p {
+			if _, ok := all[name]; ok {
+				panic("schema attribute " + name + " is defined twice")
+			}
+			all[name] = a
+		}
+	}
+	return all
 }
