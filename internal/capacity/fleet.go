@@ -11,12 +11,22 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
+// Conn is what the Reader needs of a host's libvirt connection: the
+// listings capacity reads, and the host shell gpubind's holder check and
+// the BAR reads use where the connection can read the host's files.
+type Conn interface {
+	Host
+	gpubind.HostShell
+}
+
+var _ Conn = (*virt.Client)(nil)
+
 // ForClients is the Reader over a fleet's libvirt connections, host gives
-// the connection of a host by name (virt.Fleet's Host). Where a connection
+// the connection of a host by name (the fleet's Host). Where a connection
 // can read the host's files (local and SSH), it reads the GPUs' BARs and
 // looks for host processes holding them with gpubind's holder check;
 // over tcp and tls neither is read (memory unknown, no process counted).
-func ForClients(host func(name string) (*virt.Client, error)) *Reader {
+func ForClients[C Conn](host func(name string) (C, error)) *Reader {
 	return &Reader{
 		Host: func(name string) (Host, error) {
 			c, err := host(name)

@@ -503,3 +503,39 @@ func TestParseListsTitleDescriptionAndOtherMetadata(t *testing.T) {
 		t.Errorf("Kohaku's own metadata is listed:\n%s", got)
 	}
 }
+
+// TestMergeCannotKeep shows what Merge's doc says it loses: the definition
+// goes through libvirtxml's structs, so an XML comment, and an element the
+// pinned libvirtxml has no field for (one a newer libvirt added), do not
+// survive an update. Should a libvirtxml upgrade start keeping either,
+// this test fails and the doc comment is to be corrected.
+func TestMergeCannotKeep(t *testing.T) {
+	t.Parallel()
+	spec := Spec{Name: "limits", VCPU: 1, MemoryMiB: 512, Disk: &Disk{Source: Source{Pool: "default", Volume: "l.qcow2"}}}
+	made, err := Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct{ add, lost string }{
+		"an XML comment":              {add: "<!-- moved to rack 4 by ops -->", lost: "rack 4"},
+		"an element libvirtxml lacks": {add: "<kohakuFutureElement mode='on'/>", lost: "kohakuFutureElement"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			existing := strings.Replace(made, "<devices>", "<devices>"+tc.add, 1)
+			if !strings.Contains(existing, tc.lost) {
+				t.Fatalf("the fixture did not take %q:\n%s", tc.add, existing)
+			}
+			got, err := Merge(existing, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(got, tc.lost) {
+				t.Errorf("Merge kept %s; correct its doc comment:\n%s", name, got)
+			}
+			if !strings.Contains(got, "l.qcow2") {
+				t.Errorf("the rest of the definition is not kept:\n%s", got)
+			}
+		})
+	}
+}

@@ -24,10 +24,11 @@ type Host interface {
 var _ Host = (*virt.Client)(nil)
 
 // Binder applies binding plans on one host. Log, when set, hears of every
-// function moved.
+// function moved; Debug, when set, of the checks passed over.
 type Binder struct {
-	Host Host
-	Log  func(msg string, fields map[string]any)
+	Host  Host
+	Log   func(msg string, fields map[string]any)
+	Debug func(msg string)
 	// GiveBackTimeout and SettlePoll, when set, replace the package's
 	// defaults of the same names.
 	GiveBackTimeout, SettlePoll time.Duration
@@ -50,6 +51,12 @@ func (b Binder) settlePoll() time.Duration {
 func (b Binder) log(msg string, fields map[string]any) {
 	if b.Log != nil {
 		b.Log(msg, fields)
+	}
+}
+
+func (b Binder) debug(msg string) {
+	if b.Debug != nil {
+		b.Debug(msg)
 	}
 }
 

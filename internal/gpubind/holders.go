@@ -16,8 +16,19 @@ type HolderSource interface {
 	vfio.HostFiles
 }
 
+// HostShell is a host connection that can read the host's files and run a
+// script there. *virt.Client is one.
+type HostShell interface {
+	Endpoint() virt.Endpoint
+	ReadsHostFiles() bool
+	RunHostScript(ctx context.Context, script string, limit int64) ([]byte, error)
+	vfio.HostFiles
+}
+
+var _ HostShell = (*virt.Client)(nil)
+
 // clientHolders reads a host's processes through its libvirt connection.
-type clientHolders struct{ *virt.Client }
+type clientHolders struct{ HostShell }
 
 // OpenFiles scans /proc directly on a local connection, and runs
 // holders.Script in an SSH session on a qemu+ssh host.
@@ -34,7 +45,7 @@ func (c clientHolders) OpenFiles(ctx context.Context) ([]holders.Open, error) {
 
 // HostHolders is the holder source of a host's connection; nil where the
 // connection cannot read the host (tcp, tls).
-func HostHolders(c *virt.Client) HolderSource {
+func HostHolders(c HostShell) HolderSource {
 	if c == nil || !c.ReadsHostFiles() {
 		return nil
 	}

@@ -1,12 +1,14 @@
 package provider
 
 import (
-	"errors"
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 )
 
 // providerDataFrom unpacks what Configure stored; nil means the provider is
@@ -24,7 +26,7 @@ func providerDataFrom(data any, diags *diag.Diagnostics) *providerData {
 }
 
 // client picks the connection for a resource's host argument.
-func (pd *providerData) client(host string, diags *diag.Diagnostics) *virt.Client {
+func (pd *providerData) client(host string, diags *diag.Diagnostics) hosts.Host {
 	if pd == nil {
 		diags.AddError("Provider not configured", "The kohaku provider was not configured before use. This is a bug in the provider; please report it.")
 		return nil
@@ -37,6 +39,19 @@ func (pd *providerData) client(host string, diags *diag.Diagnostics) *virt.Clien
 	return c
 }
 
+// open is how a CRUD method that talks to its host starts, once its model
+// is read: the operation's deadline from its timeouts block (timeout, with
+// the diagnostics of reading it) and the connection for its host
+// argument. c is nil after a diagnostic; cancel is always safe to defer.
+func (pd *providerData) open(ctx context.Context, host string, timeout time.Duration, d diag.Diagnostics, diags *diag.Diagnostics) (_ context.Context, cancel context.CancelFunc, c hosts.Host) {
+	diags.Append(d...)
+	if diags.HasError() {
+		return ctx, func() {}, nil
+	}
+	ctx, cancel = context.WithTimeout(ctx, timeout)
+	return ctx, cancel, pd.client(host, diags)
+}
+
 // addError turns an error from the packages below into a diagnostic whose
 // summary says what failed and whose detail says what to do. Each note
 // (what was kept, what happens next) follows the error as a paragraph.
@@ -45,10 +60,26 @@ func addError(diags *diag.Diagnostics, summary string, err error, notes ...strin
 	for _, n := range notes {
 		detail += "\n\n" + n
 	}
-	var conn *virt.ConnectionError
-	if errors.As(err, &conn) {
-		diags.AddError("Cannot use libvirt host "+conn.Endpoint.Redacted(), fmt.Sprintf("%s failed: %s", summary, detail))
+	if host, ok := hosts.Unreachable(err); ok {
+		diags.AddError("Cannot use libvirt host "+host, fmt.Sprintf("%s failed: %s", summary, detail))
 		return
 	}
 	diags.AddError(summary, detail)
+}
+
+// attributes joins a schema's attributes, written in parts (one function a
+// group of attributes, so no schema function needs scrolling), into one
+// map. A name in two parts is a bug, and panics at the first Schema call,
+// which every unit test makes.
+func attributes(parts ...map[string]schema.Attribute) map[string]schema.Attribute {
+	all := map[string]schema.Attribute{}
+	for _, p := range parts {
+		for name, a := range p {
+			if _, ok := all[name]; ok {
+				panic("schema attribute " + name + " is defined twice")
+			}
+			all[name] = a
+		}
+	}
+	return all
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 )
 
 // Credentials as values, for runs with no files on disk (Terraform Cloud and
@@ -118,7 +118,7 @@ func checkCredentials(cfg *providerModel, src envSources) diag.Diagnostics {
 				}
 			}
 			if s.PrivateKey.ValueString() != "" {
-				if _, err := virt.ParsePrivateKey(name(p.AtName("private_key")), s.PrivateKey.ValueString(), s.KeyPassphrase.ValueString()); err != nil {
+				if err := hosts.CheckPrivateKey(name(p.AtName("private_key")), s.PrivateKey.ValueString(), s.KeyPassphrase.ValueString()); err != nil {
 					diags.AddAttributeError(p.AtName("private_key"), "Invalid SSH private key", err.Error())
 				}
 			} else if s.KeyPassphrase.ValueString() != "" {
@@ -128,7 +128,7 @@ func checkCredentials(cfg *providerModel, src envSources) diag.Diagnostics {
 						"into ssh-agent).", envSSHPrivateKey))
 			}
 			if s.HostKey.ValueString() != "" {
-				if _, err := virt.ParseHostKeys(name(p.AtName("host_key")), s.HostKey.ValueString()); err != nil {
+				if err := hosts.CheckHostKeys(name(p.AtName("host_key")), s.HostKey.ValueString()); err != nil {
 					diags.AddAttributeError(p.AtName("host_key"), "Invalid SSH host key", err.Error())
 				}
 			}
@@ -145,7 +145,7 @@ func checkCredentials(cfg *providerModel, src envSources) diag.Diagnostics {
 				diags.AddAttributeError(p, "Client certificate without its key",
 					fmt.Sprintf("client_cert and client_key (or %s and %s) go together: set both, or neither to use the files.", envTLSClientCert, envTLSClientKey))
 			}
-			if err := virt.ParseTLSMaterial(p.String()+".", t.CACert.ValueString(), t.ClientCert.ValueString(), t.ClientKey.ValueString()); err != nil {
+			if err := hosts.CheckTLSMaterial(p.String()+".", t.CACert.ValueString(), t.ClientCert.ValueString(), t.ClientKey.ValueString()); err != nil {
 				detail := err.Error()
 				for _, a := range []string{"tls.ca_cert", "tls.client_cert", "tls.client_key"} {
 					if env, ok := src[a]; ok && p.String() == "tls" {

@@ -2,7 +2,6 @@ package provider
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -10,40 +9,14 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
-
-// checkHolders refuses, before anything is unbound, when processes on the
-// host hold functions of the plan, naming them. Where the host cannot be
-// read (tcp, tls) or the look fails, the bind goes ahead (with a warning
-// for a failed look): call_timeout and the timeouts block still bound a
-// hang.
-func checkHolders(ctx context.Context, c *virt.Client, bind []vfio.Binding, target vfio.Address, diags *diag.Diagnostics) bool {
-	src := gpubind.HostHolders(c)
-	if src == nil {
-		tflog.Debug(ctx, "the host's processes cannot be read over this connection; not looking for holders")
-		return true
-	}
-	err := gpubind.CheckHolders(ctx, src, bind)
-	var held *gpubind.HoldersError
-	switch {
-	case errors.As(err, &held):
-		diags.AddError("Binding "+target.String()+" to vfio-pci refused: the device is in use on the host",
-			err.Error()+"\n\nNothing was changed.")
-		return false
-	case err != nil:
-		diags.AddWarning("Could not look for processes holding "+target.String(),
-			fmt.Sprintf("%v. The bind goes ahead; should a process hold the device, the unbind can hang until call_timeout or the binding's timeout.", err))
-	}
-	return true
-}
 
 // warnNoFLR warns at plan time when a display-class function of the plan
 // cannot be reset on its own (no function-level reset in its reset_method),
 // where the host's files can be read.
-func warnNoFLR(ctx context.Context, c *virt.Client, bind []vfio.Binding, diags *diag.Diagnostics) {
+func warnNoFLR(ctx context.Context, c hosts.Host, bind []vfio.Binding, diags *diag.Diagnostics) {
 	if !c.ReadsHostFiles() {
 		return
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -25,8 +24,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 var (
@@ -34,9 +33,6 @@ var (
 	_ resource.ResourceWithImportState = (*gpuBindingResource)(nil)
 	_ resource.ResourceWithModifyPlan  = (*gpuBindingResource)(nil)
 )
-
-// nvidiaVersionFile is where the loaded NVIDIA kernel module reports its version.
-const nvidiaVersionFile = "/sys/module/nvidia/version"
 
 func newGPUBindingResource() resource.Resource { return &gpuBindingResource{} }
 
@@ -124,7 +120,7 @@ func (r *gpuBindingResource) Schema(ctx context.Context, _ resource.SchemaReques
 				Computed: true,
 				Description: "The host's NVIDIA driver version, e.g. `550.54.14`, for `kohaku_seed.nvidia_driver.version` so the guest installs the same driver. " +
 					"When not set and the device is an NVIDIA card (PCI vendor `10de`, or a function the host's " +
-					"`nvidia` module drives), it is read from `" + nvidiaVersionFile + "` on the host before the " +
+					"`nvidia` module drives), it is read from `" + gpubind.NVIDIAVersionFile + "` on the host before the " +
 					"unbind: directly for a local (`qemu:///system`) connection, and over SSH for " +
 					"`qemu+ssh://` hosts. " +
 					"Over `tcp` and `tls` Kohaku cannot read host files: set it here. Null when there is no NVIDIA driver to read. Changed in place.",
@@ -222,7 +218,7 @@ func (r *gpuBindingResource) ModifyPlan(ctx context.Context, req resource.Modify
 		if c == nil {
 			return
 		}
-		_, p, ok := planOnHost(ctx, c, target, opts, &resp.Diagnostics)
+		p, ok := planOnHost(ctx, c, target, opts, &resp.Diagnostics)
 		if !ok {
 			return
 		}
@@ -238,13 +234,8 @@ func (r *gpuBindingResource) Create(ctx context.Context, req resource.CreateRequ
 		return
 	}
 	timeout, d := plan.Timeouts.Create(ctx, gpuBindingTimeout)
-	resp.Diagnostics.Append(d...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel, c := r.data.open(ctx, plan.Host.ValueString(), timeout, d, &resp.Diagnostics)
 	defer cancel()
-	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
 	if c == nil {
 		return
 	}
@@ -252,19 +243,17 @@ func (r *gpuBindingResource) Create(ctx context.Context, req resource.CreateRequ
 	if !ok {
 		return
 	}
-	inv, p, ok := planOnHost(ctx, c, target, opts, &resp.Diagnostics)
-	if !ok {
-		return
-	}
 	binder := newBinder(ctx, c)
-	if !checkNotInUse(ctx, binder, p.Addresses(), target, &resp.Diagnostics) || !checkHolders(ctx, c, p.Bind, target, &resp.Diagnostics) {
+	res, err := gpubind.Apply(ctx, binder, c, gpubind.Request{Target: target, Options: opts, ReadNVIDIAVersion: plan.NVIDIADriverVersion.IsUnknown()})
+	if refusedBeforeBind(&resp.Diagnostics, target, err) {
 		return
 	}
-	// The NVIDIA version is read while the host driver still holds the card.
-	if plan.NVIDIADriverVersion.IsUnknown() {
-		plan.NVIDIADriverVersion = r.nvidiaVersion(ctx, c, inv.Lookup(target), &resp.Diagnostics)
+	warnBindingChecks(c, res, &resp.Diagnostics)
+	// The NVIDIA version was read while the host driver still held the card.
+	if res.NVIDIAChecked {
+		plan.NVIDIADriverVersion = types.StringPointerValue(res.NVIDIAVersion)
 	}
-	bound, err := binder.Bind(ctx, p.Bind)
+	p, bound := res.Plan, res.Bound
 	plan.ID = types.StringValue(bindingID(plan.Host.ValueString(), target))
 	plan.IOMMUGroup = types.Int64Value(int64(p.Group))
 	if plan.Functions.IsUnknown() || plan.Functions.IsNull() {
@@ -422,21 +411,12 @@ func (r *gpuBindingResource) Update(ctx context.Context, req resource.UpdateRequ
 		return
 	}
 	timeout, d := plan.Timeouts.Update(ctx, gpuBindingTimeout)
-	resp.Diagnostics.Append(d...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel, c := r.data.open(ctx, plan.Host.ValueString(), timeout, d, &resp.Diagnostics)
 	defer cancel()
-	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
 	if c == nil {
 		return
 	}
 	target, opts, ok := bindingInputs(ctx, &plan, &resp.Diagnostics)
-	if !ok {
-		return
-	}
-	inv, p, ok := planOnHost(ctx, c, target, opts, &resp.Diagnostics)
 	if !ok {
 		return
 	}
@@ -449,15 +429,16 @@ func (r *gpuBindingResource) Update(ctx context.Context, req resource.UpdateRequ
 		}
 	}
 	binder := newBinder(ctx, c)
-	if gpubind.NeedsBinding(p.Bind) {
-		if !checkNotInUse(ctx, binder, p.Addresses(), target, &resp.Diagnostics) || !checkHolders(ctx, c, p.Bind, target, &resp.Diagnostics) {
-			return
-		}
-		if plan.NVIDIADriverVersion.IsUnknown() {
-			plan.NVIDIADriverVersion = r.nvidiaVersion(ctx, c, inv.Lookup(target), &resp.Diagnostics)
-		}
+	res, err := gpubind.Apply(ctx, binder, c, gpubind.Request{Target: target, Options: opts, Rebind: true, Known: known,
+		ReadNVIDIAVersion: plan.NVIDIADriverVersion.IsUnknown()})
+	if refusedBeforeBind(&resp.Diagnostics, target, err) {
+		return
 	}
-	bound, err := binder.Rebind(ctx, p.Bind, known)
+	warnBindingChecks(c, res, &resp.Diagnostics)
+	if res.NVIDIAChecked {
+		plan.NVIDIADriverVersion = types.StringPointerValue(res.NVIDIAVersion)
+	}
+	p, bound := res.Plan, res.Bound
 	if err != nil {
 		var be *gpubind.BindError
 		if errors.As(err, &be) && len(be.Left) > 0 {
@@ -490,13 +471,8 @@ func (r *gpuBindingResource) Delete(ctx context.Context, req resource.DeleteRequ
 		return
 	}
 	timeout, d := state.Timeouts.Delete(ctx, gpuBindingTimeout)
-	resp.Diagnostics.Append(d...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel, c := r.data.open(ctx, state.Host.ValueString(), timeout, d, &resp.Diagnostics)
 	defer cancel()
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
 	if c == nil {
 		return
 	}
@@ -628,62 +604,66 @@ func addBindingPlanError(diags *diag.Diagnostics, target vfio.Address, err error
 	}
 }
 
-// nvidiaVersion reads the host's NVIDIA driver version for an NVIDIA card
-// (vendor 10de, or a function the nvidia module drives, whoever made it),
-// or returns null when there is none to read (with a warning when it could
-// not be read at all).
-func (r *gpuBindingResource) nvidiaVersion(ctx context.Context, c *virt.Client, dev *vfio.Device, diags *diag.Diagnostics) types.String {
-	if !dev.IsNVIDIA() {
-		return types.StringNull()
+// warnBindingChecks warns of what a bind could not read before it went
+// ahead: the host's processes holding the functions, and the host's NVIDIA
+// driver version.
+func warnBindingChecks(c hosts.Host, res *gpubind.Result, diags *diag.Diagnostics) {
+	if res.HoldersErr != nil {
+		diags.AddWarning("Could not look for processes holding "+res.Plan.Target.String(),
+			fmt.Sprintf("%v. The bind goes ahead; should a process hold the device, the unbind can hang until call_timeout or the binding's timeout.", res.HoldersErr))
 	}
-	b, err := c.ReadHostFile(ctx, nvidiaVersionFile, 256)
-	switch {
+	switch err := res.NVIDIAVersionErr; {
 	case err == nil:
-		return types.StringValue(strings.TrimSpace(string(b)))
-	case errors.Is(err, os.ErrNotExist):
-		return types.StringNull() // no NVIDIA module loaded on the host
-	case errors.Is(err, virt.ErrHostFilesUnsupported):
+	case errors.Is(err, hosts.ErrHostFilesUnsupported):
 		diags.AddAttributeWarning(path.Root("nvidia_driver_version"), "Host NVIDIA driver version not read",
 			fmt.Sprintf("Kohaku reads %s from the host only over local and SSH connections, not over %s. Set "+
-				"nvidia_driver_version to the host's version if the guest needs it.", nvidiaVersionFile, c.Endpoint().Transport))
+				"nvidia_driver_version to the host's version if the guest needs it.", gpubind.NVIDIAVersionFile, c.Endpoint().Transport))
 	default:
 		diags.AddAttributeWarning(path.Root("nvidia_driver_version"), "Host NVIDIA driver version not read", err.Error())
 	}
-	return types.StringNull()
 }
 
 // planOnHost reads the host's PCI devices and plans the binding of target:
-// what plan time, create and update each check against the host.
-func planOnHost(ctx context.Context, c *virt.Client, target vfio.Address, opts vfio.Options, diags *diag.Diagnostics) (*vfio.Inventory, *vfio.Plan, bool) {
-	inv, err := newBinder(ctx, c).Inventory(ctx)
-	if err != nil {
-		addError(diags, "Reading the host's PCI devices", err)
-		return nil, nil, false
+// what plan time checks against the host.
+func planOnHost(ctx context.Context, c hosts.Host, target vfio.Address, opts vfio.Options, diags *diag.Diagnostics) (*vfio.Plan, bool) {
+	_, p, err := newBinder(ctx, c).Plan(ctx, target, opts)
+	if refusedBeforeBind(diags, target, err) {
+		return nil, false
 	}
-	p, err := vfio.PlanBinding(inv, target, opts)
-	if err != nil {
-		addBindingPlanError(diags, target, err)
-		return nil, nil, false
-	}
-	return inv, p, true
+	return p, true
 }
 
-// newBinder applies binding plans on c, logging each function it moves.
-func newBinder(ctx context.Context, c *virt.Client) gpubind.Binder {
-	return gpubind.Binder{Host: c, Log: func(msg string, fields map[string]any) { tflog.Info(ctx, msg, fields) }}
-}
-
-// checkNotInUse refuses when a running domain passes one of the functions through.
-func checkNotInUse(ctx context.Context, b gpubind.Binder, addrs []vfio.Address, target vfio.Address, diags *diag.Diagnostics) bool {
-	err := b.CheckNotInUse(ctx, addrs)
-	var users *gpubind.UsersError
+// refusedBeforeBind turns a failure of the steps before a bind (nothing
+// has moved) into its diagnostic; false for no error or the bind's own.
+func refusedBeforeBind(diags *diag.Diagnostics, target vfio.Address, err error) bool {
+	var (
+		inv   *gpubind.InventoryError
+		plan  *gpubind.PlanError
+		inUse *gpubind.InUseError
+		held  *gpubind.HoldersError
+		users *gpubind.UsersError
+	)
 	switch {
-	case errors.As(err, &users):
+	case errors.As(err, &inv):
+		addError(diags, "Reading the host's PCI devices", inv.Err)
+	case errors.As(err, &plan):
+		addBindingPlanError(diags, target, plan.Err)
+	case errors.As(err, &inUse) && errors.As(err, &users):
 		addError(diags, "Checking which domains use "+target.String(), users.Err)
-		return false
-	case err != nil:
-		diags.AddError("GPU "+target.String()+" is in use", err.Error())
+	case errors.As(err, &inUse):
+		diags.AddError("GPU "+target.String()+" is in use", inUse.Err.Error())
+	case errors.As(err, &held):
+		diags.AddError("Binding "+target.String()+" to vfio-pci refused: the device is in use on the host",
+			err.Error()+"\n\nNothing was changed.")
+	default:
 		return false
 	}
 	return true
+}
+
+// newBinder applies binding plans on c, logging each function it moves.
+func newBinder(ctx context.Context, c hosts.Host) gpubind.Binder {
+	return gpubind.Binder{Host: c,
+		Log:   func(msg string, fields map[string]any) { tflog.Info(ctx, msg, fields) },
+		Debug: func(msg string) { tflog.Debug(ctx, msg) }}
 }

@@ -2,15 +2,14 @@ package provider
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 var _ datasource.DataSourceWithConfigure = (*hostDataSource)(nil)
@@ -218,7 +217,7 @@ func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 	var inv *vfio.Inventory
 	if err == nil {
 		inv, err = newBinder(ctx, c).Inventory(ctx)
-		if virt.Unsupported(err) {
+		if hosts.Unsupported(err) {
 			// A host without libvirt's node-device driver: everything
 			// else is known, the GPUs are not.
 			resp.Diagnostics.AddWarning("No GPU list from "+c.Endpoint().Redacted(),
@@ -226,9 +225,8 @@ func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 			inv, err = nil, nil
 		}
 	}
-	var conn *virt.ConnectionError
-	if err != nil && m.AllowUnreachable.ValueBool() && errors.As(err, &conn) {
-		resp.Diagnostics.AddWarning("Host "+conn.Endpoint.Redacted()+" is unreachable",
+	if host, unreachable := hosts.Unreachable(err); err != nil && m.AllowUnreachable.ValueBool() && unreachable {
+		resp.Diagnostics.AddWarning("Host "+host+" is unreachable",
 			fmt.Sprintf("Read as reachable = false (allow_unreachable): %v. Resources placed on it fail until it is back; the others go ahead.", err))
 		m.Reachable = types.BoolValue(false)
 		m.Error = types.StringValue(err.Error())
@@ -293,7 +291,7 @@ func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 // XGA (0301), 3D controllers (0302, most compute GPUs) and others (0380).
 const displayClass = "03"
 
-func hostNUMANodeFrom(n virt.NUMANode) hostNUMANodeModel {
+func hostNUMANodeFrom(n hosts.NUMANode) hostNUMANodeModel {
 	out := hostNUMANodeModel{
 		ID:            types.Int64Value(int64(n.ID)),
 		CPUs:          make([]types.Int64, 0, len(n.CPUs)),

@@ -6,7 +6,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/list"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/volkind"
 )
 
@@ -43,7 +43,7 @@ func (l *imageListResource) Configure(_ context.Context, req resource.ConfigureR
 }
 
 func (l *imageListResource) List(ctx context.Context, req list.ListRequest, stream *list.ListResultsStream) {
-	listVolumes(ctx, l.data, req, stream, volkind.Image, true, func(ctx context.Context, _ *virt.Client, v virt.VolumeHead, r *list.ListResult) {
+	listVolumes(ctx, l.data, req, stream, volkind.Image, true, func(ctx context.Context, _ hosts.Host, v hosts.VolumeHead, r *list.ListResult) {
 		var m imageResourceModel
 		r.Diagnostics.Append(r.Resource.Get(ctx, &m)...)
 		if r.Diagnostics.HasError() {

@@ -24,7 +24,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/image"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/imagelife"
 )
 
 var (
@@ -100,181 +100,202 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			"Drift: a volume deleted out of band is recreated by the next apply; a changed capacity or format " +
 			"is reported as a warning. Content changed in place with the same size is not detected (reading " +
 			"a multi-GiB image on every refresh would cost more than it saves).",
-		Attributes: map[string]schema.Attribute{
-			"id": schema.StringAttribute{
-				Computed: true,
-				Description: "`<pool>/<volume name>` on the provider's default host, `<host>/<pool>/<volume name>` on a host of the `hosts` map (the forms import takes): what a VM's `disk.image` takes. " +
-					"Known at plan time, so a VM that names an image of another host is refused before anything is made.",
-				PlanModifiers: []planmodifier.String{imageIDFromPlan()},
-			},
-			"host": schema.StringAttribute{
-				Optional:      true,
-				Description:   "Key of the provider's `hosts` map to store the image on; empty means the default connection. A change replaces the image.",
-				PlanModifiers: replace,
-			},
-			"pool": schema.StringAttribute{
-				Required:      true,
-				Description:   "Storage pool to create the volume in, e.g. `default`. A change replaces the image.",
-				PlanModifiers: replace,
-				Validators:    []validator.String{stringvalidator.LengthAtLeast(1)},
-			},
-			"name": schema.StringAttribute{
-				Required: true,
-				Description: "Volume name, e.g. `debian-12-genericcloud-amd64.qcow2`. A volume of that name " +
-					"that Kohaku did not create is never overwritten: the create fails instead. A change " +
-					"replaces the image.",
-				PlanModifiers: replace,
-				Validators:    []validator.String{stringvalidator.LengthAtLeast(1), stringvalidator.RegexMatches(regexp.MustCompile(`^[^/]+$`), "must be a volume name without `/`, e.g. `debian-12.qcow2`")},
-			},
-			"source": schema.StringAttribute{
-				Optional: true, Sensitive: true,
-				Description: "Where the image comes from: an `https://` or `http://` URL (redirects followed, " +
-					"except from https to http), " +
-					"a `file://` URL, or a path on the machine running Terraform (relative to the working " +
-					"directory), e.g. " +
-					"`https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2`. " +
-					"Compression and format are recognised by content, not by name. Required to create the image; " +
-					"an image that was imported (or adopted through `terraform query`) may leave it out until it " +
-					"is to be replaced, since its source cannot be read back from the volume. A change replaces " +
-					"the image (after import, setting it does not). Sensitive, since a URL may carry a password: " +
-					"plans do not show it, and messages show it without the password.",
-				PlanModifiers: []planmodifier.String{replaceUnlessImported()},
-				Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
-					"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2`")},
-			},
-			"checksum": schema.StringAttribute{
-				Optional: true,
-				Description: "Expected digest of the source as downloaded (before decompression), " +
-					"`sha256:<hex>` or `sha512:<hex>`. Verified while the image streams; a mismatch fails the " +
-					"create naming both digests and leaves no volume. Conflicts with `checksum_url`. " +
-					"Setting it later to the `digest` already recorded does not replace the image; any other change does.",
-				PlanModifiers: []planmodifier.String{replaceUnlessDigestMatches()},
-				Validators: []validator.String{
-					stringvalidator.RegexMatches(digestRE, "must be `sha256:` followed by 64 hex digits or `sha512:` followed by 128, e.g. `sha256:"+strings.Repeat("0", 64)+"`"),
-					stringvalidator.ConflictsWith(path.MatchRoot("checksum_url")),
-				},
-			},
-			"checksum_url": schema.StringAttribute{
-				Optional: true, Sensitive: true,
-				Description: "URL (or local path) of the vendor's checksum file, e.g. " +
-					"`https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS`: GNU (`<hex>  <name>`) " +
-					"or BSD (`SHA256 (<name>) = <hex>`) style, SHA-256 or SHA-512; the line for the source's " +
-					"file name is used. " +
-					"Without `checksum` or `checksum_url` the image is not verified: its digest is recorded and the create warns. A change replaces the image (after import, setting it does not). " +
-					"Sensitive, like `source`.",
-				PlanModifiers: []planmodifier.String{replaceUnlessImported()},
-				Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
-					"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS`")},
-			},
-			"checksum_signature_url": schema.StringAttribute{
-				Optional: true,
-				Description: "URL (or local path) of a detached OpenPGP signature of the `checksum_url` file, " +
-					"ASCII-armored or binary, e.g. Debian's " +
-					"`https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS.sign` or Ubuntu's " +
-					"`SHA256SUMS.gpg`. The checksum file must carry a valid signature by one of " +
-					"`checksum_signing_keys` (a file signed by several keys needs one of them), else the create " +
-					"fails before the image is downloaded. Needs `checksum_url` and `checksum_signing_keys`; plain " +
-					"http is refused as for `checksum_url`. Leave it out for a clear-signed checksum file " +
-					"(`-----BEGIN PGP SIGNED MESSAGE-----`), whose signature is inline. " +
-					"A change applies to the next create and replaces nothing.",
-				Validators: []validator.String{
-					stringvalidator.RegexMatches(imageSourceRE,
-						"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS.sign`"),
-					stringvalidator.AlsoRequires(path.MatchRoot("checksum_url"), path.MatchRoot("checksum_signing_keys")),
-				},
-			},
-			"checksum_signing_keys": schema.StringAttribute{
-				Optional: true,
-				Description: "ASCII-armored OpenPGP public keys (one or more `-----BEGIN PGP PUBLIC KEY BLOCK-----` " +
-					"blocks, e.g. `file(\"debian-cloud.asc\")`) that the `checksum_url` file must be signed by: " +
-					"through `checksum_signature_url`, or inline when the file is clear-signed, and then only the " +
-					"signed text is read. A signature by another key, a checksum file changed after signing, or an " +
-					"expired or revoked key fails the create before the image is downloaded; " +
-					"`checksum_signed_by` records the key that signed. Checked at plan time. Needs `checksum_url`. " +
-					"Without it, signatures are not checked. A change applies to the next create and replaces nothing.",
-				Validators: []validator.String{
-					signingKeysValidator{},
-					stringvalidator.AlsoRequires(path.MatchRoot("checksum_url")),
-				},
-			},
-			"allow_http_checksum_url": schema.BoolAttribute{
-				Optional: true,
-				Description: "Whether `checksum_url` may be a plain `http://` URL. Default `false`: such a " +
-					"URL is refused, since anyone on the path could replace the checksum file and the image " +
-					"together. When allowed, the digest is still compared (catching corruption) but `verified` " +
-					"is `false` and the create warns. A plain http URL on the loopback (`localhost`, " +
-					"`127.0.0.0/8`, `::1`) never leaves the machine: it needs no permission and verifies. " +
-					"Redirects from https to http are refused either way. " +
-					"A change applies to the next create and replaces nothing.",
-			},
-			"max_decompressed_gib": schema.Int64Attribute{
-				Optional: true,
-				Description: fmt.Sprintf("Bound on the decompressed image (or the tar archive holding it) in GiB. "+
-					"A source that decompresses past it is refused while it streams, before more is written, "+
-					"and nothing is left in the cache: a small hostile file cannot fill the disk of the "+
-					"machine running Terraform or the host's pool. Default `%d`; raise it for a genuine "+
-					"image that is larger. A change applies to the next create and replaces nothing.", image.DefaultMaxSize>>30),
-				Validators: []validator.Int64{int64validator.AtLeast(1)},
-			},
-			"max_compression_ratio": schema.Int64Attribute{
-				Optional: true,
-				Description: fmt.Sprintf("Bound on decompressed bytes per downloaded byte, checked once %d MiB "+
-					"came out; a source past it is refused as a decompression bomb. Default `%d` (cloud images "+
-					"compress by well under 100). A change applies to the next create and replaces nothing.",
-					image.RatioGrace>>20, image.DefaultMaxRatio),
-				Validators: []validator.Int64{int64validator.AtLeast(1)},
-			},
-			"digest": schema.StringAttribute{
-				Computed:      true,
-				Description:   "Digest of the source as downloaded, `sha256:<hex>` (or `sha512:<hex>` when the expected checksum is SHA-512). Unknown after import.",
-				PlanModifiers: keep,
-			},
-			"verified": schema.BoolAttribute{
-				Computed:      true,
-				PlanModifiers: []planmodifier.Bool{boolplanmodifier.UseStateForUnknown()},
-				Description: "Whether the digest was checked against `checksum`, an https `checksum_url`, or a " +
-					"`checksum_url` whose signature by one of `checksum_signing_keys` was verified (one fetched " +
-					"over plain http without a verified signature, see `allow_http_checksum_url`, does not count).",
-			},
-			"checksum_signed_by": schema.StringAttribute{
-				Computed:      true,
-				PlanModifiers: keep,
-				Description: "Fingerprint (upper-case hex, 40 digits for the usual v4 keys) of the primary key, among " +
-					"`checksum_signing_keys`, whose signature on the checksum file was verified when the image " +
-					"was created; null when no signature was checked.",
-			},
-			"format": schema.StringAttribute{
-				Computed:      true,
-				Description:   "Format of the volume: `qcow2` or `raw`, recognised from the image's content.",
-				PlanModifiers: keep,
-			},
-			"virtual_size_bytes": schema.Int64Attribute{
-				Computed:      true,
-				PlanModifiers: []planmodifier.Int64{int64planmodifier.UseStateForUnknown()},
-				Description:   "The image's virtual size (the volume's capacity): the disk size a VM sees before its overlay grows it.",
-			},
-			"size_bytes": schema.Int64Attribute{
-				Computed:      true,
-				PlanModifiers: []planmodifier.Int64{int64planmodifier.UseStateForUnknown()},
-				Description:   "Bytes uploaded: the decompressed image file's size.",
-			},
-			"compression": schema.StringAttribute{
-				Computed:      true,
-				PlanModifiers: keep,
-				Description:   "How the source was packed, as recognised from its content: empty, `xz`, `gzip`, `zstd`, `bzip2`, with `+tar` when a tar archive held the image (e.g. `xz+tar`), or `tar`.",
-			},
-			"volume_path": schema.StringAttribute{
-				Computed:      true,
-				Description:   "Path of the volume on the host.",
-				PlanModifiers: keep,
-			},
-		},
+		Attributes: attributes(
+			imageSourceAttributes(replace),
+			imageCheckAttributes(),
+			imageResultAttributes(keep),
+		),
 		Blocks: map[string]schema.Block{
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{
 				Create: true, Delete: true,
 				CreateDescription: "How long downloading, verifying and uploading may take. Default `60m` (multi-GiB images over slow links).",
 				DeleteDescription: "How long deleting may take. Default `5m`.",
 			}),
+		},
+	}
+}
+
+// imageSourceAttributes are where the image comes from and where it is stored.
+func imageSourceAttributes(replace []planmodifier.String) map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"id": schema.StringAttribute{
+			Computed: true,
+			Description: "`<pool>/<volume name>` on the provider's default host, `<host>/<pool>/<volume name>` on a host of the `hosts` map (the forms import takes): what a VM's `disk.image` takes. " +
+				"Known at plan time, so a VM that names an image of another host is refused before anything is made.",
+			PlanModifiers: []planmodifier.String{imageIDFromPlan()},
+		},
+		"host": schema.StringAttribute{
+			Optional:      true,
+			Description:   "Key of the provider's `hosts` map to store the image on; empty means the default connection. A change replaces the image.",
+			PlanModifiers: replace,
+		},
+		"pool": schema.StringAttribute{
+			Required:      true,
+			Description:   "Storage pool to create the volume in, e.g. `default`. A change replaces the image.",
+			PlanModifiers: replace,
+			Validators:    []validator.String{stringvalidator.LengthAtLeast(1)},
+		},
+		"name": schema.StringAttribute{
+			Required: true,
+			Description: "Volume name, e.g. `debian-12-genericcloud-amd64.qcow2`. A volume of that name " +
+				"that Kohaku did not create is never overwritten: the create fails instead. A change " +
+				"replaces the image.",
+			PlanModifiers: replace,
+			Validators:    []validator.String{stringvalidator.LengthAtLeast(1), stringvalidator.RegexMatches(regexp.MustCompile(`^[^/]+$`), "must be a volume name without `/`, e.g. `debian-12.qcow2`")},
+		},
+		"source": schema.StringAttribute{
+			Optional: true, Sensitive: true,
+			Description: "Where the image comes from: an `https://` or `http://` URL (redirects followed, " +
+				"except from https to http), " +
+				"a `file://` URL, or a path on the machine running Terraform (relative to the working " +
+				"directory), e.g. " +
+				"`https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2`. " +
+				"Compression and format are recognised by content, not by name. Required to create the image; " +
+				"an image that was imported (or adopted through `terraform query`) may leave it out until it " +
+				"is to be replaced, since its source cannot be read back from the volume. A change replaces " +
+				"the image (after import, setting it does not). Sensitive, since a URL may carry a password: " +
+				"plans do not show it, and messages show it without the password.",
+			PlanModifiers: []planmodifier.String{replaceUnlessImported()},
+			Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
+				"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2`")},
+		},
+	}
+}
+
+// imageCheckAttributes are how the image is verified and what it may grow to.
+func imageCheckAttributes() map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"checksum": schema.StringAttribute{
+			Optional: true,
+			Description: "Expected digest of the source as downloaded (before decompression), " +
+				"`sha256:<hex>` or `sha512:<hex>`. Verified while the image streams; a mismatch fails the " +
+				"create naming both digests and leaves no volume. Conflicts with `checksum_url`. " +
+				"Setting it later to the `digest` already recorded does not replace the image; any other change does.",
+			PlanModifiers: []planmodifier.String{replaceUnlessDigestMatches()},
+			Validators: []validator.String{
+				stringvalidator.RegexMatches(digestRE, "must be `sha256:` followed by 64 hex digits or `sha512:` followed by 128, e.g. `sha256:"+strings.Repeat("0", 64)+"`"),
+				stringvalidator.ConflictsWith(path.MatchRoot("checksum_url")),
+			},
+		},
+		"checksum_url": schema.StringAttribute{
+			Optional: true, Sensitive: true,
+			Description: "URL (or local path) of the vendor's checksum file, e.g. " +
+				"`https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS`: GNU (`<hex>  <name>`) " +
+				"or BSD (`SHA256 (<name>) = <hex>`) style, SHA-256 or SHA-512; the line for the source's " +
+				"file name is used. " +
+				"Without `checksum` or `checksum_url` the image is not verified: its digest is recorded and the create warns. A change replaces the image (after import, setting it does not). " +
+				"Sensitive, like `source`.",
+			PlanModifiers: []planmodifier.String{replaceUnlessImported()},
+			Validators: []validator.String{stringvalidator.RegexMatches(imageSourceRE,
+				"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS`")},
+		},
+		"checksum_signature_url": schema.StringAttribute{
+			Optional: true,
+			Description: "URL (or local path) of a detached OpenPGP signature of the `checksum_url` file, " +
+				"ASCII-armored or binary, e.g. Debian's " +
+				"`https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS.sign` or Ubuntu's " +
+				"`SHA256SUMS.gpg`. The checksum file must carry a valid signature by one of " +
+				"`checksum_signing_keys` (a file signed by several keys needs one of them), else the create " +
+				"fails before the image is downloaded. Needs `checksum_url` and `checksum_signing_keys`; plain " +
+				"http is refused as for `checksum_url`. Leave it out for a clear-signed checksum file " +
+				"(`-----BEGIN PGP SIGNED MESSAGE-----`), whose signature is inline. " +
+				"A change applies to the next create and replaces nothing.",
+			Validators: []validator.String{
+				stringvalidator.RegexMatches(imageSourceRE,
+					"must be an http:// or https:// URL, a file:// URL or a local path, e.g. `https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS.sign`"),
+				stringvalidator.AlsoRequires(path.MatchRoot("checksum_url"), path.MatchRoot("checksum_signing_keys")),
+			},
+		},
+		"checksum_signing_keys": schema.StringAttribute{
+			Optional: true,
+			Description: "ASCII-armored OpenPGP public keys (one or more `-----BEGIN PGP PUBLIC KEY BLOCK-----` " +
+				"blocks, e.g. `file(\"debian-cloud.asc\")`) that the `checksum_url` file must be signed by: " +
+				"through `checksum_signature_url`, or inline when the file is clear-signed, and then only the " +
+				"signed text is read. A signature by another key, a checksum file changed after signing, or an " +
+				"expired or revoked key fails the create before the image is downloaded; " +
+				"`checksum_signed_by` records the key that signed. Checked at plan time. Needs `checksum_url`. " +
+				"Without it, signatures are not checked. A change applies to the next create and replaces nothing.",
+			Validators: []validator.String{
+				signingKeysValidator{},
+				stringvalidator.AlsoRequires(path.MatchRoot("checksum_url")),
+			},
+		},
+		"allow_http_checksum_url": schema.BoolAttribute{
+			Optional: true,
+			Description: "Whether `checksum_url` may be a plain `http://` URL. Default `false`: such a " +
+				"URL is refused, since anyone on the path could replace the checksum file and the image " +
+				"together. When allowed, the digest is still compared (catching corruption) but `verified` " +
+				"is `false` and the create warns. A plain http URL on the loopback (`localhost`, " +
+				"`127.0.0.0/8`, `::1`) never leaves the machine: it needs no permission and verifies. " +
+				"Redirects from https to http are refused either way. " +
+				"A change applies to the next create and replaces nothing.",
+		},
+		"max_decompressed_gib": schema.Int64Attribute{
+			Optional: true,
+			Description: fmt.Sprintf("Bound on the decompressed image (or the tar archive holding it) in GiB. "+
+				"A source that decompresses past it is refused while it streams, before more is written, "+
+				"and nothing is left in the cache: a small hostile file cannot fill the disk of the "+
+				"machine running Terraform or the host's pool. Default `%d`; raise it for a genuine "+
+				"image that is larger. A change applies to the next create and replaces nothing.", image.DefaultMaxSize>>30),
+			Validators: []validator.Int64{int64validator.AtLeast(1)},
+		},
+		"max_compression_ratio": schema.Int64Attribute{
+			Optional: true,
+			Description: fmt.Sprintf("Bound on decompressed bytes per downloaded byte, checked once %d MiB "+
+				"came out; a source past it is refused as a decompression bomb. Default `%d` (cloud images "+
+				"compress by well under 100). A change applies to the next create and replaces nothing.",
+				image.RatioGrace>>20, image.DefaultMaxRatio),
+			Validators: []validator.Int64{int64validator.AtLeast(1)},
+		},
+	}
+}
+
+// imageResultAttributes are what the image turned out to be, and the operations' timeouts.
+func imageResultAttributes(keep []planmodifier.String) map[string]schema.Attribute {
+	return map[string]schema.Attribute{
+		"digest": schema.StringAttribute{
+			Computed:      true,
+			Description:   "Digest of the source as downloaded, `sha256:<hex>` (or `sha512:<hex>` when the expected checksum is SHA-512). Unknown after import.",
+			PlanModifiers: keep,
+		},
+		"verified": schema.BoolAttribute{
+			Computed:      true,
+			PlanModifiers: []planmodifier.Bool{boolplanmodifier.UseStateForUnknown()},
+			Description: "Whether the digest was checked against `checksum`, an https `checksum_url`, or a " +
+				"`checksum_url` whose signature by one of `checksum_signing_keys` was verified (one fetched " +
+				"over plain http without a verified signature, see `allow_http_checksum_url`, does not count).",
+		},
+		"checksum_signed_by": schema.StringAttribute{
+			Computed:      true,
+			PlanModifiers: keep,
+			Description: "Fingerprint (upper-case hex, 40 digits for the usual v4 keys) of the primary key, among " +
+				"`checksum_signing_keys`, whose signature on the checksum file was verified when the image " +
+				"was created; null when no signature was checked.",
+		},
+		"format": schema.StringAttribute{
+			Computed:      true,
+			Description:   "Format of the volume: `qcow2` or `raw`, recognised from the image's content.",
+			PlanModifiers: keep,
+		},
+		"virtual_size_bytes": schema.Int64Attribute{
+			Computed:      true,
+			PlanModifiers: []planmodifier.Int64{int64planmodifier.UseStateForUnknown()},
+			Description:   "The image's virtual size (the volume's capacity): the disk size a VM sees before its overlay grows it.",
+		},
+		"size_bytes": schema.Int64Attribute{
+			Computed:      true,
+			PlanModifiers: []planmodifier.Int64{int64planmodifier.UseStateForUnknown()},
+			Description:   "Bytes uploaded: the decompressed image file's size.",
+		},
+		"compression": schema.StringAttribute{
+			Computed:      true,
+			PlanModifiers: keep,
+			Description:   "How the source was packed, as recognised from its content: empty, `xz`, `gzip`, `zstd`, `bzip2`, with `+tar` when a tar archive held the image (e.g. `xz+tar`), or `tar`.",
+		},
+		"volume_path": schema.StringAttribute{
+			Computed:      true,
+			Description:   "Path of the volume on the host.",
+			PlanModifiers: keep,
 		},
 	}
 }
@@ -311,13 +332,8 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 		return
 	}
 	timeout, d := plan.Timeouts.Create(ctx, imageCreateTimeout)
-	resp.Diagnostics.Append(d...)
-	if d.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel, c := r.data.open(ctx, plan.Host.ValueString(), timeout, d, &resp.Diagnostics)
 	defer cancel()
-	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
 	if c == nil {
 		return
 	}
@@ -343,10 +359,7 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 	defer f.Close()
 	tflog.Info(ctx, "uploading image", map[string]any{"source": shown, "pool": pool, "name": name, "format": res.Format, "bytes": res.Size, "virtual_size": res.VirtualSize, "from_cache": !res.Downloaded})
 	up := progressLogger(ctx, "uploading image", map[string]any{"pool": pool, "name": name})
-	vol, err := c.UploadImage(ctx, virt.ImageUpload{
-		Pool: pool, Name: name, Format: res.Format, Capacity: res.VirtualSize, Length: res.Size, Source: f,
-		Progress: func(sent int64) { up(image.Progress{Done: sent, Total: res.Size}) },
-	})
+	vol, err := imagelife.Upload(ctx, c, pool, name, res, f, func(sent int64) { up(image.Progress{Done: sent, Total: res.Size}) })
 	if errors.Is(err, image.ErrChecksumMismatch) {
 		// A local image used in place is hashed as it uploads: the
 		// upload failed at its last chunk and its volume was deleted.
@@ -444,7 +457,7 @@ func (m *imageResourceModel) setFetched(res *image.Result) {
 	m.Size = types.Int64Value(res.Size)
 }
 
-func (m *imageResourceModel) setVolume(v *virt.VolumeDetail) {
+func (m *imageResourceModel) setVolume(v *imagelife.Volume) {
 	m.VolumePath = types.StringValue(v.Path)
 	m.VirtualSize = types.Int64Value(v.CapacityBytes)
 	if v.Format != "" {
@@ -499,8 +512,8 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 		return
 	}
 	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	vol, err := c.VolumeInfo(ctx, pool, name)
-	if errors.Is(err, virt.ErrNotFound) {
+	vol, err := imagelife.Read(ctx, c, pool, name)
+	if errors.Is(err, imagelife.ErrGone) {
 		tflog.Info(ctx, "image volume is gone; removing it from state so the next apply recreates it", map[string]any{"pool": pool, "name": name})
 		resp.State.RemoveResource(ctx)
 		return
@@ -523,7 +536,7 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 // readVolume records what the host says of the image's volume, as Read and
 // the list resource do: an image imported or listed has no verification to
 // its name.
-func (m *imageResourceModel) readVolume(v *virt.VolumeDetail) {
+func (m *imageResourceModel) readVolume(v *imagelife.Volume) {
 	m.ID = types.StringValue(imageID(m.Host.ValueString(), m.Pool.ValueString(), m.Name.ValueString()))
 	m.setVolume(v)
 	if m.Verified.IsNull() {
@@ -565,27 +578,20 @@ func (r *imageResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 		return
 	}
 	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	vol, err := c.VolumeInfo(ctx, pool, name)
-	if errors.Is(err, virt.ErrNotFound) {
-		return
-	}
-	if err != nil {
-		addError(&resp.Diagnostics, fmt.Sprintf("Deleting image %s/%s", pool, name), err)
-		return
-	}
-	users, err := c.BackedBy(ctx, vol.Path)
-	if err != nil {
-		addError(&resp.Diagnostics, fmt.Sprintf("Deleting image %s/%s: listing the volumes backed by it", pool, name), err)
-		return
-	}
-	if len(users) > 0 {
+	err := imagelife.Delete(ctx, c, pool, name)
+	var (
+		inUse   *imagelife.InUseError
+		listing *imagelife.BackingListError
+	)
+	switch {
+	case errors.As(err, &inUse):
 		resp.Diagnostics.AddError("Image is in use",
 			fmt.Sprintf("%s/%s is the backing image of %s: deleting it would break them silently. Destroy the "+
 				"VMs (or delete the overlay volumes) that use it first; to keep the volume and stop managing "+
-				"it, run terraform state rm on this resource instead.", pool, name, strings.Join(users, ", ")))
-		return
-	}
-	if err := c.DeleteVolume(ctx, pool, name); err != nil {
+				"it, run terraform state rm on this resource instead.", pool, name, strings.Join(inUse.Users, ", ")))
+	case errors.As(err, &listing):
+		addError(&resp.Diagnostics, fmt.Sprintf("Deleting image %s/%s: listing the volumes backed by it", pool, name), listing.Err)
+	case err != nil:
 		addError(&resp.Diagnostics, fmt.Sprintf("Deleting image %s/%s", pool, name), err)
 	}
 }

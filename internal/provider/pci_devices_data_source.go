@@ -12,9 +12,9 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/mdev"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 var _ datasource.DataSourceWithConfigure = (*pciDevicesDataSource)(nil)
@@ -225,7 +225,7 @@ func pciDeviceAttributes() map[string]schema.Attribute {
 // readPCISysfs reads the BARs and reset methods of the devices from the
 // host's sysfs where the connection can read its files; nil (unknown)
 // elsewhere, or when the read fails, which is logged.
-func readPCISysfs(ctx context.Context, c *virt.Client, devs []*vfio.Device) map[vfio.Address]vfio.Function {
+func readPCISysfs(ctx context.Context, c hosts.Host, devs []*vfio.Device) map[vfio.Address]vfio.Function {
 	if !c.ReadsHostFiles() || len(devs) == 0 {
 		return nil
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/image"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // defaultImageCacheGiB bounds the image cache unless image_cache_max_gib says otherwise.
@@ -75,7 +75,7 @@ type tlsModel struct {
 
 // providerData is what Configure hands to every resource and data source.
 type providerData struct {
-	fleet *virt.Fleet
+	fleet *hosts.Fleet
 	// phoneHome is nil when the provider has no phone_home block.
 	phoneHome *phoneHome
 	// images caches kohaku_image downloads on the Terraform machine.
@@ -148,7 +148,7 @@ func sshSchema() schema.SingleNestedAttribute {
 					"known_hosts and says which line to add; `auto` trusts a host on first use and records its " +
 					"key; `ignore` skips the check (insecure: only for throwaway hosts). A key that differs " +
 					"from the recorded one is always refused. Conflicts with `host_key`.",
-				Validators: []validator.String{stringvalidator.OneOf(virt.HostKeyNormal, virt.HostKeyAuto, virt.HostKeyIgnore)},
+				Validators: []validator.String{stringvalidator.OneOf(hosts.HostKeyNormal, hosts.HostKeyAuto, hosts.HostKeyIgnore)},
 			},
 			"use_agent": schema.BoolAttribute{
 				Optional:    true,
@@ -294,11 +294,11 @@ func defaultURI(configured types.String) string {
 	return "qemu:///system"
 }
 
-func (m *sshModel) settings() virt.SSHSettings {
+func (m *sshModel) settings() hosts.SSHSettings {
 	if m == nil {
-		return virt.SSHSettings{}
+		return hosts.SSHSettings{}
 	}
-	return virt.SSHSettings{
+	return hosts.SSHSettings{
 		KeyFile:              m.KeyFile.ValueString(),
 		KnownHostsFile:       m.KnownHostsFile.ValueString(),
 		KnownHostsVerify:     m.KnownHostsVerify.ValueString(),
@@ -310,11 +310,11 @@ func (m *sshModel) settings() virt.SSHSettings {
 	}
 }
 
-func (m *tlsModel) settings() virt.TLSSettings {
+func (m *tlsModel) settings() hosts.TLSSettings {
 	if m == nil {
-		return virt.TLSSettings{}
+		return hosts.TLSSettings{}
 	}
-	return virt.TLSSettings{
+	return hosts.TLSSettings{
 		PKIPath: m.PKIPath.ValueString(), NoVerify: m.NoVerify.ValueBool(), NoVerifySet: !m.NoVerify.IsNull(),
 		CACert: m.CACert.ValueString(), ClientCert: m.ClientCert.ValueString(), ClientKey: m.ClientKey.ValueString(),
 	}
@@ -339,16 +339,16 @@ func (p *kohakuProvider) Configure(ctx context.Context, req provider.ConfigureRe
 	}
 	dial, _ := time.ParseDuration(cfg.DialTimeout.ValueString())
 	call, _ := time.ParseDuration(cfg.CallTimeout.ValueString())
-	def := virt.Settings{
+	def := hosts.Settings{
 		URI:         defaultURI(cfg.URI),
 		DialTimeout: dial,
 		CallTimeout: call,
 		SSH:         cfg.SSH.settings(),
 		TLS:         cfg.TLS.settings(),
 	}
-	hosts := map[string]virt.Settings{}
+	named := map[string]hosts.Settings{}
 	for name, h := range cfg.Hosts {
-		hosts[name] = virt.Settings{
+		named[name] = hosts.Settings{
 			URI:         h.URI.ValueString(),
 			DialTimeout: dial,
 			CallTimeout: call,
@@ -356,7 +356,7 @@ func (p *kohakuProvider) Configure(ctx context.Context, req provider.ConfigureRe
 			TLS:         h.TLS.settings(),
 		}
 	}
-	fleet, err := virt.NewFleet(def, hosts)
+	fleet, err := hosts.NewFleet(def, named)
 	if err != nil {
 		resp.Diagnostics.AddError("Invalid libvirt connection settings", err.Error())
 		return

@@ -1,11 +1,11 @@
 package provider
 
 import (
-	"regexp"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-framework/path"
-	tfresource "github.com/hashicorp/terraform-plugin-testing/helper/resource"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 )
 
 // A seed problem deep in a nested attribute is placed by Terraform on the
@@ -14,45 +14,25 @@ import (
 // name), and the text names the whole path. The real CLI quotes the line.
 func TestSeedDiagnosticOnTheAttributeLine(t *testing.T) {
 	t.Parallel()
-	cases := map[string]struct {
-		body string
-		want string
-	}{
+	cases := map[string]acctest.PlanError{
 		"users[0].name": {
-			body: "  user  = { name = \"kohaku\" }\n  users = [{ name = \"kohaku\" }]",
-			want: `(?s)in resource "kohaku_seed" "bad":\s+\d+:\s+users = \[\{ name = "kohaku" \}\]\s+users\[0\]\.name: "kohaku" is already declared`,
+			Body: "user  = { name = \"kohaku\" }\n  users = [{ name = \"kohaku\" }]",
+			Want: `(?s)in resource "kohaku_seed" "bad":\s+\d+:\s+users = \[\{ name = "kohaku" \}\]\s+users\[0\]\.name: "kohaku" is already declared`,
 		},
 		"user.name": {
-			body: "  user = { name = \"Bob\" }",
-			want: `(?s)in resource "kohaku_seed" "bad":\s+\d+:\s+user = \{ name = "Bob" \}\s+user\.name: `,
+			Body: "user = { name = \"Bob\" }",
+			Want: `(?s)in resource "kohaku_seed" "bad":\s+\d+:\s+user = \{ name = "Bob" \}\s+user\.name: `,
 		},
 		"network[0].mac": {
-			body: "  network = [{ mac = \"52:54:00:zz:00:01\", dhcp4 = true }]",
-			want: `(?s)in resource "kohaku_seed" "bad":\s+\d+:\s+network = \[\{ mac = .*network\[0\]\.mac: `,
+			Body: "network = [{ mac = \"52:54:00:zz:00:01\", dhcp4 = true }]",
+			Want: `(?s)in resource "kohaku_seed" "bad":\s+\d+:\s+network = \[\{ mac = .*network\[0\]\.mac: `,
 		},
 		"write_files[0].content_base64": {
-			body: "  write_files = [{ path = \"/etc/x\", content_base64 = \"not base64!\" }]",
-			want: `(?s)in resource "kohaku_seed" "bad":\s+\d+:\s+write_files = \[.*write_files\[0\]\.content_base64 is not standard base64`,
+			Body: "write_files = [{ path = \"/etc/x\", content_base64 = \"not base64!\" }]",
+			Want: `(?s)in resource "kohaku_seed" "bad":\s+\d+:\s+write_files = \[.*write_files\[0\]\.content_base64 is not standard base64`,
 		},
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			tfresource.UnitTest(t, tfresource.TestCase{
-				ProtoV6ProviderFactories: protoV6Providers,
-				Steps: []tfresource.TestStep{{
-					Config: providerBlock("qemu:///system?socket=/nonexistent/kohaku.sock") + `
-resource "kohaku_seed" "bad" {
-  name = "bad-seed.iso"
-` + tc.body + `
-}
-`,
-					PlanOnly:    true,
-					ExpectError: regexp.MustCompile(tc.want),
-				}},
-			})
-		})
-	}
+	acctest.ExpectPlanErrors(t, protoV6Providers, badSeed, cases)
 }
 
 func TestConfigLine(t *testing.T) {

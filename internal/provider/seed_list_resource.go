@@ -6,7 +6,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/list"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/volkind"
 )
 
@@ -40,7 +40,7 @@ func (l *seedListResource) Configure(_ context.Context, req resource.ConfigureRe
 }
 
 func (l *seedListResource) List(ctx context.Context, req list.ListRequest, stream *list.ListResultsStream) {
-	listVolumes(ctx, l.data, req, stream, volkind.Seed, false, func(ctx context.Context, c *virt.Client, _ virt.VolumeHead, r *list.ListResult) {
+	listVolumes(ctx, l.data, req, stream, volkind.Seed, false, func(ctx context.Context, c hosts.Host, _ hosts.VolumeHead, r *list.ListResult) {
 		var m seedResourceModel
 		r.Diagnostics.Append(r.Resource.Get(ctx, &m)...)
 		if r.Diagnostics.HasError() {

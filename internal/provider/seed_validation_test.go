@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
 )
 
 // Bad seed input fails at plan time, naming the attribute, with no host:
@@ -12,95 +14,75 @@ import (
 // fail with a different error.
 func TestSeedRejectsBadInputAtPlan(t *testing.T) {
 	t.Parallel()
-	cases := map[string]struct {
-		body string
-		want string
-	}{
+	cases := map[string]acctest.PlanError{
 		"bad mac": {
-			body: `network = [{ mac = "52:54:00:zz:00:01", dhcp4 = true }]`,
-			want: `(?s)network\[0\]\.mac.*52:54:00:zz:00:01`,
+			Body: `network = [{ mac = "52:54:00:zz:00:01", dhcp4 = true }]`,
+			Want: `(?s)network\[0\]\.mac.*52:54:00:zz:00:01`,
 		},
 		"bad cidr": {
-			body: `network = [{ addresses = ["10.0.2.300/24"] }]`,
-			want: `(?s)network\[0\]\.addresses\[0\].*10\.0\.2\.300/24`,
+			Body: `network = [{ addresses = ["10.0.2.300/24"] }]`,
+			Want: `(?s)network\[0\]\.addresses\[0\].*10\.0\.2\.300/24`,
 		},
 		"gateway outside subnet": {
-			body: `network = [{ addresses = ["10.0.2.15/24"], gateway4 = "192.168.1.1" }]`,
-			want: `(?s)network\[0\]\.gateway4.*192\.168\.1\.1`,
+			Body: `network = [{ addresses = ["10.0.2.15/24"], gateway4 = "192.168.1.1" }]`,
+			Want: `(?s)network\[0\]\.gateway4.*192\.168\.1\.1`,
 		},
 		"invalid cloud-config yaml": {
-			body: `user_data = "#cloud-config\nruncmd:\n  - echo ok\n   bad: [\n"`,
-			want: `(?s)user_data.*line \d+`,
+			Body: `user_data = "#cloud-config\nruncmd:\n  - echo ok\n   bad: [\n"`,
+			Want: `(?s)user_data.*line \d+`,
 		},
 		"network and network_config": {
-			body: `
+			Body: `
   network        = [{ dhcp4 = true }]
   network_config = "version: 2\n"`,
-			want: `(?s)network_config`,
+			Want: `(?s)network_config`,
 		},
 		"unknown format": {
-			body: `format = "iso"`,
-			want: `(?s)format.*value must be one of`,
+			Body: `format = "iso"`,
+			Want: `(?s)format.*value must be one of`,
 		},
 		"two kinds of user data": {
-			body: `
+			Body: `
   user_data        = "#cloud-config\n"
   user_data_base64 = "I2Nsb3VkLWNvbmZpZwo="`,
-			want: `(?s)user_data`,
+			Want: `(?s)user_data`,
 		},
 		"plain password": {
-			body: `users = [{ name = "alice" }, { name = "bob", password_hash = "hunter2" }]`,
-			want: `(?s)users\[1\]\.password_hash.*not a crypt\(3\) hash.*mkpasswd`,
+			Body: `users = [{ name = "alice" }, { name = "bob", password_hash = "hunter2" }]`,
+			Want: `(?s)users\[1\]\.password_hash.*not a crypt\(3\) hash.*mkpasswd`,
 		},
 		"plain write-only password": {
-			body: `user = { name = "kohaku", password_hash_wo = "hunter2" }`,
-			want: `(?s)user\.password_hash.*not a crypt\(3\) hash`,
+			Body: `user = { name = "kohaku", password_hash_wo = "hunter2" }`,
+			Want: `(?s)user\.password_hash.*not a crypt\(3\) hash`,
 		},
 		"both password forms": {
-			body: `users = [{ name = "bob", password_hash = "$6$a$b", password_hash_wo = "$6$a$b" }]`,
-			want: `(?s)Invalid Attribute Combination.*users\[0\]\.password_hash_wo.*users\[0\]\.password_hash`,
+			Body: `users = [{ name = "bob", password_hash = "$6$a$b", password_hash_wo = "$6$a$b" }]`,
+			Want: `(?s)Invalid Attribute Combination.*users\[0\]\.password_hash_wo.*users\[0\]\.password_hash`,
 		},
 		"account twice": {
-			body: `
+			Body: `
   user  = { name = "kohaku" }
   users = [{ name = "kohaku" }]`,
-			want: `(?s)users\[0\]\.name.*already declared by user`,
+			Want: `(?s)users\[0\]\.name.*already declared by user`,
 		},
 		"unknown time zone": {
-			body: `timezone = "Europe/Atlantis"`,
-			want: `(?s)timezone.*Europe/Atlantis.*tz database.*Europe/Berlin`,
+			Body: `timezone = "Europe/Atlantis"`,
+			Want: `(?s)timezone.*Europe/Atlantis.*tz database.*Europe/Berlin`,
 		},
 		"bad locale": {
-			body: `locale = "English"`,
-			want: `(?s)locale.*en_US\.UTF-8`,
+			Body: `locale = "English"`,
+			Want: `(?s)locale.*en_US\.UTF-8`,
 		},
 		"package with a space": {
-			body: `packages = ["htop", "jq curl"]`,
-			want: `(?s)packages\[1\].*not a package name`,
+			Body: `packages = ["htop", "jq curl"]`,
+			Want: `(?s)packages\[1\].*not a package name`,
 		},
 		"relative mount point": {
-			body: `shared_folders = [{ tag = "kohaku_shared", path = "shared" }]`,
-			want: `(?s)shared_folders\[0\]\.path`,
+			Body: `shared_folders = [{ tag = "kohaku_shared", path = "shared" }]`,
+			Want: `(?s)shared_folders\[0\]\.path`,
 		},
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			resource.UnitTest(t, resource.TestCase{
-				ProtoV6ProviderFactories: protoV6Providers,
-				Steps: []resource.TestStep{{
-					Config: providerBlock("qemu:///system?socket=/nonexistent/kohaku.sock") + `
-resource "kohaku_seed" "bad" {
-  name = "bad-seed.iso"
-  ` + tc.body + `
-}
-`,
-					PlanOnly:    true,
-					ExpectError: regexp.MustCompile(tc.want),
-				}},
-			})
-		})
-	}
+	acctest.ExpectPlanErrors(t, protoV6Providers, badSeed, cases)
 }
 
 func TestSeedPhoneHomeNeedsProviderBlock(t *testing.T) {
@@ -136,4 +118,15 @@ func TestProviderRejectsUnusablePhoneHome(t *testing.T) {
 			}},
 		})
 	}
+}
+
+// badSeed is a seed whose body plan is to refuse, on a provider whose
+// socket does not exist: a plan that dialed would fail differently.
+func badSeed(body string) string {
+	return providerBlock("qemu:///system?socket=/nonexistent/kohaku.sock") + `
+resource "kohaku_seed" "bad" {
+  name = "bad-seed.iso"
+  ` + body + `
+}
+`
 }

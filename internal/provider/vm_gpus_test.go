@@ -15,8 +15,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
@@ -42,7 +42,7 @@ func (h *fixtureHost) read(_ context.Context, a vfio.Address) (*vfio.Device, err
 		err = os.ErrNotExist
 	}
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("node device %s %w", vfio.NodeDeviceName(a), virt.ErrNotFound)
+		return nil, fmt.Errorf("node device %s %w", vfio.NodeDeviceName(a), hosts.ErrNotFound)
 	}
 	if err != nil {
 		h.t.Fatal(err)
@@ -315,7 +315,7 @@ func TestFromDomainAttributesGroups(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	view := &domainView{
-		Status:    &virt.DomainStatus{DomainRef: virt.DomainRef{UUID: "6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b", Name: "gpu-vm"}},
+		Status:    &hosts.DomainStatus{DomainRef: hosts.DomainRef{UUID: "6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b", Name: "gpu-vm"}},
 		Observed:  domain.Observed{Spec: domain.Spec{Name: "gpu-vm", Hostdevs: []string{"0000:03:00.0", "0000:03:00.1"}}},
 		GPUGroups: gpuGroups{"0000:03:00.0": {"0000:03:00.0", "0000:03:00.1"}},
 	}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/guestaddr"
 	"github.com/kohaku/terraform-provider-kohaku/internal/health"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 var _ datasource.DataSourceWithConfigure = (*vmHealthDataSource)(nil)
@@ -195,7 +195,7 @@ func (d *vmHealthDataSource) Read(ctx context.Context, req datasource.ReadReques
 
 // healthAddresses reads the guest's addresses through its agent, within
 // guestaddr.DefaultBound; null when the agent does not answer.
-func healthAddresses(ctx context.Context, c *virt.Client, name string) types.List {
+func healthAddresses(ctx context.Context, c hosts.Host, name string) types.List {
 	null := types.ListNull(types.ObjectType{AttrTypes: guestAddressAttrTypes})
 	ref, err := c.LookupDomain(ctx, name)
 	if err != nil {

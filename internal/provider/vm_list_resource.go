@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
@@ -108,7 +108,7 @@ func (l *vmListResource) List(ctx context.Context, req list.ListRequest, stream 
 
 // result reads one domain as an import of it would, and says whether the
 // made_by_kohaku filter keeps it.
-func (l *vmListResource) result(ctx context.Context, c *virt.Client, cfg vmListModel, d virt.DomainSummary, req list.ListRequest) (list.ListResult, bool) {
+func (l *vmListResource) result(ctx context.Context, c hosts.Host, cfg vmListModel, d hosts.DomainSummary, req list.ListRequest) (list.ListResult, bool) {
 	r := req.NewListResult(ctx)
 	r.DisplayName = d.Name
 	host := types.StringNull()

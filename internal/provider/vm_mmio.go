@@ -10,8 +10,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
@@ -99,7 +99,7 @@ func planMMIOWith(ctx context.Context, plan, config, state *vmModel, size mmioSi
 
 // hostForMMIO is the VM's connection when it can read the host's files;
 // nil otherwise.
-func (r *vmResource) hostForMMIO(m *vmModel) *virt.Client {
+func (r *vmResource) hostForMMIO(m *vmModel) hosts.Host {
 	if r.data == nil {
 		return nil
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/ready"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
@@ -286,7 +286,7 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 
 // awaitReady waits for the started guest and checks its report: a degraded
 // boot is a warning, cloud-init errors fail the wait.
-func awaitReady(ctx context.Context, c *virt.Client, wait *vmWait, spec domain.Spec, diags *diag.Diagnostics) (*ready.Outcome, error) {
+func awaitReady(ctx context.Context, c hosts.Host, wait *vmWait, spec domain.Spec, diags *diag.Diagnostics) (*ready.Outcome, error) {
 	out, err := wait.wait(ctx, c, spec.Name, serialLogOf(spec))
 	if err == nil && out != nil {
 		var warnings []string
@@ -375,7 +375,7 @@ func addGPUWarnings(diags *diag.Diagnostics, summary string, warnings []string) 
 }
 
 // fillUnknowns makes a plan storable as the state of a half-made VM.
-func (m *vmModel) fillUnknowns(defined *virt.DomainRef, overlay *domain.VolumeRef) {
+func (m *vmModel) fillUnknowns(defined *hosts.DomainRef, overlay *domain.VolumeRef) {
 	m.ID, m.UUID = types.StringValue(""), types.StringValue("")
 	if defined != nil {
 		m.ID, m.UUID = types.StringValue(defined.UUID), types.StringValue(defined.UUID)
@@ -417,13 +417,13 @@ func (r *vmResource) Read(ctx context.Context, req resource.ReadRequest, resp *r
 	if c == nil {
 		return
 	}
-	ref := virt.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()}
+	ref := hosts.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()}
 	if ref.UUID == "" {
 		ref.UUID = state.ID.ValueString()
 	}
 	importing := state.Name.IsNull() || state.Name.IsUnknown()
 	view, err := vmlife.Read(ctx, c, ref, volumeRef(state.OverlayVolume), importing)
-	if errors.Is(err, virt.ErrDomainNotFound) || (err == nil && view == nil) || ref.UUID == "" {
+	if errors.Is(err, hosts.ErrDomainNotFound) || (err == nil && view == nil) || ref.UUID == "" {
 		r.domainGone(ctx, c, &state, resp)
 		return
 	}
@@ -485,7 +485,7 @@ func pathBase(p string) string { return p[strings.LastIndex(p, "/")+1:] }
 // left the resource leaves the state (the next plan creates it); with its
 // overlay volume still there it stays, marked for replacement, so the volume is
 // deleted rather than orphaned.
-func (r *vmResource) domainGone(ctx context.Context, c *virt.Client, state *vmModel, resp *resource.ReadResponse) {
+func (r *vmResource) domainGone(ctx context.Context, c hosts.Host, state *vmModel, resp *resource.ReadResponse) {
 	if pool, vol, ok := parseVolumeID(state.OverlayVolume.ValueString()); ok {
 		exists, err := c.VolumeExists(ctx, pool, vol)
 		if err != nil {
@@ -530,7 +530,7 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 	gpus, _ := stringSet(plan.GPUs)
 	grace, _ := time.ParseDuration(plan.ShutdownTimeout.ValueString())
 	view, err := vmlife.Update(ctx, c, vmlife.Change{
-		Ref:     virt.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()},
+		Ref:     hosts.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()},
 		Want:    vmlife.Want{Spec: want.Spec, GPUs: gpus, NUMAPlacement: plan.placement()},
 		Prior:   prior.Spec,
 		Overlay: volumeRef(state.OverlayVolume), Recorded: gpuGroupsFromPrivate(recorded),
@@ -576,17 +576,12 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 		return
 	}
 	timeout, d := state.Timeouts.Delete(ctx, vmDeleteTimeout)
-	resp.Diagnostics.Append(d...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel, c := r.data.open(ctx, state.Host.ValueString(), timeout, d, &resp.Diagnostics)
 	defer cancel()
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
 	if c == nil {
 		return
 	}
-	ref := virt.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()}
+	ref := hosts.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()}
 	grace, err := time.ParseDuration(state.ShutdownTimeout.ValueString())
 	if err != nil {
 		grace, _ = time.ParseDuration(vmDefaultShutdownTimeout)

@@ -21,10 +21,10 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/guestaddr"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
 	"github.com/kohaku/terraform-provider-kohaku/internal/ready"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // Values of wait_for, on_ready_failure and on_config_mismatch.
@@ -262,7 +262,7 @@ func autoWait(in *seed.Inspection) ready.Mode {
 
 // wait blocks until the guest is ready or ctx ends; a failed wait comes back
 // as a *ready.WaitError filled with what the host can tell.
-func (w *vmWait) wait(ctx context.Context, c *virt.Client, name, serialLog string) (*ready.Outcome, error) {
+func (w *vmWait) wait(ctx context.Context, c hosts.Host, name, serialLog string) (*ready.Outcome, error) {
 	var out *ready.Outcome
 	var err error
 	if w.mode == ready.ModeNone || w.mode == "" {
@@ -291,7 +291,7 @@ func (w *vmWait) wait(ctx context.Context, c *virt.Client, name, serialLog strin
 	if err == nil {
 		err = w.mismatch(name, out)
 	}
-	return out, ready.Story(ctx, err, c, name, w.url, serialLog, c.Endpoint().Transport == virt.TransportUnix)
+	return out, ready.Story(ctx, err, c, name, w.url, serialLog, hosts.Local(c))
 }
 
 // logReport records when the guest's report came: the host's clock when it

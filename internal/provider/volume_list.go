@@ -9,7 +9,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/volkind"
 )
 
@@ -47,7 +47,7 @@ func volumeListSchema(what string) schema.Schema {
 
 // volumeResult fills a list result with the volume's identity and, when
 // asked, its state.
-type volumeResult func(ctx context.Context, c *virt.Client, v virt.VolumeHead, r *list.ListResult)
+type volumeResult func(ctx context.Context, c hosts.Host, v hosts.VolumeHead, r *list.ListResult)
 
 // listVolumes streams the volumes of the configured pools that hold kind,
 // as recognised from their first bytes. With skipDisks, volumes a domain
