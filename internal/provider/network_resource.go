@@ -74,8 +74,8 @@ func (r *networkResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 		Description: "A libvirt network: a bridge the host makes, with its address and libvirt's dnsmasq for DHCP " +
 			"and DNS, forwarded by NAT (`nat`), routed (`route`) or not at all (`isolated`); or a host bridge " +
 			"that already exists (`bridge`, e.g. `br0` on the LAN). Create defines the network, starts it and " +
-			"marks it to start with the host, so a bare host needs no `virsh net-define`. `kohaku_vm` NICs join " +
-			"it by `network = name`.\n\n" +
+			"marks it to start with the host, so a bare host needs no `virsh net-define`. A `kohaku_vm` joins it " +
+			"with `network_interface = [{ type = \"network\", source = kohaku_network.<name>.name }]`.\n\n" +
 			"DHCP reservations (`dhcp_hosts`) are added and removed on the running network one by one (libvirt's " +
 			"`virNetworkUpdate`, live and in the definition): the network is not restarted and guests on it keep " +
 			"their connectivity and leases. Reservations are compared with what the host has: one added by hand " +
