@@ -18,10 +18,11 @@ const (
 	ModeRoute    = "route"
 	ModeIsolated = "isolated"
 	ModeBridge   = "bridge"
+	ModeOpen     = "open"
 )
 
 // Modes are the modes a network can be declared with.
-var Modes = []string{ModeNAT, ModeRoute, ModeIsolated, ModeBridge}
+var Modes = []string{ModeNAT, ModeRoute, ModeOpen, ModeIsolated, ModeBridge}
 
 // DHCPHost is a DHCP reservation: the address (and optionally the host
 // name) dnsmasq gives the NIC with this MAC.
@@ -137,7 +138,7 @@ func nextAddr(p netip.Prefix) netip.Addr { return p.Addr().Next() }
 func NetworkXML(s NetworkSpec) (string, error) {
 	n := libvirtxml.Network{Name: s.Name}
 	switch s.Mode {
-	case ModeNAT, ModeRoute, ModeBridge:
+	case ModeNAT, ModeRoute, ModeOpen, ModeBridge:
 		n.Forward = &libvirtxml.NetworkForward{Mode: s.Mode}
 	case ModeIsolated:
 	default:

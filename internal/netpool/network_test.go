@@ -33,6 +33,7 @@ func TestNetworkXMLGolden(t *testing.T) {
 		"nat":      natSpec(),
 		"isolated": {Name: "quiet", Mode: ModeIsolated, Bridge: "kq0", IPv4: netip.MustParsePrefix("10.77.0.1/16")},
 		"route":    {Name: "routed", Mode: ModeRoute, IPv4: netip.MustParsePrefix("10.78.0.1/24")},
+		"open":     {Name: "opened", Mode: ModeOpen, IPv4: netip.MustParsePrefix("10.79.0.1/24")},
 		"bridge":   {Name: "lan", Mode: ModeBridge, Bridge: "br0"},
 	}
 	for name, s := range cases {

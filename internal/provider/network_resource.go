@@ -72,7 +72,7 @@ func (r *networkResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
 	resp.Schema = schema.Schema{
 		Description: "A libvirt network: a bridge the host makes, with its address and libvirt's dnsmasq for DHCP " +
-			"and DNS, forwarded by NAT (`nat`), routed (`route`) or not at all (`isolated`); or a host bridge " +
+			"and DNS, forwarded by NAT (`nat`), routed (`route`, or `open` without firewall rules of libvirt's) or not at all (`isolated`); or a host bridge " +
 			"that already exists (`bridge`, e.g. `br0` on the LAN). Create defines the network, starts it and " +
 			"marks it to start with the host, so a bare host needs no `virsh net-define`. A `kohaku_vm` joins it " +
 			"with `network_interface = [{ type = \"network\", source = kohaku_network.<name>.name }]`.\n\n" +
@@ -108,7 +108,8 @@ func (r *networkResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 				Default:  stringdefault.StaticString(netpool.ModeNAT),
 				Description: "How the network reaches beyond the host: `nat` (guests reach out through the host's " +
 					"address, the usual choice), `route` (the subnet is routed; the LAN must route it back), `isolated` " +
-					"(guests reach only each other and the host) or `bridge` (guests join the existing host bridge " +
+					"(guests reach only each other and the host), `open` (routed like `route`, but libvirt adds no firewall " +
+					"rules: the host's own firewall, or none, decides; for hosts without iptables or nftables) or `bridge` (guests join the existing host bridge " +
 					"named by `bridge` and get their addresses from that LAN; no addresses or DHCP here). Default: " +
 					"`nat`. A change replaces the network.",
 				Validators:    []validator.String{stringvalidator.OneOf(netpool.Modes...)},

@@ -20,7 +20,7 @@ func TestNetworkRejectsBadInputAtPlan(t *testing.T) {
 		want []string
 	}{
 		"unknown mode": {
-			body: base + `  mode = "open"`,
+			body: base + `  mode = "passthrough"`,
 			want: []string{`Invalid Attribute Value Match`, `mode`, `nat`},
 		},
 		"address without prefix": {
