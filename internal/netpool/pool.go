@@ -2,6 +2,7 @@ package netpool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"libvirt.org/go/libvirtxml"
@@ -79,11 +80,14 @@ func CreatePool(ctx context.Context, h PoolHost, s PoolSpec) (Pool, error) {
 		return Pool{}, fmt.Errorf("defining pool %s: %w", s.Name, err)
 	}
 	started := false
-	err = h.BuildPool(ctx, s.Name)
-	if err != nil {
-		err = fmt.Errorf("building the directory %s of pool %s: %w", s.Path, s.Name, err)
-	} else if err = h.StartPool(ctx, s.Name); err != nil {
+	// A build that fails is no failure when the pool starts anyway: some
+	// libvirt versions refuse to build over a directory that exists.
+	berr := h.BuildPool(ctx, s.Name)
+	if err = h.StartPool(ctx, s.Name); err != nil {
 		err = fmt.Errorf("starting pool %s: %w", s.Name, err)
+		if berr != nil {
+			err = errors.Join(fmt.Errorf("building the directory %s of pool %s: %w", s.Path, s.Name, berr), err)
+		}
 	} else if started = true; s.Autostart {
 		if err = h.SetPoolAutostart(ctx, s.Name, true); err != nil {
 			err = fmt.Errorf("marking pool %s to start with the host: %w", s.Name, err)

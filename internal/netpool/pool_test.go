@@ -60,6 +60,22 @@ func TestCreatePoolFailureLeavesNoDefinition(t *testing.T) {
 	}
 }
 
+// A directory that is there already is used as it is, even where libvirt
+// refuses to build over it.
+func TestCreatePoolOverAnExistingDirectory(t *testing.T) {
+	t.Parallel()
+	h := newFakeHost()
+	h.dirs["/srv/vms"] = true
+	h.failOn = "BuildPool"
+	p, err := CreatePool(context.Background(), h, PoolSpec{Name: "vms", Path: "/srv/vms", Autostart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Active || !p.Autostart {
+		t.Fatalf("created %+v, want it started and autostarted", p)
+	}
+}
+
 func TestReadPoolGoneIsNil(t *testing.T) {
 	t.Parallel()
 	p, err := ReadPool(context.Background(), newFakeHost(), "vms")
