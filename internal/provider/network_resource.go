@@ -392,8 +392,7 @@ func (r *networkResource) Delete(ctx context.Context, req resource.DeleteRequest
 		return
 	}
 	if err := netpool.DeleteNetwork(ctx, h, state.Name.ValueString()); err != nil {
-		addError(&resp.Diagnostics, "Removing network "+state.Name.ValueString()+" failed", err,
-			"libvirt refuses to remove a network a running VM is attached to: stop or change that VM first.")
+		addError(&resp.Diagnostics, "Removing network "+state.Name.ValueString()+" failed", err)
 	}
 }
 
