@@ -99,3 +99,22 @@ func TestPoolRejectsRelativePathAtPlan(t *testing.T) {
 		}},
 	})
 }
+
+func TestNetworkAndPoolImportIDs(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string][2]string{
+		"lab":      {"", "lab"},
+		"gpu2/lab": {"gpu2", "lab"},
+		"a/b/lab":  {"a/b", "lab"},
+	} {
+		host, name, ok := parseNameImportID(raw)
+		if !ok || host != want[0] || name != want[1] {
+			t.Errorf("%q: got %q, %q, %t; want %q, %q", raw, host, name, ok, want[0], want[1])
+		}
+	}
+	for _, raw := range []string{"", "/", "gpu2/", "/lab"} {
+		if _, _, ok := parseNameImportID(raw); ok {
+			t.Errorf("%q accepted", raw)
+		}
+	}
+}

@@ -247,11 +247,8 @@ func (r *poolResource) ImportState(ctx context.Context, req resource.ImportState
 
 // importByName sets id, name and host from <name> or <host>/<name>.
 func importByName(ctx context.Context, what, example string, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	host, name := "", req.ID
-	if i := strings.LastIndex(req.ID, "/"); i >= 0 {
-		host, name = req.ID[:i], req.ID[i+1:]
-	}
-	if name == "" || (host == "" && strings.Contains(req.ID, "/")) {
+	host, name, ok := parseNameImportID(req.ID)
+	if !ok {
 		resp.Diagnostics.AddError("Invalid import ID", fmt.Sprintf("%q: import a %s by its name on the host, e.g. %s, "+
 			"or as <host>/<name> for a host of the provider's hosts map, e.g. gpu2/%s.", req.ID, what, example, example))
 		return
@@ -261,4 +258,17 @@ func importByName(ctx context.Context, what, example string, req resource.Import
 	if host != "" {
 		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
 	}
+}
+
+// parseNameImportID splits <name> or <host>/<name>; false when a part is
+// empty.
+func parseNameImportID(raw string) (host, name string, ok bool) {
+	name = raw
+	if i := strings.LastIndex(raw, "/"); i >= 0 {
+		host, name = raw[:i], raw[i+1:]
+		if host == "" {
+			return "", "", false
+		}
+	}
+	return host, name, name != ""
 }
