@@ -8,6 +8,7 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
 	"github.com/kohaku/terraform-provider-kohaku/internal/imagelife"
 	"github.com/kohaku/terraform-provider-kohaku/internal/mdev"
+	"github.com/kohaku/terraform-provider-kohaku/internal/netpool"
 	"github.com/kohaku/terraform-provider-kohaku/internal/ready"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seedlife"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
@@ -108,6 +109,8 @@ type Host interface {
 	imagelife.Host
 	ready.Agent
 	capacity.Conn
+	netpool.PoolHost
+	netpool.NetworkHost
 
 	// Listings for the list resources and the host data source.
 	HostInfo(ctx context.Context) (*virt.HostInfo, error)
