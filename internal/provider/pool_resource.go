@@ -148,24 +148,31 @@ func setPoolState(m *poolModel, p netpool.Pool) {
 }
 
 func (r *poolResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	r.apply(ctx, req.Plan.Get, &resp.State, &resp.Diagnostics, "Creating", netpool.CreatePool)
+}
+
+// apply is Create's and Update's one sequence: the plan, the host, the
+// lifecycle's operation, the state read back from what it returned.
+func (r *poolResource) apply(ctx context.Context, get func(context.Context, any) diag.Diagnostics, state stateSetter,
+	diags *diag.Diagnostics, verb string, op func(context.Context, netpool.PoolHost, netpool.PoolSpec) (netpool.Pool, error)) {
 	var plan poolModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
+	diags.Append(get(ctx, &plan)...)
+	if diags.HasError() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, netpoolTimeout)
 	defer cancel()
-	h := r.poolHost(plan, &resp.Diagnostics)
+	h := r.poolHost(plan, diags)
 	if h == nil {
 		return
 	}
-	p, err := netpool.CreatePool(ctx, h, poolSpec(plan))
+	p, err := op(ctx, h, poolSpec(plan))
 	if err != nil {
-		addError(&resp.Diagnostics, "Creating storage pool "+plan.Name.ValueString()+" failed", err)
+		addError(diags, verb+" storage pool "+plan.Name.ValueString()+" failed", err)
 		return
 	}
 	setPoolState(&plan, p)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	diags.Append(state.Set(ctx, &plan)...)
 }
 
 func (r *poolResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -196,24 +203,7 @@ func (r *poolResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 // Update starts a pool found stopped and sets autostart; force_destroy
 // lives in state only.
 func (r *poolResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var plan poolModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, netpoolTimeout)
-	defer cancel()
-	h := r.poolHost(plan, &resp.Diagnostics)
-	if h == nil {
-		return
-	}
-	p, err := netpool.UpdatePool(ctx, h, poolSpec(plan))
-	if err != nil {
-		addError(&resp.Diagnostics, "Updating storage pool "+plan.Name.ValueString()+" failed", err)
-		return
-	}
-	setPoolState(&plan, p)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	r.apply(ctx, req.Plan.Get, &resp.State, &resp.Diagnostics, "Updating", netpool.UpdatePool)
 }
 
 func (r *poolResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
