@@ -135,7 +135,7 @@ output "host" {
 }
 
 output "image" {
-  value = "${kohaku_image.debian12.source}: ${kohaku_image.debian12.format}, ${kohaku_image.debian12.virtual_size_bytes} bytes, verified ${kohaku_image.debian12.verified} (${kohaku_image.debian12.digest})"
+  value = "${kohaku_image.debian12.id}: ${kohaku_image.debian12.format}, ${kohaku_image.debian12.virtual_size_bytes} bytes, verified ${kohaku_image.debian12.verified} (${kohaku_image.debian12.digest})"
 }
 
 output "ready_via" {
