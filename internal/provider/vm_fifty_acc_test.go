@@ -186,8 +186,15 @@ output "reports" {
 		if n := len(s.sshClientPorts); n < 1 || n > len(s.providers) || len(s.sshChildren) < 1 || len(s.sshChildren) > len(s.providers) {
 			t.Errorf("%d TCP connections to the sshd and %d sshd connection processes, want one per provider process at most (%d provider processes)", n, len(s.sshChildren), len(s.providers))
 		}
-		if s.maxSSHConns != 1 {
-			t.Errorf("up to %d SSH connections were established at once, want 1", s.maxSSHConns)
+		// One provider process never holds two SSH connections at once.
+		// Two processes may each hold theirs for a moment: Terraform 1.14
+		// starts the apply's provider before the plan's has closed its
+		// connection and exited.
+		if s.maxSSHConnsPerProvider != 1 {
+			t.Errorf("one provider process held up to %d SSH connections at once, want 1", s.maxSSHConnsPerProvider)
+		}
+		if s.maxSSHConns > len(s.providers) {
+			t.Errorf("up to %d SSH connections were established at once by %d provider processes, want at most one each", s.maxSSHConns, len(s.providers))
 		}
 		t.Logf("ssh: %d TCP connections / SSH handshakes for the whole apply by %d provider processes (seen with their connection: %s), at most %d established at once, %d sshd connection processes, for %d concurrent waits (sshd MaxStartups 10:30:100 as shipped)",
 			len(s.sshClientPorts), len(s.providers), strings.Join(per, ", "), s.maxSSHConns, len(s.sshChildren), nVMs)
@@ -205,9 +212,12 @@ type fiftySampler struct {
 	// TCP connections to the sshd; maxSSHConns is the most seen at once.
 	providerPorts map[string]map[string]bool
 	maxSSHConns   int
-	providers     map[string]bool // provider processes seen
-	done          chan struct{}
-	wg            sync.WaitGroup
+	// maxSSHConnsPerProvider is the most established connections one
+	// provider process was seen holding at once.
+	maxSSHConnsPerProvider int
+	providers              map[string]bool // provider processes seen
+	done                   chan struct{}
+	wg                     sync.WaitGroup
 }
 
 func startFiftySampler(t *testing.T, sshd *acctest.SSHD) *fiftySampler {
@@ -238,14 +248,19 @@ func startFiftySampler(t *testing.T, sshd *acctest.SSHD) *fiftySampler {
 				s.maxSSHConns = max(s.maxSSHConns, established)
 				for pid, inodes := range providerSockets() {
 					s.providers[pid] = true
+					mine := 0
 					for _, c := range conns {
 						if inodes[c.inode] {
 							if s.providerPorts[pid] == nil {
 								s.providerPorts[pid] = map[string]bool{}
 							}
 							s.providerPorts[pid][c.port] = true
+							if c.state == "01" {
+								mine++
+							}
 						}
 					}
+					s.maxSSHConnsPerProvider = max(s.maxSSHConnsPerProvider, mine)
 				}
 			}
 			if n%3 == 0 {
