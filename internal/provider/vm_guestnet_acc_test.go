@@ -248,7 +248,7 @@ resource "kohaku_seed" "test" {
 resource "kohaku_vm" "test" {
   name       = "%[2]svm"
   type       = "qemu"
-  vcpu       = 2
+  vcpu       = 1
   memory_mib = 1024
   kernel     = %[10]q
   initrd     = %[11]q
