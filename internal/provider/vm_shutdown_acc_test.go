@@ -121,8 +121,6 @@ var (
 	// consolePowerDown is what the guest kernel prints last when it powers
 	// off (after systemd stopped everything); a forced off prints nothing.
 	consolePowerDown = regexp.MustCompile(`reboot: Power down`)
-	// consoleBoot starts each boot's kernel log.
-	consoleBoot = regexp.MustCompile(`Linux version \d`)
 	// consoleLogind is the guest's kohaku-logind-up.service saying that
 	// logind, which handles the power button, runs on this boot.
 	consoleLogind = regexp.MustCompile(`kohaku-acpi: logind up`)
