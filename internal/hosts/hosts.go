@@ -111,6 +111,8 @@ type Host interface {
 	capacity.Conn
 	netpool.PoolHost
 	netpool.NetworkHost
+	netpool.PoolLister
+	netpool.NetworkLister
 
 	// Listings for the list resources and the host data source.
 	HostInfo(ctx context.Context) (*virt.HostInfo, error)

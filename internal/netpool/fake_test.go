@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -32,6 +33,11 @@ type fakeObj struct {
 func newFakeHost() *fakeHost {
 	return &fakeHost{pools: map[string]*fakeObj{}, volumes: map[string][]string{}, dirs: map[string]bool{}, networks: map[string]*fakeObj{}}
 }
+
+var (
+	_ PoolLister    = (*fakeHost)(nil)
+	_ NetworkLister = (*fakeHost)(nil)
+)
 
 var errFake = errors.New("injected failure")
 
@@ -267,4 +273,18 @@ func (f *fakeHost) UpdateNetworkDHCPHost(_ context.Context, name string, add boo
 		o.xml = doc
 		return err
 	})
+}
+
+func (f *fakeHost) PoolNames(_ context.Context) ([]string, error) {
+	if err := f.call("PoolNames", ""); err != nil {
+		return nil, err
+	}
+	return slices.Collect(maps.Keys(f.pools)), nil
+}
+
+func (f *fakeHost) NetworkNames(_ context.Context) ([]string, error) {
+	if err := f.call("NetworkNames", ""); err != nil {
+		return nil, err
+	}
+	return slices.Collect(maps.Keys(f.networks)), nil
 }

@@ -3,6 +3,7 @@ package virt
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	"github.com/digitalocean/go-libvirt"
 )
@@ -113,4 +114,22 @@ func (c *Client) networkCall(ctx context.Context, op, name string, fn func(*libv
 		}
 		return err
 	})
+}
+
+// NetworkNames returns the names of every network of the host, started or
+// not, sorted.
+func (c *Client) NetworkNames(ctx context.Context) ([]string, error) {
+	var names []string
+	err := c.Call(ctx, "list networks", func(l *libvirt.Libvirt) error {
+		nets, _, err := l.ConnectListAllNetworks(1, libvirt.ConnectListNetworksActive|libvirt.ConnectListNetworksInactive)
+		if err != nil {
+			return err
+		}
+		for _, n := range nets {
+			names = append(names, n.Name)
+		}
+		return nil
+	})
+	sort.Strings(names)
+	return names, err
 }

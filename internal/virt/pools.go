@@ -3,6 +3,7 @@ package virt
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	"github.com/digitalocean/go-libvirt"
 )
@@ -127,4 +128,22 @@ func boolInt(on bool) int32 {
 		return 1
 	}
 	return 0
+}
+
+// PoolNames returns the names of every storage pool of the host, started or
+// not, sorted.
+func (c *Client) PoolNames(ctx context.Context) ([]string, error) {
+	var names []string
+	err := c.Call(ctx, "list storage pools", func(l *libvirt.Libvirt) error {
+		pools, _, err := l.ConnectListAllStoragePools(1, libvirt.ConnectListStoragePoolsActive|libvirt.ConnectListStoragePoolsInactive)
+		if err != nil {
+			return err
+		}
+		for _, p := range pools {
+			names = append(names, p.Name)
+		}
+		return nil
+	})
+	sort.Strings(names)
+	return names, err
 }
