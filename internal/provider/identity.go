@@ -152,4 +152,16 @@ var (
 			return withHost(v["host"], v["address"])
 		},
 	}
+	poolIdentity = identitySpec{
+		attrs: []identityAttr{{"name", "The storage pool's name on the host."}},
+		importID: func(v map[string]string) string {
+			return withHost(v["host"], v["name"])
+		},
+	}
+	networkIdentity = identitySpec{
+		attrs: []identityAttr{{"name", "The network's name on the host."}},
+		importID: func(v map[string]string) string {
+			return withHost(v["host"], v["name"])
+		},
+	}
 )

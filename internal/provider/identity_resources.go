@@ -13,15 +13,18 @@ import (
 // update and import.
 
 var (
-	_ resource.ResourceWithIdentity    = vmWithIdentity{}
-	_ resource.ResourceWithImportState = vmWithIdentity{}
-	_ resource.ResourceWithModifyPlan  = vmWithIdentity{}
-	_ resource.ResourceWithIdentity    = seedWithIdentity{}
-	_ resource.ResourceWithIdentity    = imageWithIdentity{}
-	_ resource.ResourceWithModifyPlan  = imageWithIdentity{}
-	_ resource.ResourceWithIdentity    = gpuBindingWithIdentity{}
-	_ resource.ResourceWithIdentity    = mdevWithIdentity{}
-	_ resource.ResourceWithModifyPlan  = mdevWithIdentity{}
+	_ resource.ResourceWithIdentity       = vmWithIdentity{}
+	_ resource.ResourceWithImportState    = vmWithIdentity{}
+	_ resource.ResourceWithModifyPlan     = vmWithIdentity{}
+	_ resource.ResourceWithIdentity       = seedWithIdentity{}
+	_ resource.ResourceWithIdentity       = imageWithIdentity{}
+	_ resource.ResourceWithModifyPlan     = imageWithIdentity{}
+	_ resource.ResourceWithIdentity       = gpuBindingWithIdentity{}
+	_ resource.ResourceWithIdentity       = mdevWithIdentity{}
+	_ resource.ResourceWithModifyPlan     = mdevWithIdentity{}
+	_ resource.ResourceWithIdentity       = poolWithIdentity{}
+	_ resource.ResourceWithIdentity       = networkWithIdentity{}
+	_ resource.ResourceWithValidateConfig = networkWithIdentity{}
 )
 
 type vmWithIdentity struct{ *vmResource }
@@ -172,4 +175,64 @@ func (r mdevWithIdentity) Update(ctx context.Context, req resource.UpdateRequest
 
 func (r mdevWithIdentity) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
 	mdevIdentity.importState(ctx, req, resp, r.mdevResource.ImportState)
+}
+
+type poolWithIdentity struct{ *poolResource }
+
+func newPoolResourceWithIdentity() resource.Resource {
+	r, _ := newPoolResource().(*poolResource) // TestIdentityWrappers checks it is not nil
+	return poolWithIdentity{r}
+}
+
+func (poolWithIdentity) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
+	poolIdentity.schema(resp)
+}
+
+func (r poolWithIdentity) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	r.poolResource.Create(ctx, req, resp)
+	poolIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
+}
+
+func (r poolWithIdentity) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	r.poolResource.Read(ctx, req, resp)
+	poolIdentity.afterRead(ctx, req, resp)
+}
+
+func (r poolWithIdentity) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	r.poolResource.Update(ctx, req, resp)
+	poolIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
+}
+
+func (r poolWithIdentity) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	poolIdentity.importState(ctx, req, resp, r.poolResource.ImportState)
+}
+
+type networkWithIdentity struct{ *networkResource }
+
+func newNetworkResourceWithIdentity() resource.Resource {
+	r, _ := newNetworkResource().(*networkResource) // TestIdentityWrappers checks it is not nil
+	return networkWithIdentity{r}
+}
+
+func (networkWithIdentity) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
+	networkIdentity.schema(resp)
+}
+
+func (r networkWithIdentity) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	r.networkResource.Create(ctx, req, resp)
+	networkIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
+}
+
+func (r networkWithIdentity) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	r.networkResource.Read(ctx, req, resp)
+	networkIdentity.afterRead(ctx, req, resp)
+}
+
+func (r networkWithIdentity) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	r.networkResource.Update(ctx, req, resp)
+	networkIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
+}
+
+func (r networkWithIdentity) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	networkIdentity.importState(ctx, req, resp, r.networkResource.ImportState)
 }

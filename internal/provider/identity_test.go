@@ -1,6 +1,11 @@
 package provider
 
-import "testing"
+import (
+	"context"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+)
 
 // The import ID an identity makes is the one each resource's import by ID
 // documents, with the host prefix only for a host of the hosts map.
@@ -19,6 +24,10 @@ func TestIdentityImportIDs(t *testing.T) {
 		{gpuBindingIdentity, map[string]string{"host": "gpu2", "address": "0000:41:00.0"}, "gpu2/0000:41:00.0"},
 		{mdevIdentity, map[string]string{"uuid": "6b6f6861-6b75-4d64-8000-000000000001"}, "6b6f6861-6b75-4d64-8000-000000000001"},
 		{mdevIdentity, map[string]string{"host": "gpu2", "uuid": "6b6f6861-6b75-4d64-8000-000000000001"}, "gpu2/6b6f6861-6b75-4d64-8000-000000000001"},
+		{poolIdentity, map[string]string{"name": "default"}, "default"},
+		{poolIdentity, map[string]string{"host": "gpu2", "name": "vms"}, "gpu2/vms"},
+		{networkIdentity, map[string]string{"name": "default"}, "default"},
+		{networkIdentity, map[string]string{"host": "gpu2", "name": "lan"}, "gpu2/lan"},
 	}
 	for _, c := range cases {
 		if got := c.spec.importID(c.v); got != c.want {
@@ -31,6 +40,14 @@ func TestIdentityImportIDs(t *testing.T) {
 	}
 	if host, pool, name, ok := splitVolumeID(volumeIdentity.importID(map[string]string{"host": "gpu2", "pool": "images", "name": "d.qcow2"})); !ok || host != "gpu2" || pool != "images" || name != "d.qcow2" {
 		t.Errorf("the volume import ID does not split back: %q %q %q %v", host, pool, name, ok)
+	}
+	// Pools and networks import by name through the one parser both use.
+	for _, spec := range []identitySpec{poolIdentity, networkIdentity} {
+		for _, v := range []map[string]string{{"name": "default"}, {"host": "gpu2", "name": "lan"}} {
+			if host, name, ok := parseNameImportID(spec.importID(v)); !ok || host != v["host"] || name != v["name"] {
+				t.Errorf("import ID of %v splits back as %q %q %v", v, host, name, ok)
+			}
+		}
 	}
 }
 
@@ -51,5 +68,42 @@ func TestIdentityWrappers(t *testing.T) {
 	}
 	if r := newMdevResourceWithIdentity().(mdevWithIdentity); r.mdevResource == nil {
 		t.Error("kohaku_mdev: the wrapper embeds no resource")
+	}
+	if r := newPoolResourceWithIdentity().(poolWithIdentity); r.poolResource == nil {
+		t.Error("kohaku_pool: the wrapper embeds no resource")
+	}
+	if r := newNetworkResourceWithIdentity().(networkWithIdentity); r.networkResource == nil {
+		t.Error("kohaku_network: the wrapper embeds no resource")
+	}
+}
+
+// Each list resource lists a managed resource of its name that has an
+// identity, and the provider serves that resource with it: terraform query
+// writes import blocks by identity from the list's results.
+func TestListResourcesHaveIdentity(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := &kohakuProvider{}
+	managed := map[string]resource.Resource{}
+	for _, newResource := range p.Resources(ctx) {
+		r := newResource()
+		var meta resource.MetadataResponse
+		r.Metadata(ctx, resource.MetadataRequest{ProviderTypeName: "kohaku"}, &meta)
+		managed[meta.TypeName] = r
+	}
+	for _, newList := range p.ListResources(ctx) {
+		l := newList()
+		var meta resource.MetadataResponse
+		l.Metadata(ctx, resource.MetadataRequest{ProviderTypeName: "kohaku"}, &meta)
+		r, ok := managed[meta.TypeName].(resource.ResourceWithIdentity)
+		if !ok {
+			t.Errorf("list resource %s: the provider serves no %s with an identity", meta.TypeName, meta.TypeName)
+			continue
+		}
+		var id resource.IdentitySchemaResponse
+		r.IdentitySchema(ctx, resource.IdentitySchemaRequest{}, &id)
+		if _, ok := id.IdentitySchema.Attributes["host"]; !ok {
+			t.Errorf("%s: identity without host", meta.TypeName)
+		}
 	}
 }

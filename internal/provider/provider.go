@@ -395,8 +395,8 @@ func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource
 		newGPUBindingResourceWithIdentity,
 		newImageResourceWithIdentity,
 		newMdevResourceWithIdentity,
-		newPoolResource,
-		newNetworkResource,
+		newPoolResourceWithIdentity,
+		newNetworkResourceWithIdentity,
 	}
 }
 

@@ -17,5 +17,7 @@ func (p *kohakuProvider) ListResources(_ context.Context) []func() list.ListReso
 		newImageListResource,
 		newSeedListResource,
 		newGPUBindingListResource,
+		newPoolListResource,
+		newNetworkListResource,
 	}
 }
