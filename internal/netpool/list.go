@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
@@ -40,10 +41,10 @@ func (n Network) Modelled() bool {
 	return slices.Contains(Modes, n.Mode) && len(n.Validate()) == 0
 }
 
-// ListPools reads every storage pool of the host that kohaku_pool models,
-// started or not, sorted by name, whoever made it. A pool removed while the
-// host is listed is left out.
-func ListPools(ctx context.Context, h PoolLister) ([]Pool, error) {
+// ListPools reads every storage pool of the host whose name starts with
+// prefix and that kohaku_pool models, started or not, sorted by name,
+// whoever made it. A pool removed while the host is listed is left out.
+func ListPools(ctx context.Context, h PoolLister, prefix string) ([]Pool, error) {
 	names, err := h.PoolNames(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing storage pools: %w", err)
@@ -51,6 +52,9 @@ func ListPools(ctx context.Context, h PoolLister) ([]Pool, error) {
 	slices.Sort(names)
 	var out []Pool
 	for _, name := range names {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
 		d, err := h.PoolDefinition(ctx, name)
 		if err != nil || d == nil {
 			if err != nil {
@@ -69,12 +73,12 @@ func ListPools(ctx context.Context, h PoolLister) ([]Pool, error) {
 	return out, nil
 }
 
-// ListNetworks reads every network of the host that kohaku_network
-// models, started or not, sorted by name, whoever made it, with its DHCP
+// ListNetworks reads every network of the host whose name starts with
+// prefix and that kohaku_network models, started or not, sorted by name, whoever made it, with its DHCP
 // reservations sorted as state keeps them. A network removed while the
 // host is listed is left out, and so is one whose XML cannot be read as a
 // kohaku_network (an address that is not one).
-func ListNetworks(ctx context.Context, h NetworkLister) ([]Network, error) {
+func ListNetworks(ctx context.Context, h NetworkLister, prefix string) ([]Network, error) {
 	names, err := h.NetworkNames(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing networks: %w", err)
@@ -82,6 +86,9 @@ func ListNetworks(ctx context.Context, h NetworkLister) ([]Network, error) {
 	slices.Sort(names)
 	var out []Network
 	for _, name := range names {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
 		d, err := h.NetworkDefinition(ctx, name)
 		if err != nil {
 			return nil, fmt.Errorf("reading network %s: %w", name, err)

@@ -30,7 +30,7 @@ func TestListPoolsListsEveryDirectoryPool(t *testing.T) {
 	}
 	h.pools["images"] = &fakeObj{xml: readTestdata(t, "foreign-pool.xml")}
 	h.pools["vg0"] = &fakeObj{xml: `<pool type='logical'><name>vg0</name><source><name>vg0</name></source><target><path>/dev/vg0</path></target></pool>`, active: true}
-	got, err := ListPools(ctx, h)
+	got, err := ListPools(ctx, h, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,13 +41,18 @@ func TestListPoolsListsEveryDirectoryPool(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("listed %+v, want %+v", got, want)
 	}
+	// A prefix keeps its pools, and reads no other pool's definition.
+	h.pools["broken"] = &fakeObj{xml: "<not a pool"}
+	if got, err := ListPools(ctx, h, "im"); err != nil || !slices.Equal(got, want[:1]) {
+		t.Fatalf("listed %+v (%v) with prefix im, want %+v", got, err, want[:1])
+	}
 }
 
 func TestListPoolsFailsWithTheHost(t *testing.T) {
 	t.Parallel()
 	h := newFakeHost()
 	h.failOn = "PoolNames"
-	if _, err := ListPools(context.Background(), h); err == nil || !strings.Contains(err.Error(), "listing storage pools") {
+	if _, err := ListPools(context.Background(), h, ""); err == nil || !strings.Contains(err.Error(), "listing storage pools") {
 		t.Fatalf("got %v, want the listing's failure with context", err)
 	}
 }
@@ -67,7 +72,7 @@ func TestListNetworksListsModelledNetworks(t *testing.T) {
 <dhcp><range start='192.168.122.2' end='192.168.122.254'/></dhcp></ip></network>`}
 	h.networks["corp"] = &fakeObj{xml: readTestdata(t, "foreign-network.xml")}
 	h.networks["sriov"] = &fakeObj{xml: `<network><name>sriov</name><forward mode='hostdev' managed='yes'><pf dev='eth3'/></forward></network>`}
-	got, err := ListNetworks(ctx, h)
+	got, err := ListNetworks(ctx, h, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +82,9 @@ func TestListNetworksListsModelledNetworks(t *testing.T) {
 	}
 	if want := []string{"corp", "default", natSpec().Name}; !slices.Equal(names, want) {
 		t.Fatalf("listed %v, want %v", names, want)
+	}
+	if only, err := ListNetworks(ctx, h, "def"); err != nil || len(only) != 1 || only[0].Name != "default" {
+		t.Fatalf("listed %+v (%v) with prefix def, want default alone", only, err)
 	}
 	def := got[1]
 	if def.Mode != ModeNAT || def.Bridge != "virbr0" || def.IPv4 != netip.MustParsePrefix("192.168.122.1/24") ||

@@ -41,8 +41,8 @@ func (l *networkListResource) Configure(_ context.Context, req resource.Configur
 }
 
 func (l *networkListResource) List(ctx context.Context, req list.ListRequest, stream *list.ListResultsStream) {
-	listNamed(ctx, l.data, req, stream, "networks", func(ctx context.Context, c hosts.Host) ([]netpool.Network, error) {
-		return netpool.ListNetworks(ctx, c)
+	listNamed(ctx, l.data, req, stream, "networks", func(ctx context.Context, c hosts.Host, prefix string) ([]netpool.Network, error) {
+		return netpool.ListNetworks(ctx, c, prefix)
 	}, func(n netpool.Network) string { return n.Name }, func(ctx context.Context, n netpool.Network, r *list.ListResult) {
 		var m networkModel
 		r.Diagnostics.Append(r.Resource.Get(ctx, &m)...)

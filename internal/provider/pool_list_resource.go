@@ -26,7 +26,8 @@ func newPoolListResource() list.ListResource { return &poolListResource{} }
 
 // hostListModel is the configuration of a list over one host.
 type hostListModel struct {
-	Host types.String `tfsdk:"host"`
+	Host       types.String `tfsdk:"host"`
+	NamePrefix types.String `tfsdk:"name_prefix"`
 }
 
 func hostListSchema(description string) schema.Schema {
@@ -36,6 +37,10 @@ func hostListSchema(description string) schema.Schema {
 			"host": schema.StringAttribute{
 				Optional:    true,
 				Description: "The key of the provider's `hosts` map to list. Default: the provider's own host.",
+			},
+			"name_prefix": schema.StringAttribute{
+				Optional:    true,
+				Description: "Only those whose name starts with this. Default: every one.",
 			},
 		},
 	}
@@ -60,8 +65,8 @@ func (l *poolListResource) Configure(_ context.Context, req resource.ConfigureRe
 }
 
 func (l *poolListResource) List(ctx context.Context, req list.ListRequest, stream *list.ListResultsStream) {
-	listNamed(ctx, l.data, req, stream, "storage pools", func(ctx context.Context, c hosts.Host) ([]netpool.Pool, error) {
-		return netpool.ListPools(ctx, c)
+	listNamed(ctx, l.data, req, stream, "storage pools", func(ctx context.Context, c hosts.Host, prefix string) ([]netpool.Pool, error) {
+		return netpool.ListPools(ctx, c, prefix)
 	}, func(p netpool.Pool) string { return p.Name }, func(ctx context.Context, p netpool.Pool, r *list.ListResult) {
 		var m poolModel
 		r.Diagnostics.Append(r.Resource.Get(ctx, &m)...)
@@ -73,13 +78,13 @@ func (l *poolListResource) List(ctx context.Context, req list.ListRequest, strea
 	})
 }
 
-// listNamed streams what list reads from the configured host, each known
-// by its name on the host: the identity (host and name) and, when asked,
-// the state an import by name leaves before its first read (id, name and
-// host, every other attribute null) as fill completes it from what was
-// read.
+// listNamed streams what read finds on the configured host under the
+// configured name prefix, each known by its name on the host: the identity
+// (host and name) and, when asked, the state an import by name leaves
+// before its first read (id, name and host, every other attribute null) as
+// fill completes it from what was read.
 func listNamed[T any](ctx context.Context, data *providerData, req list.ListRequest, stream *list.ListResultsStream,
-	what string, read func(context.Context, hosts.Host) ([]T, error), name func(T) string,
+	what string, read func(context.Context, hosts.Host, string) ([]T, error), name func(T) string,
 	fill func(context.Context, T, *list.ListResult),
 ) {
 	var cfg hostListModel
@@ -90,7 +95,7 @@ func listNamed[T any](ctx context.Context, data *providerData, req list.ListRequ
 		stream.Results = list.ListResultsStreamDiagnostics(diags)
 		return
 	}
-	items, err := read(ctx, c)
+	items, err := read(ctx, c, cfg.NamePrefix.ValueString())
 	if err != nil {
 		addError(&diags, "Listing the "+what+" of "+c.Endpoint().Redacted(), err)
 		stream.Results = list.ListResultsStreamDiagnostics(diags)
