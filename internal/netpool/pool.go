@@ -163,12 +163,19 @@ type PoolRemoval struct {
 // DeletePool removes a pool: refused with a *NotEmptyError while the pool
 // holds any volume, unless force, which deletes those volumes first. The
 // pool is then stopped, its directory removed (only when empty) and its
-// definition undefined. A pool already gone is no error.
+// definition undefined. A pool already gone is no error. A pool that is not
+// a directory pool (one imported by name) is refused before anything is
+// done: removing its target would delete a volume group or a disk's
+// partitions.
 func DeletePool(ctx context.Context, h PoolHost, name string, force bool) (PoolRemoval, error) {
 	var out PoolRemoval
 	p, err := ReadPool(ctx, h, name)
 	if err != nil || p == nil {
 		return out, err
+	}
+	if !p.Modelled() {
+		return out, fmt.Errorf("storage pool %s is of type %s, not a directory pool: kohaku_pool does not remove it "+
+			"(its target would go with it); remove it from state with terraform state rm, and with virsh if it must go", name, p.Type)
 	}
 	if !p.Active { // only a running pool lists its volumes
 		if err := h.StartPool(ctx, name); err != nil {

@@ -175,3 +175,18 @@ func TestDeletePoolKeepsADirectoryItCannotRemove(t *testing.T) {
 		t.Fatalf("removal %+v, pools %v: want the pool undefined and the kept directory named", r, h.pools)
 	}
 }
+
+// An LVM pool imported by name is not destroyed: virStoragePoolDelete
+// would delete its volume group, even with force.
+func TestDeletePoolRefusesAPoolOfAnotherType(t *testing.T) {
+	t.Parallel()
+	h := newFakeHost()
+	h.pools["vg0"] = &fakeObj{xml: `<pool type='logical'><name>vg0</name><target><path>/dev/vg0</path></target></pool>`, active: true}
+	_, err := DeletePool(context.Background(), h, "vg0", true)
+	if err == nil || !strings.Contains(err.Error(), "type logical") {
+		t.Fatalf("got %v, want a refusal naming the type", err)
+	}
+	if len(h.calls) != 0 || h.pools["vg0"] == nil {
+		t.Fatalf("the refused destroy changed the host: %v", h.calls)
+	}
+}

@@ -83,7 +83,12 @@ func (r *networkResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 			"created again by the next apply; one found stopped shows as a change of `active`, and apply starts " +
 			"it in place. A change of `host`, `name`, `mode`, `bridge` or any address or DHCP range replaces the " +
 			"network (its guests lose connectivity until it is back); `dhcp_hosts` and `autostart` change in " +
-			"place. Destroy stops and undefines the network.",
+			"place. Destroy stops and undefines the network.\n\n" +
+			"A network made without Kohaku (libvirt's `default`, virsh net-define's) is adopted by an import by name " +
+			"(`<host>/<name>` for a host of the `hosts` map) or by identity (`host` and `name`), or through the " +
+			"kohaku_network list resource and `terraform query`. Adopting never redefines the network, and no later " +
+			"change does: what Kohaku does not model (DNS entries, MTU, domain, port groups, a second address range) " +
+			"stays as it is.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed:      true,

@@ -64,14 +64,18 @@ func (r *poolResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"`kohaku_image`, `kohaku_seed` and `kohaku_vm` keep theirs. Create defines the pool, makes its directory " +
 			"when it is missing (an existing directory is used as it is, with what it holds), starts it and marks " +
 			"it to start with the host, so a bare host needs no `virsh pool-define`. LVM and other pool types are " +
-			"not modelled. A pool found gone from the host is removed from state and created again by the next " +
+			"not modelled (importing one is refused). A pool found gone from the host is removed from state and created again by the next " +
 			"apply; one found stopped shows as a change of `active`, and apply starts it in place.\n\n" +
 			"Destroy refuses a pool that still holds any volume (Kohaku cannot tell its own from someone else's " +
 			"once the resources that made them are gone), naming the volumes, unless `force_destroy = true`: then " +
 			"every volume in the pool is deleted, the pool stopped, its directory removed (only when it is empty " +
 			"afterwards; a directory that still holds files libvirt does not list is kept, with a warning) and " +
 			"its definition undefined. A change of `host`, `name` or `path` replaces the pool (and so is refused " +
-			"while it holds volumes); `autostart` and `force_destroy` change in place.",
+			"while it holds volumes); `autostart` and `force_destroy` change in place.\n\n" +
+			"A pool made without Kohaku (libvirt's `default`, virsh pool-define's) is adopted by an import by name " +
+			"(`<host>/<name>` for a host of the `hosts` map) or by identity (`host` and `name`), or through the " +
+			"kohaku_pool list resource and `terraform query`; adopting never redefines the pool, so what Kohaku does " +
+			"not model (permissions, labels) stays as it is.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed:      true,
@@ -194,6 +198,12 @@ func (r *poolResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		resp.Diagnostics.AddWarning("Storage pool "+state.Name.ValueString()+" is gone",
 			"The host no longer has it, so it was removed from state; the next apply creates it again.")
 		resp.State.RemoveResource(ctx)
+		return
+	}
+	if !p.Modelled() {
+		resp.Diagnostics.AddError("Storage pool "+p.Name+" is not a directory pool",
+			fmt.Sprintf("It is of type %s; kohaku_pool holds directory pools only, since destroying one removes its target. "+
+				"Leave this pool out of the configuration (kohaku_image, kohaku_seed and kohaku_vm can use it by name).", p.Type))
 		return
 	}
 	setPoolState(&state, *p)
