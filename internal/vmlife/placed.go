@@ -45,8 +45,8 @@ type PlacedHost struct {
 // Steps of Acquire, as AcquireError names them.
 const (
 	StepChoose = "choose a host and GPUs"
-	StepClaim = "claim the GPUs"
-	StepBind  = "bind the GPUs to vfio-pci"
+	StepClaim  = "claim the GPUs"
+	StepBind   = "bind the GPUs to vfio-pci"
 )
 
 // AcquireError is a placement that failed at Step; Left says what the
