@@ -89,8 +89,7 @@ func vmPlacementBlock() schema.Block {
 			"recorded in `host` and `placed_gpus` and is sticky: later plans never move the VM because " +
 			"capacity changed elsewhere. A change of the request (or of `vcpu`, `memory_mib`, `hugepages`) " +
 			"keeps the VM where it is when its host and GPUs still satisfy it (changed in place); otherwise " +
-			"the plan replaces the VM and a warning says why. A VM replaced for another change (its name, its " +
-			"disk) keeps its host and GPUs. Destroy gives the GPUs back to the host and " +
+			"the plan replaces the VM and a warning says why. Destroy gives the GPUs back to the host and " +
 			"releases their claims. It is a block of its own, not attributes beside `host`, because it " +
 			"states what the VM needs rather than where it is: it cannot be set with `host` or `gpus`; and a " +
 			"block, so that a misspelt argument is an error rather than silently ignored. A VM whose disk is " +
@@ -597,7 +596,7 @@ func (r *vmResource) acquire(ctx context.Context, plan *vmModel, summary string,
 			return vmlife.PlacedHost{}, err
 		}
 		return placedOn(ctx, c), nil
-	}, req, holder, keptPlacement(plan))
+	}, req, holder)
 	if err != nil {
 		var ae *vmlife.AcquireError
 		after := "Nothing was created, and nothing is held."
@@ -613,16 +612,6 @@ func (r *vmResource) acquire(ctx context.Context, plan *vmModel, summary string,
 	plan.Host = types.StringValue(acq.Placement.Host)
 	plan.PlacedGPUs = placedGPUList(acq.Placement.GPUs)
 	return acq
-}
-
-// keptPlacement is the placement a plan carries over from the state (a
-// VM replaced for another change keeps where it is), nil when create is to
-// place the VM anew.
-func keptPlacement(plan *vmModel) *placement.Placement {
-	if plan.Host.IsUnknown() || plan.Host.IsNull() || plan.PlacedGPUs.IsUnknown() || plan.PlacedGPUs.IsNull() {
-		return nil
-	}
-	return &placement.Placement{Host: plan.Host.ValueString(), NUMANode: -1, GPUs: placedAddresses(plan.PlacedGPUs)}
 }
 
 // releaseUnlessKept gives back what a create took when the create failed

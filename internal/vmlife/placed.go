@@ -89,16 +89,11 @@ type Acquired struct {
 // comes back as an *AcquireError whose cause is the placer's (a
 // *placement.NoFitError or *placement.AttributeError), the claim's (a
 // *claim.ClaimedError) or the bind's. h.UUID is the UUID the domain will
-// be defined with. A VM replaced in place of one that was placed keeps
-// its placement: prior, when not nil, is taken again instead of placing
-// anew (placement is sticky; a GPU taken meanwhile fails the claim).
-func Acquire(ctx context.Context, p Placer, host func(name string) (PlacedHost, error), r *placement.Request, h claim.Holder, prior *placement.Placement) (*Acquired, error) {
-	pl := prior
-	if pl == nil {
-		var err error
-		if pl, err = p.Place(ctx, r); err != nil {
-			return nil, &AcquireError{Step: StepChoose, Err: err}
-		}
+// be defined with.
+func Acquire(ctx context.Context, p Placer, host func(name string) (PlacedHost, error), r *placement.Request, h claim.Holder) (*Acquired, error) {
+	pl, err := p.Place(ctx, r)
+	if err != nil {
+		return nil, &AcquireError{Step: StepChoose, Err: err}
 	}
 	a := &Acquired{Placement: pl, Holder: h, Functions: map[vfio.Address][]vfio.Address{}, Moved: map[vfio.Address][]vfio.Address{}}
 	if len(pl.GPUs) == 0 {

@@ -120,7 +120,7 @@ func trainRequest() *placement.Request {
 func TestAcquire_placesThenClaimsThenBinds(t *testing.T) {
 	t.Parallel()
 	w := newPlacedWorld(gpuAddr(0x18), gpuAddr(0x2a))
-	a, err := Acquire(context.Background(), w, w.host, trainRequest(), trainer, nil)
+	a, err := Acquire(context.Background(), w, w.host, trainRequest(), trainer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestAcquire_failureAtEachStepLeavesNothing(t *testing.T) {
 			t.Parallel()
 			w := newPlacedWorld(gpuAddr(0x18), gpuAddr(0x2a))
 			tc.setup(w)
-			a, err := Acquire(context.Background(), w, w.host, trainRequest(), trainer, nil)
+			a, err := Acquire(context.Background(), w, w.host, trainRequest(), trainer)
 			var ae *AcquireError
 			if a != nil || !errors.As(err, &ae) || ae.Step != tc.step || !tc.cause(err) || len(ae.Left) != 0 {
 				t.Fatalf("got %v, %v; want an AcquireError at %q", a, err, tc.step)
@@ -209,7 +209,7 @@ func TestAcquire_rollbackThatFailsSaysWhatIsLeft(t *testing.T) {
 	w := newPlacedWorld(gpuAddr(0x18), gpuAddr(0x2a))
 	w.fail["bind 0000:2a:00.0"] = errors.New("detach failed")
 	w.fail["giveback 0000:18:00.0"] = errors.New("reattach failed")
-	_, err := Acquire(context.Background(), w, w.host, trainRequest(), trainer, nil)
+	_, err := Acquire(context.Background(), w, w.host, trainRequest(), trainer)
 	var ae *AcquireError
 	if !errors.As(err, &ae) || len(ae.Left) != 1 || !strings.Contains(err.Error(), "reattach failed") {
 		t.Fatalf("err %v", err)
@@ -224,7 +224,7 @@ func TestAcquire_rollbackThatFailsSaysWhatIsLeft(t *testing.T) {
 func TestAcquire_CPUOnlyClaimsNothing(t *testing.T) {
 	t.Parallel()
 	w := newPlacedWorld()
-	a, err := Acquire(context.Background(), w, w.host, &placement.Request{Name: "web", VCPUs: 1, MemoryMiB: 512}, trainer, nil)
+	a, err := Acquire(context.Background(), w, w.host, &placement.Request{Name: "web", VCPUs: 1, MemoryMiB: 512}, trainer)
 	if err != nil || a.Placement.Host != "gpu2" || strings.Join(w.ops, ";") != "place web" {
 		t.Fatalf("a %+v err %v ops %q", a, err, w.ops)
 	}
@@ -236,7 +236,7 @@ func TestAcquire_CPUOnlyClaimsNothing(t *testing.T) {
 func TestReleasePlaced_givesBackThenReleasesAndGoesOnPastFailures(t *testing.T) {
 	t.Parallel()
 	w := newPlacedWorld(gpuAddr(0x18), gpuAddr(0x2a))
-	if _, err := Acquire(context.Background(), w, w.host, trainRequest(), trainer, nil); err != nil {
+	if _, err := Acquire(context.Background(), w, w.host, trainRequest(), trainer); err != nil {
 		t.Fatal(err)
 	}
 	ph, _ := w.host("gpu2")
@@ -254,20 +254,5 @@ func TestReleasePlaced_givesBackThenReleasesAndGoesOnPastFailures(t *testing.T) 
 	}
 	if _, ok := w.claims[gpuAddr(0x18)]; ok {
 		t.Errorf("claim on 0000:18:00.0 kept after the other failed")
-	}
-}
-
-// A replaced VM takes its recorded placement again: no new placement.
-func TestAcquire_priorPlacementIsTakenAgain(t *testing.T) {
-	t.Parallel()
-	w := newPlacedWorld(gpuAddr(0x18), gpuAddr(0x2a))
-	prior := &placement.Placement{Host: "gpu2", NUMANode: -1, GPUs: []vfio.Address{gpuAddr(0x2a)}}
-	a, err := Acquire(context.Background(), w, w.host, trainRequest(), trainer, prior)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "claim 0000:2a:00.0 (2 functions); bind 0000:2a:00.0"
-	if got := strings.Join(w.ops, "; "); got != want || a.Placement != prior {
-		t.Errorf("steps %s (placement %+v), want %s", got, a.Placement, want)
 	}
 }
