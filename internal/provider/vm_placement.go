@@ -89,7 +89,8 @@ func vmPlacementBlock() schema.Block {
 			"recorded in `host` and `placed_gpus` and is sticky: later plans never move the VM because " +
 			"capacity changed elsewhere. A change of the request (or of `vcpu`, `memory_mib`, `hugepages`) " +
 			"keeps the VM where it is when its host and GPUs still satisfy it (changed in place); otherwise " +
-			"the plan replaces the VM and a warning says why. Destroy gives the GPUs back to the host and " +
+			"the plan replaces the VM and a warning says why. A VM replaced for any reason, and a VM that " +
+			"named its host and now asks, is placed anew at create. Destroy gives the GPUs back to the host and " +
 			"releases their claims. It is a block of its own, not attributes beside `host`, because it " +
 			"states what the VM needs rather than where it is: it cannot be set with `host` or `gpus`; and a " +
 			"block, so that a misspelt argument is an error rather than silently ignored. A VM whose disk is " +
@@ -451,7 +452,14 @@ func (r *vmResource) planPlacement(ctx context.Context, plan, state *vmModel, re
 			return
 		}
 	}
-	if state == nil || state.PlacedGPUs.IsNull() || state.Host.IsNull() {
+	if state != nil && state.PlacedGPUs.IsNull() {
+		// A VM that named its host (or was imported) and now asks: it is
+		// placed anew, as a new VM.
+		plan.Host, plan.PlacedGPUs = types.StringUnknown(), types.ListUnknown(types.StringType)
+		plan.ID, plan.UUID = types.StringUnknown(), types.StringUnknown()
+		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("placement"))
+	}
+	if state == nil || state.PlacedGPUs.IsNull() {
 		allowed := names
 		if len(req.Hosts) > 0 {
 			allowed = req.Hosts
