@@ -368,3 +368,38 @@ func TestPlacedMovedRecord(t *testing.T) {
 		t.Errorf("no record read as %v", got)
 	}
 }
+
+// The 64-bit PCI window of a placed VM is sized from its placed GPUs: at
+// apply for a new VM (unknown until placed), kept while they stay.
+func TestPlanMMIOOfPlacedGPUs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	placed := func(gpus types.List) *vmModel {
+		m := mmioModel(types.Int64Null())
+		m.GPUs, m.PlacedGPUs = types.SetNull(types.StringType), gpus
+		return m
+	}
+	f := &fakeSizer{}
+	plan := *placed(types.ListUnknown(types.StringType))
+	plan.PCIMMIO64GiB = types.Int64Unknown()
+	var diags diag.Diagnostics
+	planMMIOWith(ctx, &plan, placed(types.ListUnknown(types.StringType)), nil, f.size, &diags)
+	if !plan.PCIMMIO64GiB.IsUnknown() || f.calls != 0 {
+		t.Errorf("new placed VM: planned %v after %d reads, want unknown until create places it", plan.PCIMMIO64GiB, f.calls)
+	}
+	one := types.ListValueMust(types.StringType, []attr.Value{types.StringValue("0000:c1:00.0")})
+	plan = *placed(one)
+	plan.PCIMMIO64GiB = types.Int64Unknown()
+	planMMIOWith(ctx, &plan, placed(one), nil, f.size, &diags)
+	if !plan.PCIMMIO64GiB.Equal(types.Int64Value(256)) || f.calls != 1 {
+		t.Errorf("placed H100: planned %v after %d reads, want 256 sized from it", plan.PCIMMIO64GiB, f.calls)
+	}
+	state := placed(one)
+	state.PCIMMIO64GiB = types.Int64Value(256)
+	plan = *placed(one)
+	plan.PCIMMIO64GiB = types.Int64Unknown()
+	planMMIOWith(ctx, &plan, placed(one), state, f.size, &diags)
+	if !plan.PCIMMIO64GiB.Equal(types.Int64Value(256)) || f.calls != 1 {
+		t.Errorf("unchanged placed VM: planned %v after %d reads, want 256 kept without a read", plan.PCIMMIO64GiB, f.calls)
+	}
+}
