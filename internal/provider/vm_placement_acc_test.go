@@ -247,7 +247,7 @@ func TestAccGPUPlacement_raceForTheLastGPU(t *testing.T) {
 	placementCleanup(t, h, names...)
 	var ws []*acctest.Workspace
 	for _, n := range names {
-		w := acctest.NewWorkspace(t, placementFleet(h)+placedVMConfig("vm", n, 1, `["l1"]`))
+		w := acctest.NewWorkspace(t, faultCLIHead+placementFleet(h)+placedVMConfig("vm", n, 1, `["l1"]`))
 		ws = append(ws, w)
 	}
 	for round := 1; round <= 10; round++ {
