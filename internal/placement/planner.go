@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Source reads one host's capacity: its NUMA nodes, GPUs with their state
@@ -71,7 +72,11 @@ func (p *Planner) Place(ctx context.Context, r *Request) (*Placement, error) {
 			hosts = append(hosts, p.Snapshot(ctx, name))
 		}
 	}
-	pl, err := Place(r, hosts, p.policy)
+	policy := p.policy
+	if r.Policy != "" {
+		policy = r.Policy
+	}
+	pl, err := Place(r, hosts, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -110,4 +115,36 @@ func Deduct(h *Host, r *Request, pl *Placement) {
 	}
 	h.PinnedCPUs = append(h.PinnedCPUs, pl.CPUs...)
 	slices.Sort(h.PinnedCPUs)
+}
+
+// Shared is a Planner that the resources of one provider process place
+// through together: Terraform creates resources side by side, and each
+// request must see what the ones before it took.
+type Shared struct {
+	mu sync.Mutex
+	p  *Planner
+}
+
+// NewShared makes a shared planner over the fleet's host names.
+func NewShared(src Source, fleet []string, policy Policy) *Shared {
+	return &Shared{p: NewPlanner(src, fleet, policy)}
+}
+
+// Place places r (Planner.Place), one request at a time.
+func (s *Shared) Place(ctx context.Context, r *Request) (*Placement, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p.Place(ctx, r)
+}
+
+// Snapshots returns the planner's copies of the named hosts, reading
+// those not read yet: what a plan checks a request against.
+func (s *Shared) Snapshots(ctx context.Context, names []string) []*Host {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Host, 0, len(names))
+	for _, n := range names {
+		out = append(out, s.p.Snapshot(ctx, n).Clone())
+	}
+	return out
 }

@@ -218,6 +218,9 @@ type Request struct {
 	// PinCPUs pins each vCPU to its own host CPU that no other VM has
 	// pinned (on the GPUs' node), with the emulator threads apart.
 	PinCPUs bool
+	// Policy, when set, chooses among the hosts that fit this request
+	// instead of the planner's own policy.
+	Policy Policy
 }
 
 func (r *Request) gpuCount() int {

@@ -93,8 +93,7 @@ func (d *capacityDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 			"It is read fresh on every plan, so it is a snapshot: another apply can take what it shows as " +
 			"free before yours runs. Use it to look at the fleet (outputs, dashboards, checks), not to " +
 			"choose hosts or GPUs in HCL: a choice made from it changes from plan to plan as the fleet " +
-			"fills and would move VMs. Placement by request, which claims what it takes, is coming to " +
-			"`kohaku_vm`. " +
+			"fills and would move VMs. To have Kohaku choose and claim, use `kohaku_vm`'s `placement`. " +
 			"Each host is read in one pass over its libvirt connection (NUMA nodes, PCI node devices, " +
 			"claims, domains), all hosts at the same time; over local and SSH connections the GPUs' BARs " +
 			"and the host's processes holding GPUs are read too. A host that cannot be read is reported " +

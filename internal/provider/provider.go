@@ -5,6 +5,7 @@ package provider
 import (
 	"context"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/image"
+	"github.com/kohaku/terraform-provider-kohaku/internal/placement"
 )
 
 // defaultImageCacheGiB bounds the image cache unless image_cache_max_gib says otherwise.
@@ -80,6 +82,10 @@ type providerData struct {
 	phoneHome *phoneHome
 	// images caches kohaku_image downloads on the Terraform machine.
 	images *image.Cache
+	// placer places the VMs that ask for capacity, reading each host once
+	// per provider process (one plan, or one apply); made on first use.
+	placerOnce sync.Once
+	placer     *placement.Shared
 }
 
 func (p *kohakuProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {

@@ -24,11 +24,12 @@ func mmioValue(w vfio.Window) types.Int64 {
 	return types.Int64Value(int64(w.GiB))
 }
 
-// passedThrough returns the VM's gpus and hostdevs, and whether both are known.
+// passedThrough returns the VM's gpus (with the GPUs placement chose) and
+// hostdevs, and whether they are all known.
 func (m *vmModel) passedThrough() (gpus, hostdevs []string, known bool) {
-	gpus, gu := stringSet(m.GPUs)
+	_, gu := stringSet(m.GPUs)
 	hostdevs, hu := stringSet(m.Hostdevs)
-	return gpus, hostdevs, !gu && !hu
+	return m.gpuEntries(), hostdevs, !gu && !hu && !m.PlacedGPUs.IsUnknown()
 }
 
 // planMMIO plans pci_mmio64_gib. An explicit value is checked against the
@@ -67,7 +68,8 @@ func planMMIOWith(ctx context.Context, plan, config, state *vmModel, size mmioSi
 		case known && len(gpus)+len(hostdevs) == 0:
 			plan.PCIMMIO64GiB = types.Int64Null()
 			return
-		case state != nil && plan.GPUs.Equal(state.GPUs) && plan.Hostdevs.Equal(state.Hostdevs) && plan.Host.Equal(state.Host):
+		case state != nil && plan.GPUs.Equal(state.GPUs) && plan.Hostdevs.Equal(state.Hostdevs) && plan.Host.Equal(state.Host) &&
+			(plan.PlacedGPUs.IsNull() && state.PlacedGPUs.IsNull() || plan.PlacedGPUs.Equal(state.PlacedGPUs)):
 			plan.PCIMMIO64GiB = state.PCIMMIO64GiB
 			return
 		}

@@ -54,6 +54,8 @@ type vmModel struct {
 	OnReadyFailure    types.String   `tfsdk:"on_ready_failure"`
 	OnConfigMismatch  types.String   `tfsdk:"on_config_mismatch"`
 	Guest             types.Object   `tfsdk:"guest"`
+	Placement         types.Object   `tfsdk:"placement"`
+	PlacedGPUs        types.List     `tfsdk:"placed_gpus"`
 	Timeouts          timeouts.Value `tfsdk:"timeouts"`
 }
 
@@ -371,6 +373,13 @@ func (m *vmModel) specFrom(ctx context.Context, diags *diag.Diagnostics) specInp
 		s.Hostdevs = append(s.Hostdevs, addr)
 		in.Hostdevs = append(in.Hostdevs, hostdevOrigin{Attr: "gpus", Value: g})
 	}
+	if m.PlacedGPUs.IsUnknown() {
+		in.unknownAt("hostdev")
+	}
+	for _, a := range placedAddresses(m.PlacedGPUs) {
+		s.Hostdevs = append(s.Hostdevs, a.String())
+		in.Hostdevs = append(in.Hostdevs, hostdevOrigin{Attr: "placed_gpus", Value: a.String()})
+	}
 	for _, h := range raw {
 		s.Hostdevs = append(s.Hostdevs, h)
 		in.Hostdevs = append(in.Hostdevs, hostdevOrigin{Attr: "hostdevs", Value: h})
@@ -493,12 +502,21 @@ func (m *vmModel) fromDomain(ctx context.Context, st *domainView, prior *vmModel
 
 	// PCI devices: the functions of a prior gpus entry's IOMMU group (as
 	// create or update recorded it) are that entry, the rest are hostdevs.
+	// The GPUs placement chose are attributed the same way, and reported
+	// under placed_gpus, which keeps the choice.
 	priorGPUs, _ := stringSet(prior.GPUs)
+	placed := map[string]bool{}
+	for _, a := range placedAddresses(prior.PlacedGPUs) {
+		placed[a.String()] = true
+		priorGPUs = append(priorGPUs, a.String())
+	}
 	priorRaw, _ := stringSet(prior.Hostdevs)
 	gpuVals, rawVals := attributeHostdevs(o.Hostdevs, priorGPUs, priorRaw, st.GPUGroups)
 	var gpus, raw []attr.Value
 	for _, g := range gpuVals {
-		gpus = append(gpus, types.StringValue(g))
+		if !placed[g] {
+			gpus = append(gpus, types.StringValue(g))
+		}
 	}
 	for _, h := range rawVals {
 		raw = append(raw, types.StringValue(h))
@@ -510,6 +528,15 @@ func (m *vmModel) fromDomain(ctx context.Context, st *domainView, prior *vmModel
 		mdevs = append(mdevs, types.StringValue(u))
 	}
 	m.Mdevs = setOrPrior(mdevs, prior.Mdevs, diags)
+	// The request and the choice live only in Terraform: an imported VM
+	// has neither.
+	m.Placement, m.PlacedGPUs = prior.Placement, prior.PlacedGPUs
+	if m.Placement.IsUnknown() || m.Placement.IsNull() {
+		m.Placement = types.ObjectNull(vmPlacementAttrTypes)
+	}
+	if m.PlacedGPUs.IsUnknown() || m.PlacedGPUs.IsNull() {
+		m.PlacedGPUs = types.ListNull(types.StringType)
+	}
 }
 
 // listOrPrior builds a list, keeping a prior null (or empty) list when there

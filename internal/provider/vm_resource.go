@@ -138,6 +138,7 @@ func (r *vmResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequ
 	}
 	planDomainDefaults(&plan, &config, state)
 	r.planMMIO(ctx, &plan, &config, state, &resp.Diagnostics)
+	r.planPlacement(ctx, &plan, state, resp)
 	if state != nil {
 		plan.NetworkInterfaces = keepNICMACs(ctx, plan.NetworkInterfaces, config.NetworkInterfaces, state.NetworkInterfaces, &resp.Diagnostics)
 		planDataDisks(ctx, &plan, state, &resp.Diagnostics)
@@ -223,12 +224,26 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
 	summary := "Creating VM " + plan.Name.ValueString()
+	// A VM that asks for capacity is placed, and its GPUs claimed and
+	// bound, before anything else is made; what it took is given back
+	// unless the VM ends up in state.
+	acq := r.acquire(ctx, &plan, summary, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if acq != nil {
+		defer r.releaseUnlessKept(ctx, acq, summary, resp)
+		resp.Diagnostics.Append(resp.Private.SetKey(ctx, privatePlacedMoved, placedMovedRecord(acq.Moved))...)
+	}
+	c := r.data.client(plan.Host.ValueString(), &resp.Diagnostics)
 	r.applyMMIO(ctx, &plan, summary, &resp.Diagnostics)
 	in := plan.specFrom(ctx, &resp.Diagnostics)
 	if c == nil || resp.Diagnostics.HasError() {
 		return
+	}
+	if acq != nil {
+		in.Spec.UUID = acq.Holder.UUID
 	}
 	// Checked at plan time when the image's id was known then.
 	if d := plan.disk(ctx, &resp.Diagnostics); d != nil && !d.Image.IsNull() {
@@ -237,7 +252,7 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 			return
 		}
 	}
-	gpus, _ := stringSet(plan.GPUs)
+	gpus := plan.gpuEntries()
 	waits := plan.Running.ValueBool() && plan.WaitFor.ValueString() != string(ready.ModeNone)
 	res, err := vmlife.Resolve(ctx, c, vmlife.Want{Spec: in.Spec, GPUs: gpus, DiskMode: in.DiskMode, InspectSeed: waits, NUMAPlacement: plan.placement()}, nil, true)
 	addGPUWarnings(&resp.Diagnostics, summary, res.Warnings)
@@ -527,7 +542,7 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 		return
 	}
 	summary := "Updating VM " + state.Name.ValueString()
-	gpus, _ := stringSet(plan.GPUs)
+	gpus := plan.gpuEntries()
 	grace, _ := time.ParseDuration(plan.ShutdownTimeout.ValueString())
 	view, err := vmlife.Update(ctx, c, vmlife.Change{
 		Ref:     hosts.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()},
@@ -582,6 +597,12 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 		return
 	}
 	ref := hosts.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()}
+	if !state.PlacedGPUs.IsNull() {
+		// The GPUs go back once the domain is gone, whatever happens to
+		// the rest of the destroy.
+		moved, _ := req.Private.GetKey(ctx, privatePlacedMoved)
+		defer releasePlaced(ctx, c, &state, moved, &resp.Diagnostics)
+	}
 	grace, err := time.ParseDuration(state.ShutdownTimeout.ValueString())
 	if err != nil {
 		grace, _ = time.ParseDuration(vmDefaultShutdownTimeout)

@@ -55,8 +55,10 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			vmIOAttributes(),
 			vmPCIAttributes(),
 			vmRuntimeAttributes(keep),
+			vmPlacementAttributes(),
 		),
 		Blocks: map[string]schema.Block{
+			"placement": vmPlacementBlock(),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{
 				Create: true, Update: true, Delete: true,
 				CreateDescription: "How long creating may take, including starting the VM. Default `10m`.",
@@ -84,9 +86,12 @@ func vmMachineAttributes(replace, keep, keepOrReplace []planmodifier.String) map
 			PlanModifiers: keep,
 		},
 		"host": schema.StringAttribute{
-			Optional:      true,
-			Description:   "Key of the provider's `hosts` map to create the VM on. Empty means the provider's default connection. Changing it replaces the VM.",
-			PlanModifiers: replace,
+			Optional: true,
+			Computed: true,
+			Description: "Key of the provider's `hosts` map to create the VM on. Empty means the provider's default " +
+				"connection. Changing it replaces the VM. With `placement`, leave it unset: create chooses the " +
+				"host, `\"\"` for the default connection, and it is known after apply and kept from then on.",
+			PlanModifiers: append([]planmodifier.String{placedHost{}}, replace...),
 		},
 		"name": schema.StringAttribute{
 			Required: true,

@@ -27,7 +27,12 @@ func (r *vmResource) ValidateConfig(ctx context.Context, req resource.ValidateCo
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	validateDiskChoice(cfg.disk(ctx, &resp.Diagnostics), cfg.Host, &in, resp)
+	vmHost := cfg.Host
+	if !cfg.Placement.IsNull() {
+		vmHost = types.StringUnknown() // chosen at create, where the image is
+		validatePlacement(ctx, &cfg, &resp.Diagnostics)
+	}
+	validateDiskChoice(cfg.disk(ctx, &resp.Diagnostics), vmHost, &in, resp)
 	validateWaitConfig(&cfg, &resp.Diagnostics)
 	validateDataDisks(cfg.dataDisks(ctx, &resp.Diagnostics), &resp.Diagnostics)
 	addValidationErrors(&resp.Diagnostics, domain.Validate(in.Spec), in.report())
