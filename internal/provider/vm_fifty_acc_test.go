@@ -27,10 +27,11 @@ import (
 // TF_CLI_ARGS_apply cannot override an explicit flag), so every create, and
 // every readiness wait, runs at once.
 //
-// make check runs 12 VMs per transport (KOHAKU_TEST_CONCURRENT_VMS): more
-// than sshd's MaxStartups of 10 unauthenticated connections, which a dialer
-// making one SSH connection per libvirt connection would run into. make
-// scale runs the same tests with 50, past libvirtd's 20 workers and 20
+// make check runs 12 VMs over ssh: more than sshd's MaxStartups of 10
+// unauthenticated connections, which a dialer making one SSH connection per
+// libvirt connection would run into; and 8 over each other transport, more
+// than libvirtd's 5 requests per client. make scale runs every transport
+// with 50 (KOHAKU_TEST_CONCURRENT_VMS), past libvirtd's 20 workers and 20
 // anonymous clients too.
 //
 // Every wait must succeed, each guest's report must carry its own seed's
@@ -40,12 +41,15 @@ import (
 // connection: the sshd sees one TCP connection from the provider for the
 // whole apply.
 
-// concurrentVMs is how many VMs each transport's test makes at once.
-func concurrentVMs(t *testing.T) int {
+// concurrentVMs is how many VMs the transport's test makes at once.
+func concurrentVMs(t *testing.T, transport string) int {
 	t.Helper()
 	v := os.Getenv("KOHAKU_TEST_CONCURRENT_VMS")
-	if v == "" {
+	if v == "" && transport == "ssh" {
 		return 12
+	}
+	if v == "" {
+		return 8
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 2 {
@@ -61,7 +65,7 @@ func TestAccVM_concurrentReadySSH(t *testing.T)  { concurrentReady(t, "ssh") }
 
 func concurrentReady(t *testing.T, transport string) {
 	env := acctest.NewVMEnv(t)
-	nVMs := concurrentVMs(t)
+	nVMs := concurrentVMs(t, transport)
 	parallelism := fmt.Sprintf("-parallelism=%d", nVMs)
 	kernel := acctest.Env(t, "KOHAKU_TEST_TINY_KERNEL")
 	initrd := acctest.Env(t, "KOHAKU_TEST_TINY_INITRD")
