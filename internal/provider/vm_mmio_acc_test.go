@@ -46,13 +46,17 @@ resource "kohaku_vm" "vm" {
 // bigBARSeen polls L2's QEMU (its HMP `info pci`, through L1's libvirt) until
 // the guest's firmware has enumerated the bus (the q35 SATA controller's
 // BAR 5 assigned), then returns where the 256 GiB stand-in's BAR 2 went:
-// its address, or "" when the firmware left it unassigned.
+// its address, or "" when the firmware left it unassigned. SeaBIOS writes
+// the 32-bit BARs before the 64-bit ones, and under emulation in emulation
+// a poll can fall between the two: an unassigned BAR 2 counts only once it
+// has stayed so for bigBARSettle after the bus was enumerated.
 func bigBARSeen(h *nestedhost.Host, name string) (string, time.Duration, error) {
 	enumerated := regexp.MustCompile(`(?s)PCI device 8086:2922.*?BAR5: 32 bit memory at 0x[0-9a-f]{1,7}[^f ]`)
 	bar2 := regexp.MustCompile(`(?s)PCI device 1af4:1110.*?BAR2: 64 bit prefetchable memory at 0x([0-9a-f]+) `)
 	start := time.Now()
 	var pci string
 	var err error
+	var unassignedSince time.Time
 	for deadline := start.Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
 		pci, err = nestedhost.VirshErr(h, "qemu-monitor-command", "--hmp", name, "info pci")
 		if err != nil || !enumerated.MatchString(pci) {
@@ -62,13 +66,25 @@ func bigBARSeen(h *nestedhost.Host, name string) (string, time.Duration, error) 
 		if m == nil {
 			return "", 0, fmt.Errorf("L2's QEMU lists no ivshmem BAR 2 (1af4:1110):\n%s", pci)
 		}
-		if strings.Trim(m[1], "f") == "" {
+		if strings.Trim(m[1], "f") != "" {
+			return "0x" + m[1], time.Since(start), nil
+		}
+		if unassignedSince.IsZero() {
+			unassignedSince = time.Now()
+		}
+		if time.Since(unassignedSince) >= bigBARSettle {
 			return "", time.Since(start), nil
 		}
-		return "0x" + m[1], time.Since(start), nil
+	}
+	if !unassignedSince.IsZero() {
+		return "", time.Since(start), nil
 	}
 	return "", 0, fmt.Errorf("L2's firmware had not enumerated the bus after 5 minutes (%v):\n%s", err, pci)
 }
+
+// bigBARSettle is how long BAR 2 must stay unassigned after the bus was
+// enumerated to count as left unassigned.
+const bigBARSettle = 45 * time.Second
 
 // The 64-bit window Kohaku sizes for the nested host's 256 GiB BAR
 // stand-in (ivshmem-plain, passed through from L1 to an L2 guest) gets the
