@@ -49,7 +49,10 @@ resource "kohaku_vm" "vm" {
 // its address, or "" when the firmware left it unassigned. SeaBIOS writes
 // the 32-bit BARs before the 64-bit ones, and under emulation in emulation
 // a poll can fall between the two: an unassigned BAR 2 counts only once it
-// has stayed so for bigBARSettle after the bus was enumerated.
+// has stayed so for bigBARSettle after the bus was enumerated (the write
+// of a 256 GiB BAR can keep L2's QEMU busy for minutes: SeaBIOS's was seen
+// 5 s after start with BAR 2 still unassigned, and 2m42s after start
+// assigned).
 func bigBARSeen(h *nestedhost.Host, name string) (string, time.Duration, error) {
 	enumerated := regexp.MustCompile(`(?s)PCI device 8086:2922.*?BAR5: 32 bit memory at 0x[0-9a-f]{1,7}[^f ]`)
 	bar2 := regexp.MustCompile(`(?s)PCI device 1af4:1110.*?BAR2: 64 bit prefetchable memory at 0x([0-9a-f]+) `)
@@ -57,7 +60,7 @@ func bigBARSeen(h *nestedhost.Host, name string) (string, time.Duration, error) 
 	var pci string
 	var err error
 	var unassignedSince time.Time
-	for deadline := start.Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+	for deadline := start.Add(8 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
 		pci, err = nestedhost.VirshErr(h, "qemu-monitor-command", "--hmp", name, "info pci")
 		if err != nil || !enumerated.MatchString(pci) {
 			continue
@@ -79,12 +82,12 @@ func bigBARSeen(h *nestedhost.Host, name string) (string, time.Duration, error) 
 	if !unassignedSince.IsZero() {
 		return "", time.Since(start), nil
 	}
-	return "", 0, fmt.Errorf("L2's firmware had not enumerated the bus after 5 minutes (%v):\n%s", err, pci)
+	return "", 0, fmt.Errorf("L2's firmware had not enumerated the bus after 8 minutes (%v):\n%s", err, pci)
 }
 
 // bigBARSettle is how long BAR 2 must stay unassigned after the bus was
 // enumerated to count as left unassigned.
-const bigBARSettle = 45 * time.Second
+const bigBARSettle = 3 * time.Minute
 
 // The 64-bit window Kohaku sizes for the nested host's 256 GiB BAR
 // stand-in (ivshmem-plain, passed through from L1 to an L2 guest) gets the
