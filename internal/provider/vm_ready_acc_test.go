@@ -178,7 +178,7 @@ func TestAccReady_phoneHome(t *testing.T) {
     version      = kohaku_gpu_binding.gpu.nvidia_driver_version
     url_template = "http://10.0.2.2:%d/{version}/NVIDIA-Linux-x86_64-{version}.run"
     sha256       = %q
-  }`, nv.Port, fmt.Sprintf("%x", sha256.Sum256([]byte(nvidiaStandInInstaller(nvidiaStandInVersion))))), "  wait_for = \"phone_home\"\n  on_config_mismatch = \"fail\"\n  timeouts {\n    create = \"12m\"\n  }") + fmt.Sprintf(`
+  }`, nv.Port, fmt.Sprintf("%x", sha256.Sum256([]byte(nvidiaStandInInstaller(nvidiaStandInVersion))))), "  wait_for = \"phone_home\"\n  on_config_mismatch = \"fail\"\n  timeouts {\n    create = \"25m\"\n  }") + fmt.Sprintf(`
 resource "kohaku_gpu_binding" "gpu" {
   host    = "l1"
   address = %q
