@@ -3,6 +3,8 @@ package provider
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -101,11 +103,29 @@ func placementCleanup(t *testing.T, h *nestedhost.Host, names ...string) {
 	})
 }
 
+// requireNoLocalStandIn refuses to run a placement test whose fleet includes
+// this machine (the test host is the local libvirtd) when this machine has a
+// PCI function with the stand-in's ids (QEMU's VGA, 1234:1111, as a cloud
+// VM's own display may be): placement could choose it and bind this
+// machine's own device to vfio-pci.
+func requireNoLocalStandIn(t *testing.T) {
+	t.Helper()
+	devs, _ := filepath.Glob("/sys/bus/pci/devices/*")
+	for _, d := range devs {
+		v, _ := os.ReadFile(filepath.Join(d, "vendor"))
+		id, _ := os.ReadFile(filepath.Join(d, "device"))
+		if strings.TrimSpace(string(v)) == "0x1234" && strings.TrimSpace(string(id)) == "0x1111" {
+			t.Fatalf("this machine has a PCI function %s with the nested stand-in's ids 1234:1111: a placement over the whole fleet could bind this machine's own device; run on a machine without one", filepath.Base(d))
+		}
+	}
+}
+
 // A VM asking for a GPU lands on l1 with the stand-in, claimed and bound;
 // a CPU-only VM lands on either host; the plan after is empty; destroy
 // gives the stand-in back and releases its claim.
 func TestAccGPUPlacement_landsWhereTheGPUIs(t *testing.T) {
 	h := nestedhost.Require(t)
+	requireNoLocalStandIn(t)
 	for _, a := range []string{h.GPU, h.GPUAudio} {
 		if nestedhost.Driver(t, h, a) == vfio.DriverVFIO {
 			t.Fatalf("the nested host is not in its initial state: %s is on vfio-pci", a)
@@ -177,6 +197,7 @@ func TestAccGPUPlacement_landsWhereTheGPUIs(t *testing.T) {
 // naming what each host lacks or the holder, and leaves nothing.
 func TestAccGPUPlacement_noFitLeavesNothing(t *testing.T) {
 	h := nestedhost.Require(t)
+	requireNoLocalStandIn(t)
 	placementCleanup(t, h, "kohaku-acc-place-two", "kohaku-acc-place-late")
 	c := vmClient(t, h.URI)
 	addr, err := vfio.ParseAddress(h.GPU)
