@@ -178,8 +178,12 @@ func parseStatusOutput(top map[string]json.RawMessage) (*CloudInitStatus, error)
 // gateway4/gateway6 (a route becomes `route add`, upstream issue 6250),
 // and 24.x+ logs those keys as DEPRECATED, which Debian and Ubuntu count as
 // "degraded done". The message stays in RecoverableErrors.
+//
+// Nothing that has not started is degraded: cloud-init's status.json can
+// hold a stage's warning before any stage has a start time, and both of its
+// documents must say the same of one boot.
 func degraded(c *CloudInitStatus) bool {
-	if c.Failed() {
+	if c.Failed() || c.Status == "not started" {
 		return false
 	}
 	own := 0
@@ -265,10 +269,11 @@ func parseV1(raw json.RawMessage) (*CloudInitStatus, error) {
 	case len(c.Errors) > 0:
 		c.Status, c.ExtendedStatus = "error", "error - "+run
 	case len(c.RecoverableErrors) > 0 && run != "not started":
-		c.Status, c.ExtendedStatus, c.Degraded = run, "degraded "+run, true
+		c.Status, c.ExtendedStatus = run, "degraded "+run
 	default:
 		c.Status, c.ExtendedStatus = run, run
 	}
+	c.Degraded = degraded(c)
 	return c, nil
 }
 

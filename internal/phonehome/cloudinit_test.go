@@ -124,6 +124,27 @@ func TestParseCloudInitStatusCases(t *testing.T) {
 					t.Errorf("degraded %v failed %v recoverable %q", c.Degraded, c.Failed(), c.RecoverableErrors)
 				}
 			}},
+		{name: "status.json: a warning before any stage started is not degraded (as status output says of it)",
+			in: `{"v1": {"datasource": "DataSourceNoCloud [seed=/dev/sr0]", "init": {"start": null, "finished": null, "errors": [], "recoverable_errors": {"WARNING": ["No template found in /etc/cloud/templates for template source.deb822"]}}}}`,
+			check: func(t *testing.T, c *CloudInitStatus) {
+				if c.Status != "not started" || c.Degraded || len(c.RecoverableErrors) != 1 {
+					t.Errorf("%+v", c)
+				}
+			}},
+		{name: "status output: not started with a warning is not degraded",
+			in: `{"status": "not started", "recoverable_errors": {"WARNING": ["w"]}}`,
+			check: func(t *testing.T, c *CloudInitStatus) {
+				if c.Degraded {
+					t.Errorf("%+v", c)
+				}
+			}},
+		{name: "status.json: only the gateway4/gateway6 deprecation is not degraded, as in status output",
+			in: "{\"v1\": {\"datasource\": \"DataSourceNoCloud\", \"init\": {\"start\": 1, \"finished\": 2, \"errors\": [], \"recoverable_errors\": {\"DEPRECATED\": [\"The use of `gateway4` and `gateway6` is deprecated in 22.4\"]}}}}",
+			check: func(t *testing.T, c *CloudInitStatus) {
+				if c.Degraded || c.ExtendedStatus != "degraded done" {
+					t.Errorf("degraded %v extended %q", c.Degraded, c.ExtendedStatus)
+				}
+			}},
 		{name: "that deprecation with any other recoverable error is degraded",
 			in: "{\"status\": \"done\", \"extended_status\": \"degraded done\", \"recoverable_errors\": {\"DEPRECATED\": [\"The use of `gateway4` and `gateway6` is deprecated in 22.4\", \"Key 'x' is deprecated\"]}}",
 			check: func(t *testing.T, c *CloudInitStatus) {
