@@ -60,7 +60,7 @@ main() {
 	"$py" "$HERE/smoke_listener.py" "$d/phonehome.log" "$d/port" "$((timeout + 30))" &
 	SMOKE_LISTENER=$!
 	local port
-	wait_until 5 0.1 test -s "$d/port" || true
+	wait_until 30 0.2 test -s "$d/port" || true
 	port=$(cat "$d/port" 2>/dev/null) || die "phone-home listener did not start"
 	phase_done "listener pid $SMOKE_LISTENER on 127.0.0.1:$port (guest sees 10.0.2.2:$port)"
 

@@ -377,7 +377,7 @@ ensure_image_http() {
 	fi
 	pidfile_start "$IMAGE_HTTP_PID" "$LOG_DIR/image-http.log" \
 		python3 -m http.server --bind "$IMAGE_HTTP_ADDR" --directory "$dir" "$IMAGE_HTTP_PORT"
-	wait_until 5 0.1 curl -fsS -o /dev/null "http://$IMAGE_HTTP_ADDR:$IMAGE_HTTP_PORT/SHA256SUMS" 2>/dev/null ||
+	wait_until 30 0.2 curl -fsS -o /dev/null "http://$IMAGE_HTTP_ADDR:$IMAGE_HTTP_PORT/SHA256SUMS" 2>/dev/null ||
 		die "the image server did not answer (log: $LOG_DIR/image-http.log)"
 	phase_done "image server pid $(cat "$IMAGE_HTTP_PID") serves $dir at http://$IMAGE_HTTP_ADDR:$IMAGE_HTTP_PORT/"
 }
