@@ -274,7 +274,7 @@ func imageResultAttributes(keep []planmodifier.String) map[string]schema.Attribu
 		},
 		"format": schema.StringAttribute{
 			Computed:      true,
-			Description:   "Format of the volume: `qcow2` or `raw`, recognised from the image's content.",
+			Description:   "Format of the volume: `qcow2` or `raw`, recognised from the image's content. A raw image is uploaded as its data only: stretches of zeros of 1 MiB or more stay holes in the volume, so a 20 GiB raw disk holding 2 GiB costs about 2 GiB of the pool.",
 			PlanModifiers: keep,
 		},
 		"virtual_size_bytes": schema.Int64Attribute{

@@ -87,8 +87,8 @@ func imageFixtures(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	raw := make([]byte, 24<<20)
 	rng := rand.New(rand.NewSource(1))
-	for i := 0; i < len(raw); i += 4096 {
-		if i/4096%3 == 0 { // some incompressible blocks, the rest zeros
+	for i := 0; i < 8<<20; i += 4096 {
+		if i/4096%3 == 0 { // some incompressible blocks in the first 8 MiB, the rest zeros
 			rng.Read(raw[i : i+4096])
 		}
 	}
@@ -208,6 +208,24 @@ resource "kohaku_image" "bad" {
 			t.Fatal(err)
 		}
 	}
+	// A raw image is uploaded as its data: the 16 MiB of zeros at its end
+	// stay a hole.
+	volSparse := func(name string) resource.TestCheckFunc {
+		return func(*terraform.State) error {
+			out, err := acctest.Virsh(env.URI, "vol-info", "--bytes", "--pool", env.Pool, name)
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			m := regexp.MustCompile(`Allocation:\s+(\d+) bytes`).FindStringSubmatch(out)
+			if m == nil {
+				return fmt.Errorf("no allocation in vol-info:\n%s", out)
+			}
+			if alloc, _ := strconv.ParseInt(m[1], 10, 64); alloc > 10<<20 {
+				return fmt.Errorf("raw volume %s allocates %d bytes of a 24 MiB image holding 8 MiB of data: its zeros were written", name, alloc)
+			}
+			return nil
+		}
+	}
 	volContent := func(name, wantSum string) resource.TestCheckFunc {
 		return func(*terraform.State) error {
 			f := filepath.Join(t.TempDir(), "vol")
@@ -255,6 +273,8 @@ resource "kohaku_image" "bad" {
 					volContent(unixVol, sums["disk.qcow2"]),
 					volContent(prefix+"tcp.qcow2", sums["disk.qcow2"]),
 					volContent(prefix+"xz.raw", sums["disk.raw"]),
+					volSparse(prefix+"xz.raw"),
+					volSparse(prefix+"local.raw"),
 					func(*terraform.State) error {
 						// Two hosts, one download.
 						if n := srv.count("/disk.qcow2"); n != 1 {
