@@ -233,7 +233,9 @@ const maxRounds = 4
 
 // Take claims a device for h. Of any number of applies that take the same
 // device at once, exactly one succeeds; the others fail with a
-// *ClaimedError naming it. It refuses a device a domain other than h's has
+// *ClaimedError naming it. A quarantined device is refused with a
+// *QuarantinedError, also when its marker appeared while this call made
+// its claim (the claim is given back then). It refuses a device a domain other than h's has
 // as a hostdev (given by hand), takes over (and says so in Taken) a stale
 // claim, one whose VM does not exist on the host and that is older than
 // StaleAfter, and succeeds without change when h holds the claim already.
@@ -258,6 +260,12 @@ func (c *Claimer) take(ctx context.Context, d Device, h Holder, doms []Domain) (
 		}
 		return nil, e
 	}
+	// fast path: a quarantined device is refused before anything is made
+	if m, err := c.quarantined(ctx, d.Address); err != nil {
+		return nil, fmt.Errorf("claiming %s: %w", d.Address, err)
+	} else if m != nil {
+		return nil, &QuarantinedError{Device: d.Address, Marker: *m}
+	}
 	for range maxRounds {
 		rec := Record{Version: 1, Device: d.Address.String(), Holder: h, Token: c.token(), Created: c.now().UTC()}
 		body, err := json.Marshal(rec)
@@ -266,7 +274,7 @@ func (c *Claimer) take(ctx context.Context, d Device, h Holder, doms []Domain) (
 		}
 		err = c.Host.CreateClaim(ctx, name, body)
 		if err == nil {
-			return &Taken{Record: rec}, nil
+			return c.backOutIfQuarantined(ctx, d.Address, &Taken{Record: rec})
 		}
 		if !errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("claiming %s: %w", d.Address, err)
@@ -285,8 +293,11 @@ func (c *Claimer) take(ctx context.Context, d Device, h Holder, doms []Domain) (
 			return nil, &ClaimedError{Device: d.Address, Holder: cur.Holder, Created: cur.Created, Pending: !live(cur, doms)}
 		}
 		t, again, err := c.takeOver(ctx, d.Address, cur, rec, body)
-		if err != nil || !again {
-			return t, err
+		if err != nil {
+			return nil, err
+		}
+		if !again {
+			return c.backOutIfQuarantined(ctx, d.Address, t)
 		}
 	}
 	return nil, fmt.Errorf("claiming %s: its claim changed %d times while this apply took it; apply again", d.Address, maxRounds)
@@ -462,7 +473,7 @@ func (c *Claimer) Release(ctx context.Context, dev vfio.Address, h Holder) error
 }
 
 // List returns the host's claims, sorted by device. Volumes of the pool
-// that are not claims (takeover reservations, others' volumes) are left
+// that are not claims (takeover reservations, quarantine markers, others' volumes) are left
 // out; a claim volume that does not hold a claim is an error.
 func (c *Claimer) List(ctx context.Context) ([]Record, error) {
 	names, err := c.Host.ListClaims(ctx)
@@ -471,7 +482,7 @@ func (c *Claimer) List(ctx context.Context) ([]Record, error) {
 	}
 	var out []Record
 	for _, n := range names {
-		if !strings.HasPrefix(n, prefix) || strings.Contains(n, takeover) {
+		if !strings.HasPrefix(n, prefix) || strings.Contains(n, takeover) || strings.HasSuffix(n, quarantineSuffix) {
 			continue
 		}
 		r, err := c.read(ctx, n)

@@ -69,6 +69,27 @@
 //   - A volume in the pool named like a claim but holding something else
 //     is reported (ForeignVolumeError) and never deleted.
 //
+// # Quarantine
+//
+// A GPU given back by a VM is reset before another VM may have it; one
+// that cannot be reset is held back until an operator clears it. The
+// marker is a volume beside the claim, kohaku-claim-<addr>.quarantine,
+// whose JSON says why, since when and which VM gave the GPU back
+// (Quarantine). The giver creates it BEFORE it releases its claim, and
+// Take, after it has created its own claim, looks for the marker and,
+// when there is one, deletes its claim again and fails with a
+// *QuarantinedError (it also looks before creating, so that the common
+// case makes nothing). That order needs no change to how claims are
+// made: a taker's create succeeds only once the giver's claim is gone,
+// and the giver deleted it only after its marker existed, so every taker
+// whose claim was created after the release finds the marker; one whose
+// claim was created before the giver quarantined is impossible, since the
+// giver held the claim all that time. A stale claim taken over is checked
+// the same way. ClearQuarantine (the kohaku_gpu_reset action, once its
+// reset succeeds) deletes the marker. A giver that cannot write its
+// marker keeps its claim and reports it (the claim is stale after
+// StaleAfter, and can then be taken over: the one gap).
+//
 // vGPUs (mdev) need no claim: the kernel counts a type's instances and
 // refuses one too many when the mdev is created.
 package claim
