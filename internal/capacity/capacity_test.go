@@ -185,6 +185,27 @@ func TestReadHost_handAttachedHeldAndQuarantined(t *testing.T) {
 	}
 }
 
+// A GPU whose last VM could not reset it is quarantined with why, read
+// from the marker in the claims pool, and the marker is not read as a
+// claim.
+func TestReadHost_quarantineMarkers(t *testing.T) {
+	t.Parallel()
+	f := workstation(t)
+	hostOf := func(string) (Host, error) { return f, nil }
+	from := claim.Holder{VM: "vm-old", UUID: "u-1"}
+	if err := (&claim.Claimer{Host: f}).Quarantine(context.Background(), gpu, "no reset method", from); err != nil {
+		t.Fatal(err)
+	}
+	r := &Reader{Host: hostOf, Quarantined: Markers(hostOf)}
+	h, err := r.ReadHost(context.Background(), "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := h.GPUs[0]; g.State != placement.Quarantined || !strings.HasPrefix(g.Holder, "no reset method (given back by VM vm-old (u-1))") {
+		t.Errorf("GPU %s %q, want quarantined with the marker's reason", g.State, g.Holder)
+	}
+}
+
 func TestNode_unknownFreeMemoryCountsAll(t *testing.T) {
 	t.Parallel()
 	n := Node(virt.NUMANode{ID: 1, CPUs: []int{2, 3}, MemoryMiB: 4096, HugePages: []virt.HugePages{{SizeKiB: 1 << 20, Total: 2}}})

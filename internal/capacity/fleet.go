@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/claim"
 	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
 	"github.com/kohaku/terraform-provider-kohaku/internal/holders"
 	"github.com/kohaku/terraform-provider-kohaku/internal/placement"
@@ -27,14 +28,16 @@ var _ Conn = (*virt.Client)(nil)
 // looks for host processes holding them with gpubind's holder check;
 // over tcp and tls neither is read (memory unknown, no process counted).
 func ForClients[C Conn](host func(name string) (C, error)) *Reader {
+	hostOf := func(name string) (Host, error) {
+		c, err := host(name)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
 	return &Reader{
-		Host: func(name string) (Host, error) {
-			c, err := host(name)
-			if err != nil {
-				return nil, err
-			}
-			return c, nil
-		},
+		Host:        hostOf,
+		Quarantined: Markers(hostOf),
 		Files: func(name string) vfio.HostFiles {
 			c, err := host(name)
 			if err != nil || !c.ReadsHostFiles() {
@@ -53,6 +56,18 @@ func ForClients[C Conn](host func(name string) (C, error)) *Reader {
 			}
 			return gpubind.Holding(ctx, src, fns)
 		},
+	}
+}
+
+// Markers reads the quarantine markers of a host's claims pool (see
+// internal/claim): what a Reader's Quarantined is over libvirt.
+func Markers(host func(name string) (Host, error)) func(ctx context.Context, name string) (map[vfio.Address]string, error) {
+	return func(ctx context.Context, name string) (map[vfio.Address]string, error) {
+		h, err := host(name)
+		if err != nil {
+			return nil, err
+		}
+		return (&claim.Claimer{Host: h}).QuarantineReasons(ctx)
 	}
 }
 
