@@ -50,29 +50,38 @@ func (e *ResetInUseError) Error() string {
 // group with no reset method at all. progress hears of each function as it
 // is reset. It returns the functions reset.
 func Reset(ctx context.Context, h ResetHost, target vfio.Address, progress func(string)) ([]vfio.Address, error) {
+	_, done, err := reset(ctx, h, target, progress)
+	return done, err
+}
+
+// reset is Reset that also returns the group's functions it would reset
+// (nil when it refused before learning them).
+func reset(ctx context.Context, h ResetHost, target vfio.Address, progress func(string)) (group, done []vfio.Address, err error) {
 	if progress == nil {
 		progress = func(string) {}
 	}
 	docs, err := h.PCINodeDevices(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("reading the host's PCI devices: %w", err)
+		return nil, nil, fmt.Errorf("reading the host's PCI devices: %w", err)
 	}
 	inv, err := vfio.ParseInventory(docs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fns, err := resetGroup(inv, target)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	for _, d := range fns {
+		group = append(group, d.Address)
 	}
 	if err := checkResetNotInUse(ctx, h, target, fns); err != nil {
-		return nil, err
+		return group, nil, err
 	}
 	methods, err := resetMethods(ctx, h, fns)
 	if err != nil {
-		return nil, err
+		return group, nil, err
 	}
-	var done []vfio.Address
 	for _, d := range fns {
 		m := methods[d.Address]
 		if m == "" {
@@ -86,17 +95,17 @@ func Reset(ctx context.Context, h ResetHost, target vfio.Address, progress func(
 				msg = "reset before it: " + joinAddresses(done)
 			}
 			if errors.Is(err, virt.ErrResetUnusable) {
-				return done, fmt.Errorf("the kernel could not reset %s by %s reset (%s): a bus or slot reset needs "+
+				return group, done, fmt.Errorf("the kernel could not reset %s by %s reset (%s): a bus or slot reset needs "+
 					"the function alone on its bus or slot, which the functions of a multi-function device (a GPU "+
 					"and its audio function) never are; such a device is reset only when a guest opens or "+
 					"closes it through vfio: %w", d.Address, m, msg, err)
 			}
-			return done, fmt.Errorf("resetting %s: %w (%s)", d.Address, err, msg)
+			return group, done, fmt.Errorf("resetting %s: %w (%s)", d.Address, err, msg)
 		}
 		done = append(done, d.Address)
 	}
 	progress(fmt.Sprintf("Reset %s", joinAddresses(done)))
-	return done, nil
+	return group, done, nil
 }
 
 // resetGroup is the functions a reset of target resets: its IOMMU group's,
@@ -163,10 +172,10 @@ func resetMethods(ctx context.Context, h ResetHost, fns []*vfio.Device) (map[vfi
 	}
 	files, err := h.ReadHostFiles(ctx, paths, 256)
 	if errors.Is(err, virt.ErrHostFilesUnsupported) {
-		return nil, fmt.Errorf("resetting a function bound to vfio-pci goes through the host's kernel (its sysfs " +
-			"reset file; libvirt's node-device reset skips functions on vfio-pci), which needs a local " +
-			"(qemu:///system) or qemu+ssh:// connection to the host; this host's connection (tcp or tls) " +
-			"reaches libvirt only")
+		return nil, fmt.Errorf("resetting a function bound to vfio-pci goes through the host's kernel (its sysfs "+
+			"reset file; libvirt's node-device reset skips functions on vfio-pci), which needs a local "+
+			"(qemu:///system) or qemu+ssh:// connection to the host; this host's connection (tcp or tls) "+
+			"reaches libvirt only: %w", err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the reset methods of %s: %w", joinDevices(fns), err)

@@ -107,7 +107,7 @@ func TestReset_refusals(t *testing.T) {
 	}
 	h = boundFakeHost(t)
 	h.fail["files"] = virt.ErrHostFilesUnsupported
-	if _, err := Reset(context.Background(), h, mustAddr("0000:03:00.0"), nil); err == nil || !strings.Contains(err.Error(), "qemu+ssh://") {
+	if _, err := Reset(context.Background(), h, mustAddr("0000:03:00.0"), nil); !errors.Is(err, virt.ErrHostFilesUnsupported) || !strings.Contains(err.Error(), "qemu+ssh://") {
 		t.Errorf("a tcp connection: %v", err)
 	}
 	if len(h.ops) != 0 {

@@ -428,7 +428,11 @@ func (d *providerData) planner() *placement.Shared {
 // placedHost is the chosen host's side of a placed VM: its claims and
 // the binding of its GPUs, over the host's connection.
 func placedOn(ctx context.Context, c hosts.Host) vmlife.PlacedHost {
-	return vmlife.PlacedHost{Claims: &claim.Claimer{Host: c}, Binder: gpubind.Placed{Binder: newBinder(ctx, c), Machine: c}}
+	return vmlife.PlacedHost{
+		Claims:   &claim.Claimer{Host: c},
+		Binder:   gpubind.Placed{Binder: newBinder(ctx, c), Machine: c},
+		Resetter: gpubind.GroupResetter{Host: c},
+	}
 }
 
 // planPlacement checks a new VM's request against the fleet (the hosts it
@@ -644,9 +648,30 @@ func releasePlaced(ctx context.Context, c hosts.Host, state *vmModel, moved []by
 	}
 	gpus := placedAddresses(state.PlacedGPUs)
 	holder := claim.Holder{VM: state.Name.ValueString(), UUID: state.UUID.ValueString()}
-	if err := vmlife.ReleasePlaced(ctx, placedOn(ctx, c), holder, gpus, placedMovedFrom(moved, gpus)); err != nil {
+	hy, err := vmlife.ReleasePlaced(ctx, placedOn(ctx, c), holder, gpus, placedMovedFrom(moved, gpus))
+	warnHygiene(state.Name.ValueString(), hy, diags)
+	if err != nil {
 		addError(diags, "Destroying VM "+state.Name.ValueString()+": giving back its GPUs failed", err,
 			"The VM is gone. Give the devices back by hand (virsh nodedev-reattach pci_DDDD_BB_SS_F) and delete "+
 				"their claims (virsh vol-delete --pool kohaku-claims kohaku-claim-DDDD_BB_SS_F).")
+	}
+}
+
+// warnHygiene says which of a destroyed VM's GPUs were held back because
+// they could not be reset, and which the connection could not reset.
+func warnHygiene(vm string, hy *vmlife.Hygiene, diags *diag.Diagnostics) {
+	if hy == nil {
+		return
+	}
+	for _, q := range hy.Quarantined {
+		diags.AddWarning(fmt.Sprintf("Destroying VM %s: GPU %s quarantined", vm, q.GPU),
+			fmt.Sprintf("The GPU could not be reset after the VM (%s), so no VM is given it until an operator returns it: %s.",
+				q.Why, claim.ClearHint(q.GPU)))
+	}
+	for _, u := range hy.Unreset {
+		diags.AddWarning(fmt.Sprintf("Destroying VM %s: GPU %s given back without a reset", vm, u.GPU),
+			fmt.Sprintf("Kohaku resets a GPU a VM gives back through the host's kernel, which this host's connection does not reach "+
+				"(%s). The GPU was given back as it was, and the next VM may get it unreset (vfio-pci resets it on its own only where "+
+				"the device offers a reset it can use). Reach the host over qemu+ssh:// for resets.", u.Why))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/claim"
 	"github.com/kohaku/terraform-provider-kohaku/internal/placement"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // Placer chooses a host and devices for a VM's request; placement.Shared
@@ -20,11 +21,21 @@ type Placer interface {
 	Snapshots(ctx context.Context, names []string) []*placement.Host
 }
 
-// DeviceClaims takes and gives back claims on one host's devices;
+// DeviceClaims takes and gives back claims on one host's devices, and
+// holds back (quarantines) a device that could not be reset;
 // *claim.Claimer is one.
 type DeviceClaims interface {
 	TakeAll(ctx context.Context, devs []claim.Device, h claim.Holder) ([]*claim.Taken, error)
 	Release(ctx context.Context, dev vfio.Address, h claim.Holder) error
+	Quarantine(ctx context.Context, dev vfio.Address, reason string, from claim.Holder) error
+}
+
+// GPUResetter resets a GPU's IOMMU group through the host's kernel while
+// it is on vfio-pci and no domain holds it; gpubind.GroupResetter is one.
+// An error wrapping virt.ErrHostFilesUnsupported says the connection
+// cannot reach the kernel's reset at all (tcp, tls): nothing was tried.
+type GPUResetter interface {
+	ResetGPU(ctx context.Context, gpu vfio.Address) error
 }
 
 // GPUBinder moves a placed GPU's IOMMU group to vfio-pci, as a
@@ -40,6 +51,9 @@ type GPUBinder interface {
 type PlacedHost struct {
 	Claims DeviceClaims
 	Binder GPUBinder
+	// Resetter resets each GPU a destroyed VM gives back; nil resets
+	// none.
+	Resetter GPUResetter
 }
 
 // Steps of Acquire, as AcquireError names them.
@@ -151,8 +165,9 @@ func claimDevices(p Placer, pl *placement.Placement) []claim.Device {
 }
 
 // Release gives back what Acquire took, last first: the GPUs it moved to
-// vfio-pci, then the claims. It is for a create that fails after Acquire;
-// the error lists what could not be given back.
+// vfio-pci, then the claims, without a reset. It is for a create that
+// fails after Acquire and keeps nothing in state; the error lists what
+// could not be given back.
 func (a *Acquired) Release(ctx context.Context) error {
 	if left := a.release(ctx); len(left) > 0 {
 		return fmt.Errorf("giving back the placed GPUs: %s", strings.Join(left, "; "))
@@ -166,22 +181,79 @@ func (a *Acquired) release(ctx context.Context) []string {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
 	defer cancel()
-	return releaseOn(ctx, a.host, a.Holder, a.Placement.GPUs, a.Moved)
+	return releaseOn(ctx, a.host, a.Holder, a.Placement.GPUs, a.Moved, nil)
 }
 
-// ReleasePlaced gives back a placed VM's GPUs once its domain is gone:
-// the functions placement moved to vfio-pci (moved, by GPU) go back to
-// the host, then each GPU's claim is released, last GPU first. It goes on
-// past a failure, so that everything that can be given back is; the error
-// names what could not.
-func ReleasePlaced(ctx context.Context, h PlacedHost, holder claim.Holder, gpus []vfio.Address, moved map[vfio.Address][]vfio.Address) error {
-	if left := releaseOn(ctx, h, holder, gpus, moved); len(left) > 0 {
-		return fmt.Errorf("giving back the placed GPUs: %s", strings.Join(left, "; "))
+// GPUNote is a GPU and what happened to it, for a warning.
+type GPUNote struct {
+	GPU vfio.Address
+	Why string
+}
+
+// Hygiene is what ReleasePlaced did to make each GPU clean for its next
+// VM: the GPUs it reset, those it quarantined (could not be reset: no
+// reset method, or the reset failed), and those the connection could not
+// reset at all (given back unreset, as before Kohaku reset GPUs).
+type Hygiene struct {
+	Reset       []vfio.Address
+	Quarantined []GPUNote
+	Unreset     []GPUNote
+}
+
+// ReleasePlaced gives back a placed VM's GPUs once its domain is gone,
+// last GPU first. First each GPU's group is reset while it is still on
+// vfio-pci (PlacedHost.Resetter); a GPU that cannot be reset is
+// quarantined (its marker is written before its claim is released, so no
+// apply can take it in between: see internal/claim). Then the functions
+// placement moved to vfio-pci (moved, by GPU) go back to the host, then
+// each GPU's claim is released. It goes on past a failure, so that
+// everything that can be given back is; the error names what could not.
+// A GPU that could be neither reset nor quarantined keeps its claim.
+func ReleasePlaced(ctx context.Context, h PlacedHost, holder claim.Holder, gpus []vfio.Address, moved map[vfio.Address][]vfio.Address) (*Hygiene, error) {
+	hy := resetOrQuarantine(ctx, h, holder, gpus)
+	left := hy.left
+	left = append(left, releaseOn(ctx, h, holder, gpus, moved, hy.keep)...)
+	if len(left) > 0 {
+		return &hy.Hygiene, fmt.Errorf("giving back the placed GPUs: %s", strings.Join(left, "; "))
 	}
-	return nil
+	return &hy.Hygiene, nil
 }
 
-func releaseOn(ctx context.Context, h PlacedHost, holder claim.Holder, gpus []vfio.Address, moved map[vfio.Address][]vfio.Address) []string {
+type hygieneRun struct {
+	Hygiene
+	keep map[vfio.Address]bool
+	left []string
+}
+
+// resetOrQuarantine resets each of gpus, or quarantines it when it cannot
+// be reset; a GPU whose marker could not be written is to keep its claim.
+func resetOrQuarantine(ctx context.Context, h PlacedHost, holder claim.Holder, gpus []vfio.Address) hygieneRun {
+	run := hygieneRun{keep: map[vfio.Address]bool{}}
+	if h.Resetter == nil {
+		return run
+	}
+	for _, g := range slices.Backward(gpus) {
+		err := h.Resetter.ResetGPU(ctx, g)
+		switch {
+		case err == nil:
+			run.Reset = append(run.Reset, g)
+		case errors.Is(err, virt.ErrHostFilesUnsupported):
+			run.Unreset = append(run.Unreset, GPUNote{GPU: g, Why: err.Error()})
+		default:
+			why := fmt.Sprintf("not reset after VM %s: %v", holder.VM, err)
+			if qerr := h.Claims.Quarantine(ctx, g, why, holder); qerr != nil {
+				run.keep[g] = true
+				run.left = append(run.left, fmt.Sprintf("%s could not be reset (%v) nor quarantined (%v): its claim is kept so that no VM gets it; "+
+					"reset it with the kohaku_gpu_reset action, then delete its claim (virsh vol-delete --pool %s %s)", g, err, qerr, claim.Pool, claim.VolumeName(g)))
+				continue
+			}
+			run.Quarantined = append(run.Quarantined, GPUNote{GPU: g, Why: why})
+		}
+	}
+	return run
+}
+
+func releaseOn(ctx context.Context, h PlacedHost, holder claim.Holder, gpus []vfio.Address, moved map[vfio.Address][]vfio.Address, keep map[vfio.Address]bool) []string {
 	var left []string
 	for _, g := range slices.Backward(gpus) {
 		if fns := moved[g]; len(fns) > 0 {
@@ -191,6 +263,9 @@ func releaseOn(ctx context.Context, h PlacedHost, holder claim.Holder, gpus []vf
 		}
 	}
 	for _, g := range slices.Backward(gpus) {
+		if keep[g] {
+			continue
+		}
 		if err := h.Claims.Release(ctx, g, holder); err != nil {
 			left = append(left, fmt.Sprintf("releasing the claim on %s: %v", g, err))
 		}

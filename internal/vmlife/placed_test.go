@@ -20,8 +20,10 @@ type placedWorld struct {
 	placeErr error
 	claims   map[vfio.Address]string // device -> holder UUID
 	onVFIO   map[vfio.Address]bool
-	fail     map[string]error // "take", "bind <addr>", "giveback <addr>", "release <addr>"
+	fail     map[string]error // "take", "bind <addr>", "giveback <addr>", "release <addr>", "reset <addr>", "quarantine <addr>"
 	hostErr  error
+	// quarantined holds each quarantined device's reason.
+	quarantined map[vfio.Address]string
 }
 
 func gpuAddr(bus uint8) vfio.Address { return vfio.Address{Bus: bus} }
@@ -32,6 +34,7 @@ func newPlacedWorld(gpus ...vfio.Address) *placedWorld {
 	return &placedWorld{
 		pl:     &placement.Placement{Host: "gpu2", NUMANode: 0, GPUs: gpus},
 		claims: map[vfio.Address]string{}, onVFIO: map[vfio.Address]bool{}, fail: map[string]error{},
+		quarantined: map[vfio.Address]string{},
 	}
 }
 
@@ -98,6 +101,27 @@ func (w *placedWorld) GiveBackGPU(_ context.Context, fns []vfio.Address) error {
 		delete(w.onVFIO, f)
 	}
 	return nil
+}
+
+func (w *placedWorld) Quarantine(_ context.Context, dev vfio.Address, reason string, from claim.Holder) error {
+	w.ops = append(w.ops, "quarantine "+dev.String())
+	if err := w.fail["quarantine "+dev.String()]; err != nil {
+		return err
+	}
+	if from != trainer {
+		return fmt.Errorf("quarantined as given back by %s", from)
+	}
+	w.quarantined[dev] = reason
+	return nil
+}
+
+// ResetGPU resets only a group that is on vfio-pci, as gpubind.Reset.
+func (w *placedWorld) ResetGPU(_ context.Context, g vfio.Address) error {
+	w.ops = append(w.ops, "reset "+g.String())
+	if !w.onVFIO[g] {
+		return fmt.Errorf("%s: not bound to vfio-pci", g)
+	}
+	return w.fail["reset "+g.String()]
 }
 
 func (w *placedWorld) host(name string) (PlacedHost, error) {
@@ -243,7 +267,7 @@ func TestReleasePlaced_givesBackThenReleasesAndGoesOnPastFailures(t *testing.T) 
 	moved := map[vfio.Address][]vfio.Address{gpuAddr(0x18): {gpuAddr(0x18), audioOf(gpuAddr(0x18))}}
 	w.ops = nil
 	w.fail["release 0000:2a:00.0"] = errors.New("pool gone")
-	err := ReleasePlaced(context.Background(), ph, trainer, []vfio.Address{gpuAddr(0x18), gpuAddr(0x2a)}, moved)
+	_, err := ReleasePlaced(context.Background(), ph, trainer, []vfio.Address{gpuAddr(0x18), gpuAddr(0x2a)}, moved)
 	if err == nil || !strings.Contains(err.Error(), "0000:2a:00.0: pool gone") {
 		t.Fatalf("err %v", err)
 	}
