@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/claim"
 	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 )
@@ -92,7 +93,7 @@ func (a *gpuResetAction) Invoke(ctx context.Context, req action.InvokeRequest, r
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err := gpubind.Reset(ctx, c, target, func(line string) {
+	_, _, err := gpubind.ResetAndReturn(ctx, c, &claim.Claimer{Host: c}, target, func(line string) {
 		if resp.SendProgress != nil {
 			resp.SendProgress(action.InvokeProgressEvent{Message: line})
 		}
