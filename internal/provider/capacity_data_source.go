@@ -178,7 +178,9 @@ func (d *capacityDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 								"the VM may still be being created), `in_use` (a domain on the host has it as a " +
 								"hostdev, given by Kohaku or by hand), `host_process` (a process on the host has it " +
 								"open: a CUDA job, a display server, nvidia-persistenced) or `quarantined` (it " +
-								"could not be reset after its last VM)."},
+								"could not be reset after its last VM; placement does not hand it out until an " +
+								"operator returns it with the `kohaku_gpu_reset` action or by deleting its marker, " +
+								"see the GPU guide)."},
 							"holder": schema.StringAttribute{Computed: true, Description: "Who holds it: the VM " +
 								"(name and domain UUID, and for a claim its workspace), the host processes (PID " +
 								"and command), or why it is quarantined. A `free` GPU whose claim is stale (its VM " +

@@ -73,7 +73,11 @@ func (r *gpuBindingResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"unbind when the holder lets go, libvirt puts it on `vfio-pci`, and it is given back to its driver; " +
 			"one still held after that is recorded in the tainted binding, for destroy or the next apply to give back. " +
 			"The plan warns when a GPU function has no function-level reset (`flr` in its " +
-			"sysfs `reset_method`).",
+			"sysfs `reset_method`). Destroy does not reset the GPU itself: the kernel's `vfio-pci` resets a " +
+			"function when a guest opens or closes it, where the device has a reset it can use, and a reset " +
+			"clears the device's memory only where the device does so (see the GPU guide). GPUs a `kohaku_vm` " +
+			"places are reset and, when that fails, quarantined at the VM's destroy; a binding's GPU is not " +
+			"placed, so it is not quarantined.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed:      true,

@@ -51,7 +51,11 @@ func (a *gpuResetAction) Schema(_ context.Context, _ action.SchemaRequest, resp 
 			"tls the action fails before doing anything. Refused, before anything is reset, while a running " +
 			"domain holds any function of the group (the message names the domain: stop it first), and for a " +
 			"group with a function that is not on vfio-pci (bind it with kohaku_gpu_binding first). Prints a " +
-			"progress line for each function. Changes nothing in any resource's state.",
+			"progress line for each function. When the reset succeeds, it also returns a quarantined GPU of the " +
+			"group (one that could not be reset after its last VM) to placement, and says so: it is the " +
+			"operator's way to give such a GPU back once checked. A failed reset clears nothing. A reset clears " +
+			"the device's memory only where the device does so (see the GPU guide). Changes nothing in any " +
+			"resource's state.",
 		Attributes: map[string]schema.Attribute{
 			"host": schema.StringAttribute{
 				Optional:    true,

@@ -90,8 +90,13 @@ func vmPlacementBlock() schema.Block {
 			"capacity changed elsewhere. A change of the request (or of `vcpu`, `memory_mib`, `hugepages`) " +
 			"keeps the VM where it is when its host and GPUs still satisfy it (changed in place); otherwise " +
 			"the plan replaces the VM and a warning says why. A VM replaced for any reason, and a VM that " +
-			"named its host and now asks, is placed anew at create. Destroy gives the GPUs back to the host and " +
-			"releases their claims. It is a block of its own, not attributes beside `host`, because it " +
+			"named its host and now asks, is placed anew at create. Destroy first resets each GPU's IOMMU group " +
+			"through the host's kernel (as the `kohaku_gpu_reset` action does; over `qemu+ssh://` and local " +
+			"connections, which reach the kernel), then gives the GPUs back to the host and releases their " +
+			"claims. A GPU that cannot be reset (no reset method, or a reset that fails) is quarantined: no VM " +
+			"is given it until an operator returns it (the `kohaku_gpu_reset` action, once its reset succeeds), " +
+			"and the destroy warns naming it; over tcp and tls the GPUs are given back unreset, with a warning. " +
+			"A reset clears the device's memory only where the device does so: see the GPU guide. It is a block of its own, not attributes beside `host`, because it " +
 			"states what the VM needs rather than where it is: it cannot be set with `host` or `gpus`; and a " +
 			"block, so that a misspelt argument is an error rather than silently ignored. A VM whose disk is " +
 			"a `kohaku_image` goes to the image's host. Removing the block leaves the VM to `host` and `gpus` " +
