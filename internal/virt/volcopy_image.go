@@ -153,24 +153,14 @@ func (c *Client) dropPartial(ctx context.Context, pool, name string, err error) 
 func (c *Client) HashVolume(ctx context.Context, pool, name string) (ImageDigest, error) {
 	h := sha256.New()
 	cw := &countingWriter{w: h}
-	err := c.ownConn(ctx, fmt.Sprintf("read volume %s/%s back for its digest", pool, name), func(l *libvirt.Libvirt) error {
-		p, err := poolByName(l, pool)
-		if err != nil {
-			return err
-		}
-		v, err := lookupVolume(l, p, name)
-		if err != nil {
-			return err
-		}
-		return l.StorageVolDownload(v, cw, 0, 0, 0)
-	})
-	if err != nil {
-		return ImageDigest{}, err
+	if err := c.StreamVolumeOut(ctx, pool, name, cw); err != nil {
+		return ImageDigest{}, fmt.Errorf("reading it back for its digest: %w", err)
 	}
-	return digestOf(h, cw.n.Load()), nil
+	return DigestOf(h, cw.n.Load()), nil
 }
 
-func digestOf(h hash.Hash, n int64) ImageDigest {
+// DigestOf is the digest of what h (a SHA-256) hashed, n bytes.
+func DigestOf(h hash.Hash, n int64) ImageDigest {
 	return ImageDigest{SHA256: hex.EncodeToString(h.Sum(nil)), Bytes: n}
 }
 
@@ -185,80 +175,47 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// ImageCopyResult is a volume copied between hosts: the digest of what was
-// read from the source, which the copy's read-back matched.
-type ImageCopyResult struct {
-	Volume *VolumeDetail
-	Digest ImageDigest
-}
-
-// DigestMismatchError is a copy whose landed bytes differ from what was read.
-type DigestMismatchError struct {
-	Read, Landed ImageDigest
-}
-
-func (e *DigestMismatchError) Error() string {
-	return fmt.Sprintf("the copy read %d bytes with %s from the source, but the volume that landed holds %d bytes with %s",
-		e.Read.Bytes, e.Read, e.Landed.Bytes, e.Landed)
-}
-
-// CopyImageVolume streams the image volume srcPool/srcName of src into a
-// new volume dstPool/dstName of dst through this process (host to runner
-// to host: StorageVolDownload feeding StorageVolUpload through a pipe, on a
-// connection of its own on each side), hashing what it reads, then reads
-// what landed back and compares. want, when not empty, is the digest the
-// source must have (`sha256:<hex>`). A copy that fails, is interrupted or
-// does not match deletes the volume it made; an existing volume of that
-// name is never touched. src and dst may be the same host.
-func CopyImageVolume(ctx context.Context, src *Client, srcPool, srcName string, dst *Client, dstPool, dstName, want string) (*ImageCopyResult, error) {
-	info, err := src.VolumeInfo(ctx, srcPool, srcName)
-	if err != nil {
-		return nil, err
-	}
-	if info.BackingPath != "" {
-		return nil, fmt.Errorf("%s/%s is an overlay on %s, not a standalone image; copy the image it is backed by", srcPool, srcName, info.BackingPath)
-	}
-	format := info.Format
-	if format == "" {
-		format = "raw"
-	}
-	pr, pw := io.Pipe()
-	h := sha256.New()
-	read := &countingWriter{w: io.MultiWriter(h, pw)}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	downErr := make(chan error, 1)
-	go func() {
-		err := src.ownConn(cctx, fmt.Sprintf("download volume %s/%s", srcPool, srcName), func(l *libvirt.Libvirt) error {
-			p, err := poolByName(l, srcPool)
-			if err != nil {
-				return err
-			}
-			v, err := lookupVolume(l, p, srcName)
-			if err != nil {
-				return err
-			}
-			return l.StorageVolDownload(v, read, 0, 0, 0)
-		})
-		pw.CloseWithError(err) // nil: the upload sees EOF
-		downErr <- err
-	}()
-	var made atomic.Bool
-	var out *VolumeDetail
-	upErr := dst.ownConn(cctx, fmt.Sprintf("upload volume %s/%s", dstPool, dstName), func(l *libvirt.Libvirt) error {
-		p, err := poolByName(l, dstPool)
+// StreamVolumeOut writes a volume's bytes, as libvirt streams them, to w,
+// on a connection of its own bounded by ctx only; memory stays at one
+// stream packet whatever the volume's size.
+func (c *Client) StreamVolumeOut(ctx context.Context, pool, name string, w io.Writer) error {
+	return c.ownConn(ctx, fmt.Sprintf("download volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
 		if err != nil {
 			return err
 		}
-		if v, err := l.StorageVolLookupByName(p, dstName); err == nil {
+		v, err := lookupVolume(l, p, name)
+		if err != nil {
+			return err
+		}
+		return l.StorageVolDownload(v, w, 0, 0, 0)
+	})
+}
+
+// StreamVolumeIn creates pool/name as a volume of format and capacity
+// (virtual size) and uploads what r gives until EOF into it, on a
+// connection of its own bounded by ctx only. An existing volume of that
+// name is never touched (a *VolumeExistsError); a failed or interrupted
+// upload deletes the volume it made.
+func (c *Client) StreamVolumeIn(ctx context.Context, pool, name, format string, capacity int64, r io.Reader) (*VolumeDetail, error) {
+	var made atomic.Bool
+	var out *VolumeDetail
+	var n countingReader
+	n.r = r
+	err := c.ownConn(ctx, fmt.Sprintf("upload volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		if v, err := l.StorageVolLookupByName(p, name); err == nil {
 			path, _ := l.StorageVolGetPath(v)
-			return &VolumeExistsError{Pool: dstPool, Name: dstName, Path: path}
+			return &VolumeExistsError{Pool: pool, Name: name, Path: path}
 		} else if !notFound(err) {
 			return err
 		}
 		doc, err := (&libvirtxml.StorageVolume{
-			Name:       dstName,
-			Capacity:   &libvirtxml.StorageVolumeSize{Value: uint64(info.CapacityBytes), Unit: "bytes"},
+			Name:       name,
+			Capacity:   &libvirtxml.StorageVolumeSize{Value: uint64(capacity), Unit: "bytes"},
 			Allocation: &libvirtxml.StorageVolumeSize{Value: 0, Unit: "bytes"},
 			Target:     &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: format}},
 		}).Marshal()
@@ -270,51 +227,35 @@ func CopyImageVolume(ctx context.Context, src *Client, srcPool, srcName string, 
 			return fmt.Errorf("creating the volume: %w", err)
 		}
 		made.Store(true)
-		if err := l.StorageVolUpload(v, pr, 0, 0, 0); err != nil {
-			return fmt.Errorf("uploading (%d bytes read so far): %w", read.n.Load(), err)
+		if err := l.StorageVolUpload(v, &n, 0, 0, 0); err != nil {
+			return fmt.Errorf("uploading (%d bytes sent): %w", n.n.Load(), err)
 		}
 		_ = l.StoragePoolRefresh(p, 0)
-		if v, err = l.StorageVolLookupByName(p, dstName); err != nil {
+		if v, err = l.StorageVolLookupByName(p, name); err != nil {
 			return err
 		}
-		out, err = volumeDetail(l, dstPool, v)
+		out, err = volumeDetail(l, pool, v)
 		return err
 	})
-	if upErr != nil {
-		pr.CloseWithError(upErr) // the download stops at its next write
-		cancel()
-	}
-	dErr := <-downErr
-	err = upErr
-	if err == nil && dErr != nil {
-		err = dErr
-	}
 	if err == nil {
-		got := digestOf(h, read.n.Load())
-		switch {
-		case want != "" && want != got.String():
-			err = fmt.Errorf("%w: the source %s/%s reads as %s, not the image recorded (%s); it changed since",
-				ErrSourceChanged, srcPool, srcName, got, want)
-		default:
-			landed, herr := dst.HashVolume(ctx, dstPool, dstName)
-			switch {
-			case herr != nil:
-				err = fmt.Errorf("reading the copy back: %w", herr)
-			case landed != got:
-				err = &DigestMismatchError{Read: got, Landed: landed}
-			default:
-				return &ImageCopyResult{Volume: out, Digest: got}, nil
-			}
-		}
+		return out, nil
 	}
 	if !made.Load() {
 		return nil, err
 	}
-	return nil, dst.dropPartial(ctx, dstPool, dstName, err)
+	return nil, c.dropPartial(ctx, pool, name, err)
 }
 
-// ErrSourceChanged is a copy whose source no longer holds the digest asked for.
-var ErrSourceChanged = errors.New("the source image changed")
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
 
 // AgentExecResult is a command run in a guest through the guest agent.
 type AgentExecResult struct {

@@ -39,13 +39,9 @@ func TestCountingWriterDigest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := digestOf(h, cw.n.Load())
+	got := DigestOf(h, cw.n.Load())
 	want := sha256.Sum256([]byte("kohaku golden image"))
 	if got.Bytes != 19 || got.String() != "sha256:"+hex.EncodeToString(want[:]) {
 		t.Errorf("digest %+v", got)
-	}
-	m := &DigestMismatchError{Read: got, Landed: ImageDigest{SHA256: strings.Repeat("0", 64), Bytes: 18}}
-	if !strings.Contains(m.Error(), "19 bytes with "+got.String()) || !strings.Contains(m.Error(), "18 bytes") {
-		t.Errorf("mismatch says %q", m.Error())
 	}
 }
