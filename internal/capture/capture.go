@@ -139,6 +139,31 @@ type StepError struct {
 func (e *StepError) Error() string { return e.Step + ": " + e.Err.Error() }
 func (e *StepError) Unwrap() error { return e.Err }
 
+// NotStoppedError is a running VM that did not power off when asked: it
+// was not forced off, and nothing was captured.
+type NotStoppedError struct {
+	VM      string
+	Timeout time.Duration
+	Sealed  bool
+	Err     error // what the shutdown said
+}
+
+func (e *NotStoppedError) Error() string {
+	msg := fmt.Sprintf("%s did not power off within %s of being asked, and was not forced off: the VM is still running "+
+		"and nothing was captured. Raise shutdown_timeout, or stop the VM yourself (kohaku_vm's running = false) and "+
+		"capture it stopped", e.VM, e.Timeout)
+	if e.Sealed {
+		msg += ". It was sealed already, so its next boot runs cloud-init as a new instance"
+	}
+	var se *vmlife.StepError
+	if errors.As(e.Err, &se) && se.Step == "wait for the guest to power off" {
+		return msg
+	}
+	return msg + " (" + e.Err.Error() + ")"
+}
+
+func (e *NotStoppedError) Unwrap() error { return e.Err }
+
 // SealScript is what the seal runs in the guest, as root through the guest
 // agent: cloud-init's per-instance state and logs cleaned (`cloud-init
 // clean --logs --seed`, plus `--machine-id` where the installed cloud-init
@@ -199,11 +224,7 @@ func Capture(ctx context.Context, h Host, req Request) (*Result, error) {
 		_, err := vmlife.RunPower(sctx, h, vmlife.PowerRequest{Domain: disk.VM.UUID, Op: vmlife.PowerShutdown, Progress: say})
 		cancel()
 		if err != nil {
-			msg := "the VM is still running and nothing was captured"
-			if res.Sealed {
-				msg += "; it was sealed already, so its next boot runs cloud-init as a new instance"
-			}
-			return nil, &StepError{Step: "shut the VM down cleanly", Err: fmt.Errorf("%w (%s)", err, msg)}
+			return nil, &StepError{Step: "shut the VM down cleanly", Err: &NotStoppedError{VM: disk.VM.Name, Timeout: req.ShutdownTimeout, Sealed: res.Sealed, Err: err}}
 		}
 	}
 	err = flatten(ctx, h, req, res, say)

@@ -128,8 +128,12 @@ func TestCaptureNeverForcesAVMThatWillNotStop(t *testing.T) {
 	req := request()
 	req.ShutdownTimeout = 2500 * time.Millisecond
 	_, err := Capture(context.Background(), h, req)
-	if err == nil || !strings.Contains(err.Error(), "still running and nothing was captured") || !strings.Contains(err.Error(), "sealed already") {
+	var ns *NotStoppedError
+	if !errors.As(err, &ns) || !strings.Contains(err.Error(), "still running and nothing was captured") || !strings.Contains(err.Error(), "sealed already") {
 		t.Fatalf("err %v", err)
+	}
+	if strings.Contains(err.Error(), "force = true") {
+		t.Errorf("err %v: tells the user of the power action's force, which capture has not", err)
 	}
 	for _, c := range h.calls {
 		if c == "force off" || strings.HasPrefix(c, "flatten") {
