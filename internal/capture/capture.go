@@ -166,22 +166,26 @@ func (e *NotStoppedError) Unwrap() error { return e.Err }
 
 // SealScript is what the seal runs in the guest, as root through the guest
 // agent: cloud-init's per-instance state and logs cleaned (`cloud-init
-// clean --logs --seed`, plus `--machine-id` where the installed cloud-init
-// has it: 23.1 on, so Debian 13's 25.1 but not Debian 12's 22.4, where
-// /etc/machine-id is emptied instead), and the SSH host keys removed. Both
+// clean --logs`, with `--seed` and `--machine-id` where the installed
+// cloud-init's help lists them: `--machine-id` is in Debian 13's 25.1, not
+// in Debian 12's 22.4, where /etc/machine-id is emptied instead), and the
+// SSH host keys removed. Both
 // come back new on the next boot: systemd makes a machine-id for an empty
 // file, and cloud-init, running as for a new instance, makes host keys.
 // A guest without cloud-init gets the machine-id and host keys reset only,
 // and says so in its output.
 const SealScript = `set -u
 if command -v cloud-init >/dev/null 2>&1; then
-  if cloud-init clean --help 2>&1 | grep -q -- --machine-id; then
-    cloud-init clean --logs --seed --machine-id || exit 1
-    echo "kohaku-seal: cloud-init clean --logs --seed --machine-id"
-  else
-    cloud-init clean --logs --seed || exit 1
+  help=$(cloud-init clean --help 2>&1)
+  flags=--logs mid=
+  case $help in *--seed*) flags="$flags --seed" ;; esac
+  case $help in *--machine-id*) flags="$flags --machine-id" mid=1 ;; esac
+  # shellcheck disable=SC2086 # flags are words
+  cloud-init clean $flags || exit 1
+  echo "kohaku-seal: cloud-init clean $flags"
+  if [ -z "$mid" ]; then
     : > /etc/machine-id || exit 1
-    echo "kohaku-seal: cloud-init clean --logs --seed; /etc/machine-id emptied"
+    echo "kohaku-seal: /etc/machine-id emptied"
   fi
 else
   : > /etc/machine-id || exit 1
