@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
@@ -267,4 +269,116 @@ func fileDigest(path string) (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("sha256:%x", h.Sum(nil)), nil
+}
+
+// A real Debian 12 guest (cloud-init 22.4, qemu-guest-agent) writes a
+// marker at its first boot, is captured running (sealed through its agent,
+// shut down cleanly, started again), and a clone boots from the image as a
+// new instance: ready with its own seed's instance id, the marker there,
+// and a machine-id and SSH host key other than the source's. One clone
+// suffices: what is proven is that the image carries none of the source's
+// identity, and a second clone would make its own the same way (random at
+// its boot); the boot it would cost is what make check cannot spare.
+// Without the seal the clone would keep the source's machine-id (cloud-init
+// makes new host keys for a new instance id anyway, the machine-id is the
+// seal's alone).
+func TestAccImage_captureRealGuestClone(t *testing.T) {
+	t.Parallel() // a real guest: its boot overlaps another test's
+	env := acctest.NewVMEnv(t)
+	prefix := vmTestPrefix(t, env, "capg")
+	guest := func(res, extraSeed, disk string) string {
+		return fmt.Sprintf(`
+resource "kohaku_seed" %[1]q {
+  name     = "%[2]s%[1]s-seed.iso"
+  pool     = %[3]q
+  hostname = "%[1]s"
+%[4]s
+}
+
+resource "kohaku_vm" %[1]q {
+  name        = "%[2]s%[1]s"
+  type        = "qemu"
+  vcpu        = 1
+  memory_mib  = 1024
+  kernel      = %[5]q
+  initrd      = %[6]q
+  cmdline     = "root=/dev/vda rw console=ttyS0 panic=5"
+  seed_id     = kohaku_seed.%[1]s.id
+  guest_agent = true
+  disk = {
+%[7]s
+    pool = %[3]q
+  }
+  network_interface = [{ type = "user" }]
+  shutdown_timeout  = "2s"
+  wait_for          = "channel"
+  timeouts {
+    create = "15m"
+  }
+}
+`, res, prefix, env.Pool, extraSeed, env.Kernel, env.Initrd, disk)
+	}
+	src := providerBlock(env.URI) + guest("src", `  write_files = [{ path = "/etc/kohaku-golden", content = "captured marker\n" }]`,
+		fmt.Sprintf("    base_pool   = %q\n    base_volume = %q", env.ImagePool, env.Base))
+	images := fmt.Sprintf(`
+resource "kohaku_image_capture" "golden" {
+  vm   = kohaku_vm.src.id
+  pool = %[2]q
+  name = "%[1]sgolden.qcow2"
+  timeouts {
+    create = "10m"
+  }
+}
+`, prefix, env.Pool) + guest("clone", "", "    image = kohaku_image_capture.golden.id")
+	c := vmClient(t, env.URI)
+	read := func(vm, path string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		b, err := c.AgentReadFile(ctx, vm, path, 64<<10)
+		return strings.TrimSpace(string(b)), err
+	}
+	var srcMachineID, srcHostKey string
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		Steps: []resource.TestStep{
+			{
+				Config: src,
+				Check: func(*terraform.State) error {
+					var err error
+					if srcMachineID, err = read(prefix+"src", "/etc/machine-id"); err != nil || srcMachineID == "" {
+						return fmt.Errorf("the source's machine-id: %q, %v", srcMachineID, err)
+					}
+					if srcHostKey, err = read(prefix+"src", "/etc/ssh/ssh_host_ed25519_key.pub"); err != nil {
+						return fmt.Errorf("the source's host key: %v", err)
+					}
+					return nil
+				},
+			},
+			{
+				Config: src + images,
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("kohaku_image_capture.golden", "sealed", "true"),
+					resource.TestCheckResourceAttrPair("kohaku_vm.clone", "guest.instance_id", "kohaku_seed.clone", "instance_id"),
+					acctest.CheckDomState(env, prefix+"src", "running"),
+					func(s *terraform.State) error {
+						if a, b := s.RootModule().Resources["kohaku_vm.clone"].Primary.Attributes["guest.instance_id"],
+							s.RootModule().Resources["kohaku_vm.src"].Primary.Attributes["guest.instance_id"]; a == b {
+							return fmt.Errorf("the clone reports the source's instance id %s", a)
+						}
+						clone := prefix + "clone"
+						if m, err := read(clone, "/etc/kohaku-golden"); err != nil || m != "captured marker" {
+							return fmt.Errorf("the clone's marker: %q, %v", m, err)
+						}
+						if id, err := read(clone, "/etc/machine-id"); err != nil || id == "" || id == srcMachineID {
+							return fmt.Errorf("the clone's machine-id %q (%v), the source's %q: want a new one", id, err, srcMachineID)
+						}
+						if k, err := read(clone, "/etc/ssh/ssh_host_ed25519_key.pub"); err != nil || k == srcHostKey {
+							return fmt.Errorf("the clone's host key %q (%v), the source's %q: want a new one", k, err, srcHostKey)
+						}
+						return nil
+					},
+				),
+			},
+		},
+	})
 }
