@@ -222,3 +222,23 @@ func TestBootDisk(t *testing.T) {
 		})
 	}
 }
+
+// Ctrl-C mid-flatten: the capture ends with the context's error, leaves no
+// image and starts the VM again, though its context is done.
+func TestCaptureInterruptedRestartsTheVM(t *testing.T) {
+	t.Parallel()
+	h := newHost(domainXML(volDisk, agentChan), "running")
+	ctx, cancel := context.WithCancel(context.Background())
+	h.fail["flatten"] = context.Canceled
+	h.onFlatten = cancel
+	_, err := Capture(ctx, h, request())
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	if h.state != "running" || h.calls[len(h.calls)-1] != "start" || h.startCtxErr != nil {
+		t.Errorf("calls %q, state %s, start's context %v: want the VM started on a live context", h.calls, h.state, h.startCtxErr)
+	}
+	if _, left := h.vols["images/golden.qcow2"]; left {
+		t.Error("an image volume was left")
+	}
+}

@@ -24,6 +24,10 @@ type fakeHost struct {
 	fail    map[string]error  // "flatten", "hash", "start"
 	calls   []string
 	scripts []string
+	// onFlatten runs as the flatten starts (an interrupt mid-flatten).
+	onFlatten func()
+	// startCtxErr is the error of the context StartDomain was given.
+	startCtxErr error
 }
 
 const uuid = "5a1d9c4e-0000-4000-8000-000000000001"
@@ -68,8 +72,9 @@ func (h *fakeHost) DomainState(context.Context, string) (string, error) {
 	return h.state, nil
 }
 
-func (h *fakeHost) StartDomain(context.Context, virt.DomainRef) error {
+func (h *fakeHost) StartDomain(ctx context.Context, _ virt.DomainRef) error {
 	h.record("start")
+	h.startCtxErr = ctx.Err()
 	if err := h.fail["start"]; err != nil {
 		return err
 	}
@@ -127,6 +132,9 @@ func (h *fakeHost) FlattenVolume(_ context.Context, srcPool, srcName, pool, name
 	running := h.state != "shut off"
 	h.mu.Unlock()
 	h.record(fmt.Sprintf("flatten %s/%s -> %s/%s", srcPool, srcName, pool, name))
+	if h.onFlatten != nil {
+		h.onFlatten()
+	}
 	if running {
 		return nil, fmt.Errorf("flattened a disk in use by a running guest")
 	}
