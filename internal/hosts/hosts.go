@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/capacity"
+	"github.com/kohaku/terraform-provider-kohaku/internal/capture"
 	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
 	"github.com/kohaku/terraform-provider-kohaku/internal/imagelife"
 	"github.com/kohaku/terraform-provider-kohaku/internal/mdev"
@@ -107,6 +108,9 @@ type Host interface {
 	mdev.Host
 	seedlife.Host
 	imagelife.Host
+	imagelife.CopySource
+	imagelife.CopyTarget
+	capture.Host
 	ready.Agent
 	capacity.Conn
 	netpool.PoolHost

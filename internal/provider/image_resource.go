@@ -577,23 +577,7 @@ func (r *imageResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 	if c == nil {
 		return
 	}
-	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	err := imagelife.Delete(ctx, c, pool, name)
-	var (
-		inUse   *imagelife.InUseError
-		listing *imagelife.BackingListError
-	)
-	switch {
-	case errors.As(err, &inUse):
-		resp.Diagnostics.AddError("Image is in use",
-			fmt.Sprintf("%s/%s is the backing image of %s: deleting it would break them silently. Destroy the "+
-				"VMs (or delete the overlay volumes) that use it first; to keep the volume and stop managing "+
-				"it, run terraform state rm on this resource instead.", pool, name, strings.Join(inUse.Users, ", ")))
-	case errors.As(err, &listing):
-		addError(&resp.Diagnostics, fmt.Sprintf("Deleting image %s/%s: listing the volumes backed by it", pool, name), listing.Err)
-	case err != nil:
-		addError(&resp.Diagnostics, fmt.Sprintf("Deleting image %s/%s", pool, name), err)
-	}
+	deleteImageVolume(ctx, c, state.Pool.ValueString(), state.Name.ValueString(), &resp.Diagnostics)
 }
 
 // ImportState takes `<pool>/<volume>` or `<host>/<pool>/<volume>`.

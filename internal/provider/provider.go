@@ -400,6 +400,8 @@ func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource
 		newVMResourceWithIdentity,
 		newGPUBindingResourceWithIdentity,
 		newImageResourceWithIdentity,
+		newImageCaptureResource,
+		newImageCopyResource,
 		newMdevResourceWithIdentity,
 		newPoolResourceWithIdentity,
 		newNetworkResourceWithIdentity,
