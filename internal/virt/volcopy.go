@@ -73,12 +73,10 @@ func CopyVolume(ctx context.Context, src VolumeSource, fromPool, fromName string
 	downloaded := make(chan error, 1)
 	go func() {
 		err := src.StreamVolume(ctx, fromPool, fromName, n, pw)
-		if err == nil {
-			err = io.EOF
-		}
-		pw.CloseWithError(err)
-		if err == io.EOF {
-			err = nil
+		if err != nil {
+			pw.CloseWithError(err)
+		} else {
+			_ = pw.Close()
 		}
 		downloaded <- err
 	}()
