@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"libvirt.org/go/libvirtxml"
@@ -38,7 +39,10 @@ type MovedVolume struct {
 
 // Moving is a VM to move cold from one host to another.
 type Moving struct {
-	Ref     virt.DomainRef
+	Ref virt.DomainRef
+	// Overlay is the boot disk's overlay the state records, if any.
+	Overlay *domain.VolumeRef
+	// Volumes, when nil, are read from the domain (MovedVolumes).
 	Volumes []MovedVolume
 	// Running and Autostart are what the VM should be on the target.
 	Running, Autostart bool
@@ -100,7 +104,7 @@ func Move(ctx context.Context, src, dst MoveHost, m Moving) (*View, error) {
 		}
 	}
 	progress(MoveStepFind)
-	_, err := dst.ReadDomain(ctx, m.Ref)
+	tst, err := dst.ReadDomain(ctx, m.Ref)
 	switch {
 	case err == nil:
 		// An earlier try got as far as the define: finish it.
@@ -114,6 +118,11 @@ func Move(ctx context.Context, src, dst MoveHost, m Moving) (*View, error) {
 		if serr != nil && !errors.Is(serr, virt.ErrDomainNotFound) {
 			return nil, &MoveError{Step: MoveStepFind, OnTarget: true, Err: fmt.Errorf("reading the source: %w", serr)}
 		}
+		if m.Volumes == nil {
+			if m.Volumes, err = MovedVolumes(tst.XML, m.Overlay); err != nil {
+				return nil, &MoveError{Step: MoveStepFind, OnTarget: true, Err: err}
+			}
+		}
 		return finishMove(ctx, src, dst, m, progress)
 	case !errors.Is(err, virt.ErrDomainNotFound):
 		return nil, &MoveError{Step: MoveStepFind, Err: fmt.Errorf("reading the target: %w", err)}
@@ -124,6 +133,11 @@ func Move(ctx context.Context, src, dst MoveHost, m Moving) (*View, error) {
 	}
 	if err := checkMovable(st.XML); err != nil {
 		return nil, &MoveError{Step: MoveStepFind, Err: err}
+	}
+	if m.Volumes == nil {
+		if m.Volumes, err = MovedVolumes(st.XML, m.Overlay); err != nil {
+			return nil, &MoveError{Step: MoveStepFind, Err: err}
+		}
 	}
 
 	progress(MoveStepShutdown)
@@ -250,6 +264,57 @@ func moveVolume(ctx context.Context, src, dst MoveHost, v MovedVolume) error {
 		}
 	}
 	return nil
+}
+
+// MovedVolumes are the volumes a move brings along, read from the
+// domain's XML: the overlay (the state's, and what the domain's metadata
+// records as owned), the data disks Kohaku made, and the seed, which is
+// shared. A disk Kohaku did not make is refused: it is the user's, not
+// Kohaku's to move.
+func MovedVolumes(xml string, overlay *domain.VolumeRef) ([]MovedVolume, error) {
+	obs, err := domain.Parse(xml)
+	if err != nil {
+		return nil, fmt.Errorf("parsing the domain's XML: %w", err)
+	}
+	var owned []domain.VolumeRef
+	if overlay != nil {
+		owned = append(owned, *overlay)
+	}
+	if obs.Metadata != nil {
+		for _, v := range obs.Metadata.Owner.Volumes {
+			if !ContainsVolume(owned, v) {
+				owned = append(owned, v)
+			}
+		}
+	}
+	var out []MovedVolume
+	var foreign []string
+	need := func(what string, s domain.Source) {
+		v := domain.VolumeRef{Pool: s.Pool, Volume: s.Volume}
+		switch {
+		case s.Volume != "" && ContainsVolume(owned, v):
+			out = append(out, MovedVolume{Ref: v})
+		case s.Volume != "":
+			foreign = append(foreign, what+" "+s.Pool+"/"+s.Volume)
+		case s.Path != "":
+			foreign = append(foreign, what+" "+s.Path)
+		}
+	}
+	if d := obs.Spec.Disk; d != nil {
+		need("boot volume", d.Source)
+	}
+	for _, d := range obs.Spec.DataDisks {
+		need("data volume", d.Source)
+	}
+	if len(foreign) > 0 {
+		return nil, fmt.Errorf("the VM has disks Kohaku did not make (%s), which are not Kohaku's to move: copy them "+
+			"to the target host yourself and point the VM at the copies, or replace the VM there "+
+			"(host_change = \"replace\")", strings.Join(foreign, ", "))
+	}
+	if s := obs.Spec.Seed; s != nil && s.Volume != "" {
+		out = append(out, MovedVolume{Ref: domain.VolumeRef{Pool: s.Pool, Volume: s.Volume}, Shared: true})
+	}
+	return out, nil
 }
 
 // checkMovable refuses a domain whose XML holds what a cold move cannot

@@ -366,3 +366,28 @@ func TestMoveRefusesHostDevices(t *testing.T) {
 		t.Error("the guest was stopped before the refusal")
 	}
 }
+
+func TestMovedVolumesFromTheDomain(t *testing.T) {
+	t.Parallel()
+	src := newMoveFake()
+	movingVM(src)
+	xml := src.domains["web"].xml
+	xml = strings.Replace(xml, "<os>", `<metadata><vm xmlns="https://kohaku.dev/xmlns/vm/1"><owned-volume pool="default" volume="web-data"/></vm></metadata><os>`, 1)
+	got, err := MovedVolumes(xml, &domain.VolumeRef{Pool: "default", Volume: "web.qcow2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []MovedVolume{
+		{Ref: domain.VolumeRef{Pool: "default", Volume: "web.qcow2"}},
+		{Ref: domain.VolumeRef{Pool: "default", Volume: "web-data"}},
+		{Ref: domain.VolumeRef{Pool: "default", Volume: "web-seed.iso"}, Shared: true},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	// Without the metadata the data disk is not Kohaku's: the move is refused.
+	_, err = MovedVolumes(src.domains["web"].xml, &domain.VolumeRef{Pool: "default", Volume: "web.qcow2"})
+	if err == nil || !strings.Contains(err.Error(), "data volume default/web-data") {
+		t.Fatalf("err = %v, want the user's data volume refused", err)
+	}
+}
