@@ -22,6 +22,7 @@ type MoveHost interface {
 	StreamVolume(ctx context.Context, pool, name string, length int64, w io.Writer) error
 	UploadImage(ctx context.Context, up virt.ImageUpload) (*virt.VolumeDetail, error)
 	FlattenVolume(ctx context.Context, pool, name, into string) (*virt.VolumeDetail, error)
+	HostInfo(ctx context.Context) (*virt.HostInfo, error)
 }
 
 var _ MoveHost = (*virt.Client)(nil)
@@ -104,6 +105,9 @@ func Move(ctx context.Context, src, dst MoveHost, m Moving) (*View, error) {
 		}
 	}
 	progress(MoveStepFind)
+	if err := distinctHosts(ctx, src, dst); err != nil {
+		return nil, &MoveError{Step: MoveStepFind, Err: err}
+	}
 	tst, err := dst.ReadDomain(ctx, m.Ref)
 	switch {
 	case err == nil:
@@ -224,6 +228,25 @@ func finishMove(ctx context.Context, src, dst MoveHost, m Moving, progress func(
 		return fail(MoveStepCleanup, fmt.Errorf("reading the moved VM: %w", err))
 	}
 	return view, nil
+}
+
+// distinctHosts refuses a move between two ways to reach one libvirt host
+// (a unix socket and qemu+tcp, say): the target's volumes would be the
+// source's, and clearing the target's leftovers would delete them.
+func distinctHosts(ctx context.Context, src, dst MoveHost) error {
+	a, err := src.HostInfo(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the source host: %w", err)
+	}
+	b, err := dst.HostInfo(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the target host: %w", err)
+	}
+	if (a.UUID != "" && a.UUID == b.UUID) || (a.UUID == "" && a.Hostname == b.Hostname) {
+		return fmt.Errorf("the old and the new host are the same libvirt host (%s, UUID %s) reached two ways: "+
+			"there is nothing to move. Set host back, or point the two hosts map entries at different hosts", a.Hostname, a.UUID)
+	}
+	return nil
 }
 
 // moveVolume brings one volume to the target: whatever an earlier try left

@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,9 +24,18 @@ import (
 type moveFake struct {
 	*fakeHost
 	data map[string][]byte
+	uuid string
 }
 
-func newMoveFake() *moveFake { return &moveFake{fakeHost: newFakeHost(), data: map[string][]byte{}} }
+var moveFakes atomic.Int64
+
+func newMoveFake() *moveFake {
+	return &moveFake{fakeHost: newFakeHost(), data: map[string][]byte{}, uuid: fmt.Sprintf("host-%d", moveFakes.Add(1))}
+}
+
+func (h *moveFake) HostInfo(context.Context) (*virt.HostInfo, error) {
+	return &virt.HostInfo{UUID: h.uuid, Hostname: "h"}, nil
+}
 
 func (h *moveFake) DefineDomain(ctx context.Context, name, xml string) (virt.DomainRef, error) {
 	var d libvirtxml.Domain
@@ -389,5 +399,21 @@ func TestMovedVolumesFromTheDomain(t *testing.T) {
 	_, err = MovedVolumes(src.domains["web"].xml, &domain.VolumeRef{Pool: "default", Volume: "web.qcow2"})
 	if err == nil || !strings.Contains(err.Error(), "data volume default/web-data") {
 		t.Fatalf("err = %v, want the user's data volume refused", err)
+	}
+}
+
+// Two entries of the hosts map that reach the same libvirtd: a "move"
+// would delete the volumes it means to copy. Refused before anything.
+func TestMoveRefusesOneHostReachedTwoWays(t *testing.T) {
+	t.Parallel()
+	src, dst := newMoveFake(), newMoveFake()
+	m := movingVM(src)
+	dst.uuid = src.uuid
+	_, err := Move(context.Background(), src, dst, m)
+	if err == nil || !strings.Contains(err.Error(), "same libvirt host") {
+		t.Fatalf("err = %v", err)
+	}
+	if len(src.ops) != 0 || len(dst.ops) != 0 {
+		t.Fatalf("ops before the refusal: source %q, target %q", src.ops, dst.ops)
 	}
 }
