@@ -44,7 +44,8 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			"to hardware (vCPUs, memory, interfaces, shared folders, PCI devices) are made in place by " +
 			"redefining the domain with the same UUID and restarting it if it runs; a larger `disk.size_gib` grows " +
 			"the boot disk in place, live and without a restart on a running VM, and a smaller one is refused; " +
-			"`data_disks` are hot-plugged on a running VM. " +
+			"`data_disks` are hot-plugged on a running VM. A change of `host` moves the VM cold to the new host, " +
+			"keeping its name, UUID, MAC addresses and disks (see `host_change`). " +
 			"Destroy stops the guest (at once when every disk goes with the VM, else ACPI first and forced off " +
 			"after `shutdown_timeout`; see `destroy_shutdown`), undefines the domain with its NVRAM, and " +
 			"deletes the volumes this resource created and did not keep - never the base image, the seed, an " +
@@ -92,8 +93,7 @@ func vmMachineAttributes(replace, keep, keepOrReplace []planmodifier.String) map
 				"connection. Changing it moves the VM to the new host in place (see `host_change`): same name, " +
 				"UUID, MAC addresses, disks' contents and data disks; with `host_change = \"replace\"` it " +
 				"replaces the VM instead. With `placement`, leave it unset: create chooses the host, `\"\"` for " +
-				"the default connection, and it is known after apply and kept from then on; setting it moves " +
-				"the VM there.",
+				"the default connection, and it is known after apply and kept from then on.",
 			PlanModifiers: []planmodifier.String{placedHost{}, stringplanmodifier.RequiresReplaceIf(hostChangeReplaces,
 				"Replaces the VM when host_change is \"replace\"; otherwise moves it.",
 				"Replaces the VM when `host_change` is `\"replace\"`; otherwise moves it.")},
