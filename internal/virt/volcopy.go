@@ -49,7 +49,9 @@ var ErrBackedVolume = errors.New("the volume is an overlay on a backing file")
 // hashed (SHA-256) as the upload takes them; then the target's volume is
 // read back through libvirt and hashed again, so the digest checks what
 // landed in the target pool, not what was sent. A failed or mismatched copy
-// deletes the target volume. The target volume must not exist.
+// deletes the target volume. The target volume must not exist. The target
+// is made as a raw volume holding the file's bytes, so its host needs no
+// qemu-img; libvirt reads a qcow2's format from the file.
 func CopyVolume(ctx context.Context, src VolumeSource, fromPool, fromName string, dst VolumeTarget, toPool, toName string) (*Copied, error) {
 	info, err := src.VolumeInfo(ctx, fromPool, fromName)
 	if err != nil {
@@ -61,10 +63,6 @@ func CopyVolume(ctx context.Context, src VolumeSource, fromPool, fromName string
 	n, err := src.VolumeLength(ctx, fromPool, fromName)
 	if err != nil {
 		return nil, fmt.Errorf("reading the size of source volume %s/%s: %w", fromPool, fromName, err)
-	}
-	format := info.Format
-	if format == "" {
-		format = "raw"
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -80,8 +78,11 @@ func CopyVolume(ctx context.Context, src VolumeSource, fromPool, fromName string
 		}
 		downloaded <- err
 	}()
-	_, err = dst.UploadImage(ctx, ImageUpload{Pool: toPool, Name: toName, Format: format,
-		Capacity: uint64(info.CapacityBytes), Length: n, Source: io.TeeReader(pr, sent)})
+	// The target volume is made raw and as long as the file, and the file
+	// lands as it is: a qcow2 stays qcow2 (libvirt probes it when the pool
+	// is refreshed), and the target needs no qemu-img to make a qcow2.
+	_, err = dst.UploadImage(ctx, ImageUpload{Pool: toPool, Name: toName, Format: "raw",
+		Capacity: uint64(n), Length: n, Source: io.TeeReader(pr, sent)})
 	_ = pr.CloseWithError(errCopyEnded)
 	if err != nil {
 		cancel() // ends the download, which may wait on the pipe

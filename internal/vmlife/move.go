@@ -279,6 +279,13 @@ func moveVolume(ctx context.Context, src, dst MoveHost, v MovedVolume) error {
 		}
 	}
 	if _, err := virt.CopyVolume(ctx, src, pool, from, dst, pool, name); err != nil {
+		if from != name {
+			steady, cancel := bounded(ctx)
+			defer cancel()
+			if rerr := src.RemoveVolume(steady, pool, from); rerr != nil {
+				return fmt.Errorf("%w (and deleting the flattened copy %s/%s on the source failed: %v)", err, pool, from, rerr)
+			}
+		}
 		return err
 	}
 	if from != name {

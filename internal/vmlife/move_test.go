@@ -284,6 +284,9 @@ func TestMoveInterruptedConverges(t *testing.T) {
 				t.Fatalf("err = %v, want a MoveError with OnTarget %t", err, tc.onTarget)
 			}
 			wholeVM(t, src, dst, me.OnTarget)
+			if _, ok := src.volumes["default/web.qcow2"+flatSuffix]; ok && me.Step == MoveStepCopy {
+				t.Error("a failed copy left its flattened copy on the source")
+			}
 			delete(h.fail, tc.op)
 			m.Progress = nil
 			if _, err := Move(context.Background(), src, dst, m); err != nil {
