@@ -101,6 +101,7 @@ func (f *Fleet) Close() { f.f.Close() }
 // added here is a decision, not an accident. *virt.Client is one.
 type Host interface {
 	vmlife.Host
+	vmlife.MoveHost
 	vmlife.PowerHost
 	vmlife.GuestAgent
 	gpubind.Machine

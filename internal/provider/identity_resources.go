@@ -34,6 +34,12 @@ func newVMResourceWithIdentity() resource.Resource {
 	return vmWithIdentity{r}
 }
 
+// Metadata marks the VM's identity mutable: a move changes its host.
+func (r vmWithIdentity) Metadata(ctx context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	r.vmResource.Metadata(ctx, req, resp)
+	resp.ResourceBehavior.MutableIdentity = true
+}
+
 func (vmWithIdentity) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
 	vmIdentity.schema(resp)
 }

@@ -20,6 +20,7 @@ type vmModel struct {
 	ID                types.String   `tfsdk:"id"`
 	UUID              types.String   `tfsdk:"uuid"`
 	Host              types.String   `tfsdk:"host"`
+	HostChange        types.String   `tfsdk:"host_change"`
 	Name              types.String   `tfsdk:"name"`
 	Type              types.String   `tfsdk:"type"`
 	VCPU              types.Int64    `tfsdk:"vcpu"`
@@ -435,6 +436,10 @@ func (m *vmModel) fromDomain(ctx context.Context, st *domainView, prior *vmModel
 	m.DestroyShutdown = prior.DestroyShutdown
 	if m.DestroyShutdown.IsNull() || m.DestroyShutdown.IsUnknown() {
 		m.DestroyShutdown = types.StringValue(string(vmlife.DestroyAuto))
+	}
+	m.HostChange = prior.HostChange
+	if m.HostChange.IsNull() || m.HostChange.IsUnknown() {
+		m.HostChange = types.StringValue(hostChangeMove)
 	}
 	m.Timeouts = prior.Timeouts
 	// Readiness settings and the guest's report live only in Terraform.

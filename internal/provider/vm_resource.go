@@ -140,6 +140,7 @@ func (r *vmResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequ
 	r.planMMIO(ctx, &plan, &config, state, &resp.Diagnostics)
 	r.planPlacement(ctx, &plan, state, resp)
 	if state != nil {
+		r.planMove(ctx, &plan, state, &resp.Diagnostics)
 		plan.NetworkInterfaces = keepNICMACs(ctx, plan.NetworkInterfaces, config.NetworkInterfaces, state.NetworkInterfaces, &resp.Diagnostics)
 		planDataDisks(ctx, &plan, state, &resp.Diagnostics)
 		if gone, _ := req.Private.GetKey(ctx, privateDomainGone); len(gone) > 0 {
@@ -438,6 +439,18 @@ func (r *vmResource) Read(ctx context.Context, req resource.ReadRequest, resp *r
 	}
 	importing := state.Name.IsNull() || state.Name.IsUnknown()
 	view, err := vmlife.Read(ctx, c, ref, volumeRef(state.OverlayVolume), importing)
+	if errors.Is(err, hosts.ErrDomainNotFound) && !importing {
+		// A move cut off after its define on the new host but before the
+		// state was written: the VM is there.
+		if name, other, ok := r.findMoved(ctx, &state); ok {
+			tflog.Warn(ctx, "VM found on another host of the fleet, where a move left it", map[string]any{"name": ref.Name, "host": name})
+			c, state.Host = other, types.StringNull()
+			if name != "" {
+				state.Host = types.StringValue(name)
+			}
+			view, err = vmlife.Read(ctx, c, ref, volumeRef(state.OverlayVolume), importing)
+		}
+	}
 	if errors.Is(err, hosts.ErrDomainNotFound) || (err == nil && view == nil) || ref.UUID == "" {
 		r.domainGone(ctx, c, &state, resp)
 		return
@@ -533,6 +546,9 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if moving(&plan, &state) && !r.move(ctx, &plan, &state, resp) {
+		return
+	}
 	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
 	r.applyMMIO(ctx, &plan, "Updating VM "+state.Name.ValueString(), &resp.Diagnostics)
 	want, prior := plan.specFrom(ctx, &resp.Diagnostics), state.specFrom(ctx, &resp.Diagnostics)

@@ -44,7 +44,8 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			"to hardware (vCPUs, memory, interfaces, shared folders, PCI devices) are made in place by " +
 			"redefining the domain with the same UUID and restarting it if it runs; a larger `disk.size_gib` grows " +
 			"the boot disk in place, live and without a restart on a running VM, and a smaller one is refused; " +
-			"`data_disks` are hot-plugged on a running VM. " +
+			"`data_disks` are hot-plugged on a running VM. A change of `host` moves the VM cold to the new host, " +
+			"keeping its name, UUID, MAC addresses and disks (see `host_change`). " +
 			"Destroy stops the guest (at once when every disk goes with the VM, else ACPI first and forced off " +
 			"after `shutdown_timeout`; see `destroy_shutdown`), undefines the domain with its NVRAM, and " +
 			"deletes the volumes this resource created and did not keep - never the base image, the seed, an " +
@@ -89,9 +90,31 @@ func vmMachineAttributes(replace, keep, keepOrReplace []planmodifier.String) map
 			Optional: true,
 			Computed: true,
 			Description: "Key of the provider's `hosts` map to create the VM on. Empty means the provider's default " +
-				"connection. Changing it replaces the VM. With `placement`, leave it unset: create chooses the " +
-				"host, `\"\"` for the default connection, and it is known after apply and kept from then on.",
-			PlanModifiers: append([]planmodifier.String{placedHost{}}, replace...),
+				"connection. Changing it moves the VM to the new host in place (see `host_change`): same name, " +
+				"UUID, MAC addresses, disks' contents and data disks; with `host_change = \"replace\"` it " +
+				"replaces the VM instead. With `placement`, leave it unset: create chooses the host, `\"\"` for " +
+				"the default connection, and it is known after apply and kept from then on.",
+			PlanModifiers: []planmodifier.String{placedHost{}, stringplanmodifier.RequiresReplaceIf(hostChangeReplaces,
+				"Replaces the VM when host_change is \"replace\"; otherwise moves it.",
+				"Replaces the VM when `host_change` is `\"replace\"`; otherwise moves it.")},
+		},
+		"host_change": schema.StringAttribute{
+			Optional: true,
+			Computed: true,
+			Default:  stringdefault.StaticString(hostChangeMove),
+			Description: "What a change of `host` does. `move` (default): a cold move, in place: the guest is " +
+				"shut down cleanly, its overlay (flattened onto its base image, so the new host needs no base " +
+				"image), the data disks this resource made and its seed are copied to the new host through the " +
+				"libvirt connections and verified by SHA-256, the domain is defined there from its own XML " +
+				"(everything Kohaku does not model comes along), started if it runs, and only then removed " +
+				"from the old host. Pools keep their names: the new host needs pools of the same names. An " +
+				"interrupted move leaves the VM whole on one host, and the next apply finishes it. The plan " +
+				"refuses a move of a VM with disks Kohaku did not make (an existing `disk.volume` or data disk " +
+				"`volume`) or with `gpus`, `hostdevs`, `mdevs` or placed GPUs, and when the old host cannot be " +
+				"reached. `replace`: destroy the VM and its disks and create it anew on the new host. `live` " +
+				"(migration with the guest running) is not available yet and is refused at plan. Changing " +
+				"`host_change` itself does nothing to the VM.",
+			Validators: []validator.String{stringvalidator.OneOf(hostChangeMove, hostChangeReplace, hostChangeLive)},
 		},
 		"name": schema.StringAttribute{
 			Required: true,

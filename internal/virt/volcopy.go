@@ -1,0 +1,196 @@
+package virt
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+)
+
+// VolumeSource is a host a volume is copied from.
+type VolumeSource interface {
+	VolumeInfo(ctx context.Context, pool, name string) (*VolumeDetail, error)
+	// VolumeLength is the number of bytes a download of the volume gives:
+	// the size of its file (a qcow2's own bytes, not its virtual size).
+	VolumeLength(ctx context.Context, pool, name string) (int64, error)
+	// StreamVolume writes the volume's first length bytes to w.
+	StreamVolume(ctx context.Context, pool, name string, length int64, w io.Writer) error
+}
+
+// VolumeTarget is a host a volume is copied to.
+type VolumeTarget interface {
+	VolumeSource
+	UploadImage(ctx context.Context, up ImageUpload) (*VolumeDetail, error)
+	RemoveVolume(ctx context.Context, pool, name string) error
+}
+
+// Copied is a volume copied and verified.
+type Copied struct {
+	Bytes int64
+	// SHA256 is the hex digest of the bytes read from the source, which
+	// the target's volume, read back, matched.
+	SHA256 string
+}
+
+// ErrBackedVolume refuses to copy an overlay: its bytes mean nothing
+// without its backing file. Flatten it first (FlattenVolume).
+var ErrBackedVolume = errors.New("the volume is an overlay on a backing file")
+
+// CopyVolume copies a standalone volume (raw, or qcow2 without a backing
+// file) from one host to another as its file's bytes: the source's
+// download stream feeds the target's upload through a pipe, so memory
+// stays bounded by the stream packets whatever the size. The bytes are
+// hashed (SHA-256) as the upload takes them; then the target's volume is
+// read back through libvirt and hashed again, so the digest checks what
+// landed in the target pool, not what was sent. A failed or mismatched copy
+// deletes the target volume. The target volume must not exist. The target
+// is made as a raw volume holding the file's bytes, so its host needs no
+// qemu-img; libvirt reads a qcow2's format from the file.
+func CopyVolume(ctx context.Context, src VolumeSource, fromPool, fromName string, dst VolumeTarget, toPool, toName string) (*Copied, error) {
+	info, err := src.VolumeInfo(ctx, fromPool, fromName)
+	if err != nil {
+		return nil, fmt.Errorf("reading source volume %s/%s: %w", fromPool, fromName, err)
+	}
+	if info.BackingPath != "" {
+		return nil, fmt.Errorf("copying %s/%s: %w (%s)", fromPool, fromName, ErrBackedVolume, info.BackingPath)
+	}
+	n, err := src.VolumeLength(ctx, fromPool, fromName)
+	if err != nil {
+		return nil, fmt.Errorf("reading the size of source volume %s/%s: %w", fromPool, fromName, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	sent := sha256.New()
+	downloaded := make(chan error, 1)
+	go func() {
+		err := src.StreamVolume(ctx, fromPool, fromName, n, pw)
+		if err != nil {
+			pw.CloseWithError(err)
+		} else {
+			_ = pw.Close()
+		}
+		downloaded <- err
+	}()
+	// The target volume is made raw and as long as the file, and the file
+	// lands as it is: a qcow2 stays qcow2 (libvirt probes it when the pool
+	// is refreshed), and the target needs no qemu-img to make a qcow2.
+	_, err = dst.UploadImage(ctx, ImageUpload{Pool: toPool, Name: toName, Format: "raw",
+		Capacity: uint64(n), Length: n, Source: io.TeeReader(pr, sent)})
+	_ = pr.CloseWithError(errCopyEnded)
+	if err != nil {
+		cancel() // ends the download, which may wait on the pipe
+	}
+	derr := <-downloaded
+	if err != nil {
+		return nil, fmt.Errorf("copying %s/%s to %s/%s: %w", fromPool, fromName, toPool, toName, err)
+	}
+	if derr != nil {
+		return nil, removeAfter(ctx, dst, toPool, toName, fmt.Errorf("copying %s/%s to %s/%s: reading the source: %w", fromPool, fromName, toPool, toName, derr))
+	}
+	want := hex.EncodeToString(sent.Sum(nil))
+	landed := sha256.New()
+	if err := dst.StreamVolume(ctx, toPool, toName, n, landed); err != nil {
+		return nil, removeAfter(ctx, dst, toPool, toName, fmt.Errorf("verifying %s/%s: reading it back: %w", toPool, toName, err))
+	}
+	if got := hex.EncodeToString(landed.Sum(nil)); got != want {
+		return nil, removeAfter(ctx, dst, toPool, toName, fmt.Errorf("verifying %s/%s: its %d bytes read back hash to sha256:%s, the source's to sha256:%s", toPool, toName, n, got, want))
+	}
+	return &Copied{Bytes: n, SHA256: want}, nil
+}
+
+var errCopyEnded = errors.New("the copy ended")
+
+// removeAfter deletes a failed copy's target volume, on a context the
+// failure has not cancelled.
+func removeAfter(ctx context.Context, dst VolumeTarget, pool, name string, err error) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCallTimeout)
+	defer cancel()
+	if rerr := dst.RemoveVolume(rctx, pool, name); rerr != nil {
+		return fmt.Errorf("%w (and deleting the partial copy failed: %v; delete %s/%s by hand)", err, rerr, pool, name)
+	}
+	return fmt.Errorf("%w (the partial copy was deleted)", err)
+}
+
+// VolumeLength is the size of a volume's file: what a download gives.
+func (c *Client) VolumeLength(ctx context.Context, pool, name string) (int64, error) {
+	var n int64
+	err := c.Call(ctx, fmt.Sprintf("size volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		v, err := lookupVolume(l, p, name)
+		if err != nil {
+			return err
+		}
+		_, _, phys, err := l.StorageVolGetInfoFlags(v, uint32(libvirt.StorageVolGetPhysical))
+		n = int64(phys)
+		return err
+	})
+	return n, err
+}
+
+// StreamVolume writes a volume's first length bytes to w through libvirt's
+// stream API, over a connection of its own (a multi-GiB volume neither
+// holds the shared connection nor runs into the per-call timeout). ctx
+// ends the download by ending that connection.
+func (c *Client) StreamVolume(ctx context.Context, pool, name string, length int64, w io.Writer) error {
+	return c.ownCall(ctx, fmt.Sprintf("download volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		v, err := lookupVolume(l, p, name)
+		if err != nil {
+			return err
+		}
+		cw := &countingWriter{w: w}
+		if err := l.StorageVolDownload(v, cw, 0, uint64(length), 0); err != nil {
+			return err
+		}
+		if cw.n.Load() != length {
+			return fmt.Errorf("the download gave %d bytes, %d expected", cw.n.Load(), length)
+		}
+		return nil
+	})
+}
+
+// ownCall runs fn on a libvirt connection of its own, for calls that take
+// as long as their data (streams, clones): no per-call timeout, ctx ends
+// the connection and with it the call.
+func (c *Client) ownCall(ctx context.Context, op string, fn func(l *libvirt.Libvirt) error) error {
+	td := &trackingDialer{inner: c.dialer.inner}
+	defer func() { c.dialer.rpcs.Add(td.rpcs.Load()) }()
+	lv := libvirt.NewWithDialer(td)
+	c.dials.Add(1)
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			if err := lv.ConnectToURI(libvirt.ConnectURI(c.ep.Name)); err != nil {
+				return &ConnectionError{Endpoint: c.ep, Op: op, Err: err}
+			}
+			return fn(lv)
+		}()
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	c.endConn(lv, td)
+	if err != nil {
+		select {
+		case <-done: //nolint:errcheck // waits for the call to end; err already says why it failed
+		case <-time.After(channelEndTimeout):
+		}
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
