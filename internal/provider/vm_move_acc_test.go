@@ -20,11 +20,13 @@ import (
 
 // A running VM moves cold from the local test host to the nested host (two
 // real libvirtds): the tiny guest, with a boot overlay on a small raw base
-// image and a data disk Kohaku made, each holding a marker. After the
-// move the domain on the nested host has the same UUID and MAC and runs,
-// both volumes read back from the nested host hold their markers (the
-// overlay flattened: no backing file), nothing of the VM is left on the
-// local host, and the next plan is empty.
+// image (a kohaku_image on each host; the VM names its own host's, so
+// disk.image changes with host, as a fleet's VM's does) and a data disk
+// Kohaku made, each holding a marker. After the move the domain on the
+// nested host has the same UUID and MAC and runs, both volumes read back
+// from the nested host hold their markers (the overlay flattened: no
+// backing file), nothing of the VM is left on the local host, and the next
+// plan is empty.
 //
 // The seed belongs to its kohaku_seed, which stays on the local host: the
 // move copies it to the nested host (which lacks it) and the test deletes
@@ -49,19 +51,37 @@ func TestAccVM_moveCold(t *testing.T) {
 		}
 		return out
 	}
-	local("vol-create-as", env.Pool, base, "1M", "--format", "raw")
-	t.Cleanup(func() { _, _ = acctest.Virsh(env.URI, "vol-delete", "--pool", env.Pool, base) })
-	local("vol-upload", "--pool", env.Pool, base, markerFile(t, rootMarker))
+	// A kohaku_image of it on each host: the VM names the one on its own
+	// host (disk.image), so the move changes disk.image with host, which is
+	// the common shape of a fleet's VM and must move, not replace.
+	baseFile := markerFile(t, rootMarker)
 	nested := func(args ...string) (string, error) { return nestedhost.VirshErr(h, args...) }
 	t.Cleanup(func() { _, _ = nested("vol-delete", "--pool", env.Pool, seed) })
 
 	config := func(host string) string {
+		at := "local"
+		if host != "" {
+			at = "nested"
+		}
 		return fmt.Sprintf(`
 provider "kohaku" {
   uri = %[1]q
   hosts = {
     nested = { uri = %[2]q }
   }
+}
+
+resource "kohaku_image" "base_local" {
+  pool   = %[4]q
+  name   = %[9]q
+  source = %[10]q
+}
+
+resource "kohaku_image" "base_nested" {
+  host   = "nested"
+  pool   = %[4]q
+  name   = %[9]q
+  source = %[10]q
 }
 
 resource "kohaku_seed" "s" {
@@ -82,8 +102,7 @@ resource "kohaku_vm" "m" {
   wait_for         = "channel"
   shutdown_timeout = "5s"
   disk = {
-    base_volume = %[9]q
-    base_pool   = %[4]q
+    image       = kohaku_image.base_%[11]s.id
     pool        = %[4]q
     size_gib    = 1
   }
@@ -94,7 +113,7 @@ resource "kohaku_vm" "m" {
     update = "15m"
   }
 }
-`, env.URI, h.URI, seed, env.Pool, host, name, kernel, initrd, base)
+`, env.URI, h.URI, seed, env.Pool, host, name, kernel, initrd, base, baseFile, at)
 	}
 
 	var uuid, mac, overlay string
@@ -102,10 +121,6 @@ resource "kohaku_vm" "m" {
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy: func(s *terraform.State) error {
-			// The base image is the test's, not the VM's.
-			if out, err := acctest.Virsh(env.URI, "vol-delete", "--pool", env.Pool, base); err != nil {
-				return fmt.Errorf("deleting the base image: %v\n%s", err, out)
-			}
 			if err := acctest.CheckNothingLeft(env, prefix)(s); err != nil {
 				return err
 			}
@@ -244,12 +259,14 @@ func prepareNestedForMove(t *testing.T, h *nestedhost.Host, pool, kernel, initrd
 	}
 }
 
-// markerFile is a 512-byte file whose first line is marker.
+// markerFile is a 1 MiB raw disk whose first line is marker (and whose
+// first sector ends in the MBR signature, as a disk image's does).
 func markerFile(t *testing.T, marker string) string {
 	t.Helper()
-	f := filepath.Join(t.TempDir(), "marker")
-	b := make([]byte, 512)
+	f := filepath.Join(t.TempDir(), "marker.raw")
+	b := make([]byte, 1<<20)
 	copy(b, marker+"\n")
+	b[510], b[511] = 0x55, 0xAA
 	if err := os.WriteFile(f, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
