@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/digitalocean/go-libvirt"
 )
@@ -141,7 +140,7 @@ func (c *Client) VolumeLength(ctx context.Context, pool, name string) (int64, er
 // holds the shared connection nor runs into the per-call timeout). ctx
 // ends the download by ending that connection.
 func (c *Client) StreamVolume(ctx context.Context, pool, name string, length int64, w io.Writer) error {
-	return c.ownCall(ctx, fmt.Sprintf("download volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+	return c.ownConn(ctx, fmt.Sprintf("download volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
 		p, err := poolByName(l, pool)
 		if err != nil {
 			return err
@@ -159,38 +158,4 @@ func (c *Client) StreamVolume(ctx context.Context, pool, name string, length int
 		}
 		return nil
 	})
-}
-
-// ownCall runs fn on a libvirt connection of its own, for calls that take
-// as long as their data (streams, clones): no per-call timeout, ctx ends
-// the connection and with it the call.
-func (c *Client) ownCall(ctx context.Context, op string, fn func(l *libvirt.Libvirt) error) error {
-	td := &trackingDialer{inner: c.dialer.inner}
-	defer func() { c.dialer.rpcs.Add(td.rpcs.Load()) }()
-	lv := libvirt.NewWithDialer(td)
-	c.dials.Add(1)
-	done := make(chan error, 1)
-	go func() {
-		done <- func() error {
-			if err := lv.ConnectToURI(libvirt.ConnectURI(c.ep.Name)); err != nil {
-				return &ConnectionError{Endpoint: c.ep, Op: op, Err: err}
-			}
-			return fn(lv)
-		}()
-	}()
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	c.endConn(lv, td)
-	if err != nil {
-		select {
-		case <-done: //nolint:errcheck // waits for the call to end; err already says why it failed
-		case <-time.After(channelEndTimeout):
-		}
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	return nil
 }
