@@ -22,6 +22,8 @@ image_customize() { # $1 = unpacked root tree
 	cat >"$t/etc/cloud/cloud.cfg.d/99-kohaku-testhost.cfg" <<'CFG'
 datasource_list: [ NoCloud, ConfigDrive, None ]
 locale: C.UTF-8
+grub_dpkg:
+  enabled: false
 resize_rootfs: false
 ssh_genkeytypes: [ ed25519, ecdsa ]
 CFG
