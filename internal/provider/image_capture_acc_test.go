@@ -299,6 +299,7 @@ resource "kohaku_vm" %[1]q {
   name        = "%[2]s%[1]s"
   type        = "qemu"
   vcpu        = 1
+  cpu_mode    = "custom"
   memory_mib  = 1024
   kernel      = %[5]q
   initrd      = %[6]q

@@ -249,6 +249,7 @@ resource "kohaku_vm" "test" {
   name       = "%[2]svm"
   type       = "qemu"
   vcpu       = 1
+  cpu_mode   = "custom"
   memory_mib = 1024
   kernel     = %[10]q
   initrd     = %[11]q

@@ -76,6 +76,7 @@ resource "kohaku_vm" %[1]q {
   name       = "%[2]s%[1]s"
   type       = "qemu"
   vcpu       = 1
+  cpu_mode   = "custom"
   memory_mib = %[5]d
   running    = %[6]t
   kernel     = %[7]q
