@@ -170,7 +170,9 @@ func vmMachineAttributes(replace, keep, keepOrReplace []planmodifier.String) map
 				"its own (read back as it is: a domain made without `<cpu>`, or with a model of its own, reads `custom`, " +
 				"and its model, features and cache are kept as they are, also when `custom` is written in the " +
 				"configuration, as generated configuration does). Changed in place: the domain is redefined and, if it " +
-				"runs, restarted.",
+				"runs, restarted. Under `qemu` every instruction is emulated, and `maximum`'s newer ones (AVX2, XSAVE) " +
+				"cost time: for an image that runs on baseline x86-64 (Debian, Ubuntu; not one built for x86-64-v2, such " +
+				"as RHEL 9), `custom` boots it faster (a Debian guest: ready in about four fifths of the time).",
 		},
 	}
 }
