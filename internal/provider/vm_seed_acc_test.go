@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-testing/compare"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
@@ -86,6 +87,61 @@ func TestAccVM_seed(t *testing.T) {
 						return fmt.Errorf("destroying the VM deleted its seed: %v", err)
 					}
 					return nil
+				},
+			},
+		},
+	})
+}
+
+// The documented recipe for a seed content change (the VM guide's
+// replace_triggered_by): the seed's content changes (a new hostname, so a
+// new instance id; re-uploaded in place, same id), the plan replaces the
+// VM that uses it, and the new guest boots on the new content: the tiny
+// guest prints the instance id it finds on its seed, and the replacement
+// became ready (wait_for channel) on the new one.
+func TestAccVM_seedChangeReplaces(t *testing.T) {
+	env := acctest.NewVMEnv(t)
+	prefix := vmTestPrefix(t, env, "rtb")
+	vm := prefix + "vm"
+	config := func(hostname string) string {
+		return providerBlock(env.URI) + tinyGuest(t, env.Pool, "tiny", "test", prefix+"seed.iso", vm, hostname,
+			"  lifecycle {\n    replace_triggered_by = [kohaku_seed.tiny]\n  }\n")
+	}
+	vmID := statecheck.CompareValue(compare.ValuesDiffer())
+	seedID := statecheck.CompareValue(compare.ValuesSame())
+	iid := statecheck.CompareValue(compare.ValuesDiffer())
+	bootedOn := func(s *terraform.State) error {
+		want := s.RootModule().Resources["kohaku_seed.tiny"].Primary.Attributes["instance_id"]
+		got := seedIIDs(t, vm)
+		if want == "" || len(got) == 0 || got[len(got)-1] != want {
+			return fmt.Errorf("the guest's last boot found instance ids %q, want it on the seed's %q", got, want)
+		}
+		return nil
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: protoV6Providers,
+		CheckDestroy:             acctest.CheckNothingLeft(env, prefix),
+		Steps: []resource.TestStep{
+			{
+				Config: config("tiny"),
+				Check:  bootedOn,
+				ConfigStateChecks: []statecheck.StateCheck{
+					vmID.AddStateValue("kohaku_vm.test", tfjsonpath.New("uuid")),
+					seedID.AddStateValue("kohaku_seed.tiny", tfjsonpath.New("id")),
+					iid.AddStateValue("kohaku_seed.tiny", tfjsonpath.New("instance_id")),
+				},
+			},
+			{
+				Config: config("tiny-two"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("kohaku_seed.tiny", plancheck.ResourceActionUpdate),
+					plancheck.ExpectResourceAction("kohaku_vm.test", plancheck.ResourceActionReplace),
+				}},
+				Check: bootedOn,
+				ConfigStateChecks: []statecheck.StateCheck{
+					vmID.AddStateValue("kohaku_vm.test", tfjsonpath.New("uuid")),
+					seedID.AddStateValue("kohaku_seed.tiny", tfjsonpath.New("id")),
+					iid.AddStateValue("kohaku_seed.tiny", tfjsonpath.New("instance_id")),
 				},
 			},
 		},
