@@ -438,10 +438,10 @@ resource "kohaku_image" "zst" {
   checksum_url = %[6]q
 }
 `, env.URI, t.TempDir(), env.Pool, prefix, url, sums)
-	// Each seed writes its generation into the share (the recipe for a seed
-	// content change, replace_triggered_by, is TestAccVM_seedChangeReplaces's,
-	// on the tiny guest).
-	const generation = "      - echo GEN_%[1]s > /shared/generation\n"
+	// Each seed writes a marker of its content into the share (the recipe
+	// for a seed content change, replace_triggered_by, is
+	// TestAccVM_seedChangeReplaces's, on the tiny guest).
+	const generation = "      - echo 1 > /shared/generation\n"
 	// Each VM asks for a 64-bit PCI window larger than QEMU's default of
 	// 32 GiB; the guest reports the root bus's windows from /proc/iomem.
 	mmio64 := map[string]int{"bios": 64, "uefi": 128}
@@ -543,8 +543,7 @@ resource "kohaku_vm" %[1]q {
 	// is an in-place change of the state only, not a new VM.
 	const byID, byName = "image = kohaku_image.%s.id", "base_pool = kohaku_image.%[1]s.pool\n    base_volume = kohaku_image.%[1]s.name"
 	gen := func(uefiDisk string) string {
-		return strings.NewReplacer("GEN_bios", "1", "GEN_uefi", "1",
-			"DISK_bios", fmt.Sprintf(byID, "qcow2"), "DISK_uefi", fmt.Sprintf(uefiDisk, "zst")).Replace(cfg)
+		return strings.NewReplacer("DISK_bios", fmt.Sprintf(byID, "qcow2"), "DISK_uefi", fmt.Sprintf(uefiDisk, "zst")).Replace(cfg)
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
