@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -179,4 +180,73 @@ func otherMetadata(inner string) []string {
 			depth--
 		}
 	}
+}
+
+// SetOwnedVolumes returns domainXML with the volumes Kohaku's metadata
+// records as owned replaced by vols, and every other byte as it was: the
+// rest of Kohaku's element, other tools' metadata and everything outside
+// <metadata>. A domain without Kohaku's element gets one that records only
+// vols. It is for a domain defined from another host's XML (a move), where
+// what this VM owns differs from what it owned there.
+func SetOwnedVolumes(domainXML string, vols []VolumeRef) (string, error) {
+	dec := xml.NewDecoder(strings.NewReader(domainXML))
+	// The byte offsets of <metadata>'s inner XML, or of the whole element
+	// when it is empty (<metadata/>), and of </domain>.
+	depth, inner, innerEnd, domainEnd := 0, -1, -1, -1
+	for innerEnd < 0 && domainEnd < 0 {
+		before := int(dec.InputOffset())
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return "", fmt.Errorf("read the domain's XML: %w", err)
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			depth++
+			if depth == 2 && t.Name.Local == "metadata" && inner < 0 {
+				inner = int(dec.InputOffset())
+				if strings.HasSuffix(domainXML[before:inner], "/>") {
+					// Self-closing: write a whole element in its place.
+					domainXML = domainXML[:before] + "<metadata></metadata>" + domainXML[inner:]
+					return SetOwnedVolumes(domainXML, vols)
+				}
+			}
+		case xml.EndElement:
+			switch {
+			case depth == 2 && t.Name.Local == "metadata" && inner >= 0:
+				innerEnd = before
+			case depth == 1 && t.Name.Local == "domain":
+				domainEnd = before
+			}
+			depth--
+		}
+	}
+	m := &Metadata{}
+	head, tail, others := "", "", ""
+	switch {
+	case innerEnd >= 0:
+		head, tail = domainXML[:inner], domainXML[innerEnd:]
+		got, err := parseMetadata(domainXML[inner:innerEnd])
+		if err != nil {
+			return "", err
+		}
+		if got != nil {
+			m = got
+		}
+		if others, err = withoutKohakuMetadata(domainXML[inner:innerEnd]); err != nil {
+			return "", err
+		}
+	case domainEnd >= 0:
+		head, tail = domainXML[:domainEnd]+"  <metadata>", "</metadata>\n"+domainXML[domainEnd:]
+	default:
+		return "", errors.New("read the domain's XML: no <domain> element")
+	}
+	m.Owner.Volumes = slices.Clone(vols)
+	own, err := marshalMetadata(*m)
+	if err != nil {
+		return "", err
+	}
+	return head + strings.TrimRight(others, " \n\t") + own + tail, nil
 }

@@ -29,8 +29,9 @@ import (
 // plan is empty.
 //
 // The seed belongs to its kohaku_seed, which stays on the local host: the
-// move copies it to the nested host (which lacks it) and the test deletes
-// that copy at the end. Two boots in all: create, and after the move.
+// move copies it to the nested host (which lacks it), that copy is the
+// VM's, and the VM's destroy deletes it there. Two boots in all: create,
+// and after the move.
 func TestAccVM_moveCold(t *testing.T) {
 	env := acctest.NewVMEnv(t)
 	h := nestedhost.Require(t)
@@ -124,8 +125,10 @@ resource "kohaku_vm" "m" {
 			if err := acctest.CheckNothingLeft(env, prefix)(s); err != nil {
 				return err
 			}
-			if out, err := nested("vol-delete", "--pool", env.Pool, seed); err != nil {
-				return fmt.Errorf("the seed's copy on the nested host: %v\n%s", err, out)
+			// The seed's copy the move brought was the VM's: its destroy
+			// deleted it on the nested host.
+			if out, err := nested("vol-info", "--pool", env.Pool, seed); err == nil {
+				return fmt.Errorf("the seed's copy is still on the nested host after destroy:\n%s", out)
 			}
 			left, err := acctest.Leftovers(h.URI, prefix, env.Pool)
 			if err != nil || len(left) > 0 {

@@ -105,7 +105,8 @@ func vmMachineAttributes(replace, keep, keepOrReplace []planmodifier.String) map
 			Description: "What a change of `host` does. `move` (default): a cold move, in place: the guest is " +
 				"shut down cleanly, its overlay (flattened onto its base image, so the new host needs no base " +
 				"image), the data disks this resource made and its seed are copied to the new host through the " +
-				"libvirt connections and verified by SHA-256, the domain is defined there from its own XML " +
+				"libvirt connections and verified by SHA-256 (the seed only when the new host lacks it; that " +
+				"copy is then the VM's, deleted with it), the domain is defined there from its own XML " +
 				"(everything Kohaku does not model comes along), started if it runs, and only then removed " +
 				"from the old host. Pools keep their names: the new host needs pools of the same names. An " +
 				"interrupted move leaves the VM whole on one host, and the next apply finishes it. The plan " +

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,10 +33,16 @@ var _ MoveHost = (*virt.Client)(nil)
 // needs no rewriting).
 type MovedVolume struct {
 	Ref domain.VolumeRef
-	// Shared is a volume the VM uses but does not own (its seed, which a
-	// kohaku_seed owns): copied only when the target lacks it, never
-	// deleted from the source.
+	// Shared is a volume the VM uses but may not own (its seed, which a
+	// kohaku_seed owns): copied only when the target lacks it, and then
+	// recorded in the target's metadata as the VM's own copy, so the VM's
+	// delete removes it there.
 	Shared bool
+	// OwnCopy marks a shared volume that is the VM's own copy on the
+	// source (an earlier move brought it there): deleted from the source
+	// after the move like the VM's other volumes. A shared volume without
+	// it (the kohaku_seed's own) is never deleted from the source.
+	OwnCopy bool
 }
 
 // Moving is a VM to move cold from one host to another.
@@ -123,8 +130,18 @@ func Move(ctx context.Context, src, dst MoveHost, m Moving) (*View, error) {
 			return nil, &MoveError{Step: MoveStepFind, OnTarget: true, Err: fmt.Errorf("reading the source: %w", serr)}
 		}
 		if m.Volumes == nil {
-			if m.Volumes, err = MovedVolumes(tst.XML, m.Overlay); err != nil {
+			// What the VM owned on the source is the source's metadata's
+			// to say; with the source domain gone, its shared volumes are
+			// taken as not its own, so the kohaku_seed's are never deleted.
+			xml, ownCopies := tst.XML, false
+			if serr == nil {
+				xml, ownCopies = st.XML, true
+			}
+			if m.Volumes, err = MovedVolumes(xml, m.Overlay); err != nil {
 				return nil, &MoveError{Step: MoveStepFind, OnTarget: true, Err: err}
+			}
+			for i := range m.Volumes {
+				m.Volumes[i].OwnCopy = m.Volumes[i].OwnCopy && ownCopies
 			}
 		}
 		return finishMove(ctx, src, dst, m, progress)
@@ -156,14 +173,37 @@ func Move(ctx context.Context, src, dst MoveHost, m Moving) (*View, error) {
 	}
 
 	progress(MoveStepCopy)
+	obs, err := domain.Parse(st.XML)
+	if err != nil {
+		return nil, &MoveError{Step: MoveStepCopy, Err: fmt.Errorf("parsing the domain's XML: %w", err)}
+	}
+	var owned []domain.VolumeRef
+	if obs.Metadata != nil {
+		owned = obs.Metadata.Owner.Volumes
+	}
 	for _, v := range m.Volumes {
-		if err := moveVolume(ctx, src, dst, v); err != nil {
+		copied, err := moveVolume(ctx, src, dst, v)
+		if err != nil {
 			return nil, &MoveError{Step: MoveStepCopy, Err: err}
+		}
+		if v.Shared {
+			// The VM owns the copy it brought; one the target had is
+			// someone else's (a kohaku_seed made there).
+			owned = slices.DeleteFunc(slices.Clone(owned), func(o domain.VolumeRef) bool { return o == v.Ref })
+			if copied {
+				owned = append(owned, v.Ref)
+			}
+		}
+	}
+	xml := st.XML
+	if obs.Metadata == nil || !slices.Equal(owned, obs.Metadata.Owner.Volumes) {
+		if xml, err = domain.SetOwnedVolumes(xml, owned); err != nil {
+			return nil, &MoveError{Step: MoveStepCopy, Err: fmt.Errorf("recording the volumes the VM owns on the target: %w", err)}
 		}
 	}
 
 	progress(MoveStepDefine)
-	ref, err := dst.DefineDomain(ctx, m.Ref.Name, st.XML)
+	ref, err := dst.DefineDomain(ctx, m.Ref.Name, xml)
 	if err != nil {
 		return nil, &MoveError{Step: MoveStepDefine, Err: err}
 	}
@@ -214,7 +254,7 @@ func finishMove(ctx context.Context, src, dst MoveHost, m Moving, progress func(
 		return fail(MoveStepCleanup, err)
 	}
 	for _, v := range m.Volumes {
-		if v.Shared {
+		if v.Shared && !v.OwnCopy {
 			continue
 		}
 		for _, name := range []string{v.Ref.Volume + flatSuffix, v.Ref.Volume} {
@@ -251,19 +291,25 @@ func distinctHosts(ctx context.Context, src, dst MoveHost) error {
 
 // moveVolume brings one volume to the target: whatever an earlier try left
 // there is deleted, an overlay is flattened on the source into a
-// standalone copy, and the copy is verified (virt.CopyVolume).
-func moveVolume(ctx context.Context, src, dst MoveHost, v MovedVolume) error {
+// standalone copy, and the copy is verified (virt.CopyVolume). copied is
+// false for a shared volume the target already had.
+func moveVolume(ctx context.Context, src, dst MoveHost, v MovedVolume) (copied bool, err error) {
 	pool, name := v.Ref.Pool, v.Ref.Volume
 	if v.Shared {
 		switch _, err := dst.VolumeInfo(ctx, pool, name); {
 		case err == nil:
-			return nil // the target has its own (a kohaku_seed made there)
+			return false, nil // the target has its own (a kohaku_seed made there)
 		case !errors.Is(err, virt.ErrNotFound):
-			return fmt.Errorf("looking for %s/%s on the target: %w", pool, name, err)
+			return false, fmt.Errorf("looking for %s/%s on the target: %w", pool, name, err)
 		}
 	} else if err := dst.RemoveVolume(ctx, pool, name); err != nil {
-		return fmt.Errorf("deleting what an earlier move left of %s/%s on the target: %w", pool, name, err)
+		return false, fmt.Errorf("deleting what an earlier move left of %s/%s on the target: %w", pool, name, err)
 	}
+	return true, copyVolume(ctx, src, dst, pool, name)
+}
+
+// copyVolume copies pool/name from src to dst, flattening an overlay first.
+func copyVolume(ctx context.Context, src, dst MoveHost, pool, name string) error {
 	info, err := src.VolumeInfo(ctx, pool, name)
 	if err != nil {
 		return fmt.Errorf("reading %s/%s on the source: %w", pool, name, err)
@@ -342,7 +388,8 @@ func MovedVolumes(xml string, overlay *domain.VolumeRef) ([]MovedVolume, error) 
 			"(host_change = \"replace\")", strings.Join(foreign, ", "))
 	}
 	if s := obs.Spec.Seed; s != nil && s.Volume != "" {
-		out = append(out, MovedVolume{Ref: domain.VolumeRef{Pool: s.Pool, Volume: s.Volume}, Shared: true})
+		v := domain.VolumeRef{Pool: s.Pool, Volume: s.Volume}
+		out = append(out, MovedVolume{Ref: v, Shared: true, OwnCopy: ContainsVolume(owned, v)})
 	}
 	return out, nil
 }

@@ -420,3 +420,68 @@ func TestMoveRefusesOneHostReachedTwoWays(t *testing.T) {
 		t.Fatalf("ops before the refusal: source %q, target %q", src.ops, dst.ops)
 	}
 }
+
+// The seed's copy a move brings is the VM's on the target: its metadata
+// records it, a Read does not take it for the overlay, and the VM's Delete
+// removes it there, while the kohaku_seed's own on the source stays. A move
+// back to a host with the kohaku_seed's own keeps that one and deletes the
+// copy from the host it leaves.
+func TestMoveOwnsTheSeedCopyItBrings(t *testing.T) {
+	t.Parallel()
+	src, dst := newMoveFake(), newMoveFake()
+	m := movingVM(src)
+	m.Volumes = nil // read from the domain, as the provider does
+	m.Overlay = &domain.VolumeRef{Pool: "default", Volume: "web.qcow2"}
+	xml, err := domain.SetOwnedVolumes(src.domains["web"].xml, []domain.VolumeRef{*m.Overlay, {Pool: "default", Volume: "web-data"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.domains["web"].xml = xml
+	if _, err := Move(context.Background(), src, dst, m); err != nil {
+		t.Fatal(err)
+	}
+	seed := domain.VolumeRef{Pool: "default", Volume: "web-seed.iso"}
+	view, err := Read(context.Background(), dst, m.Ref, m.Overlay, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ContainsVolume(view.Owned, seed) || view.Overlay == nil || *view.Overlay != *m.Overlay {
+		t.Fatalf("after the move the target owns %v with overlay %v: want the seed's copy owned, the overlay unchanged", view.Owned, view.Overlay)
+	}
+	if string(src.data["default/web-seed.iso"]) != "cidata" {
+		t.Fatal("the kohaku_seed's own seed left the source")
+	}
+
+	// Back to the first host, which has the kohaku_seed's own seed.
+	back := m
+	back.Volumes = nil
+	if _, err := Move(context.Background(), dst, src, back); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := dst.volumes["default/web-seed.iso"]; ok {
+		t.Error("the seed's copy stayed on the host the VM left")
+	}
+	view, err = Read(context.Background(), src, m.Ref, m.Overlay, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ContainsVolume(view.Owned, seed) {
+		t.Errorf("back home the VM owns the kohaku_seed's own seed: %v", view.Owned)
+	}
+
+	// Away again, then destroyed there: nothing of it stays on the target.
+	again := m
+	again.Volumes = nil
+	if _, err := Move(context.Background(), src, dst, again); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Delete(context.Background(), dst, Doomed{Ref: m.Ref, Overlay: m.Overlay}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(dst.contents()); got != "" {
+		t.Errorf("after the delete the target holds\n%s", got)
+	}
+	if string(src.data["default/web-seed.iso"]) != "cidata" {
+		t.Error("the kohaku_seed's own seed was deleted")
+	}
+}

@@ -67,9 +67,11 @@ func Read(ctx context.Context, h Host, ref virt.DomainRef, overlay *domain.Volum
 		}
 	}
 	if v.Overlay == nil {
-		// Not a data disk's volume, which the metadata records too.
+		// Not a data disk's volume, which the metadata records too, nor
+		// the seed's copy a move brought along.
 		for _, o := range v.Owned {
-			if !slices.ContainsFunc(obs.Spec.DataDisks, func(d domain.DataDisk) bool { return d.Pool == o.Pool && d.Volume == o.Volume }) {
+			seed := obs.Spec.Seed != nil && obs.Spec.Seed.Pool == o.Pool && obs.Spec.Seed.Volume == o.Volume
+			if !seed && !slices.ContainsFunc(obs.Spec.DataDisks, func(d domain.DataDisk) bool { return d.Pool == o.Pool && d.Volume == o.Volume }) {
 				v.Overlay = &o
 				break
 			}

@@ -241,6 +241,12 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	restart := DefinitionChanged(wantHW, priorHW, planned, view.Observed.Spec.Hostdevs)
 	owned := ownedVolumes(view.Overlay, ch.NewDisks)
 	ownedBefore := view.Owned
+	if s := view.Observed.Spec.Seed; s != nil {
+		// The seed's copy a move brought: the VM's to delete, still.
+		if v := (domain.VolumeRef{Pool: s.Pool, Volume: s.Volume}); ContainsVolume(ownedBefore, v) && !ContainsVolume(owned, v) {
+			owned = append(owned, v)
+		}
+	}
 	if view.Status.Active && !diff.empty() {
 		if err := hotplug(steady, h, ch.Ref, view.Status.XML, diff); err != nil {
 			var se *StepError
