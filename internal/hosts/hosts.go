@@ -12,6 +12,7 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/netpool"
 	"github.com/kohaku/terraform-provider-kohaku/internal/ready"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seedlife"
+	"github.com/kohaku/terraform-provider-kohaku/internal/snapshot"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
@@ -112,6 +113,7 @@ type Host interface {
 	imagelife.CopySource
 	imagelife.CopyTarget
 	capture.Host
+	snapshot.Host
 	ready.Agent
 	capacity.Conn
 	netpool.PoolHost

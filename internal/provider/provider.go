@@ -402,6 +402,7 @@ func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource
 		newImageResourceWithIdentity,
 		newImageCaptureResource,
 		newImageCopyResource,
+		newSnapshotResource,
 		newMdevResourceWithIdentity,
 		newPoolResourceWithIdentity,
 		newNetworkResourceWithIdentity,

@@ -15,5 +15,6 @@ func (p *kohakuProvider) Actions(_ context.Context) []func() action.Action {
 	return []func() action.Action{
 		newVMPowerAction,
 		newGPUResetAction,
+		newVMRevertAction,
 	}
 }

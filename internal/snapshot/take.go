@@ -142,3 +142,30 @@ func Delete(ctx context.Context, h Host, copies []Copy) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Open reads the snapshot name of the VM vm as the host has it, for an
+// import: the copies of the VM's disks that exist, each read back for its
+// digest. A disk without a copy is an error.
+func Open(ctx context.Context, h Host, vm, name string) (*Snapshot, error) {
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	t, err := Find(ctx, h, vm)
+	if err != nil {
+		return nil, err
+	}
+	out := &Snapshot{VM: t.VM, Name: name, Consistency: ConsistencyPoweredOff}
+	for _, d := range t.Disks {
+		snap := SnapVolume(d.Volume, name)
+		vol, err := h.VolumeInfo(ctx, d.Pool, snap)
+		if err != nil {
+			return nil, fmt.Errorf("the snapshot %q of %s's %s disk (%s/%s): %w", name, t.VM.Name, d.Disk, d.Pool, snap, err)
+		}
+		dg, err := h.HashVolume(ctx, d.Pool, snap)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s/%s for its digest: %w", d.Pool, snap, err)
+		}
+		out.Copies = append(out.Copies, Copy{Disk: d, Snapshot: snap, Path: vol.Path, CapacityBytes: vol.CapacityBytes, Digest: dg})
+	}
+	return out, nil
+}
