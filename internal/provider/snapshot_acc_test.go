@@ -61,13 +61,16 @@ action "kohaku_vm_revert" "src" {
 // first back after the revert. The copies are standalone qcow2 volumes
 // whose files hash to the recorded sha256; the VM is not started (it was
 // off), its plan is empty afterwards. Refused at plan time, changing
-// nothing: a revert of another VM to the snapshot, a snapshot of a VM with
-// a data disk Kohaku did not make (naming it), and of a running VM.
-// Destroy leaves no volume.
+// nothing: a revert of another VM to the snapshot, and a snapshot of a VM
+// with a data disk Kohaku did not make (naming it). A running VM whose
+// guest agent does not answer is snapshotted through libvirt's backup job
+// and keeps running; the snapshot is crash-consistent, with a warning, a
+// standalone qcow2 holding the disk. Destroy leaves no volume.
 //
-// Not proven here: snapshots of running VMs (not supported yet), and the
-// revert's interruption at each step (internal/snapshot's unit tests).
-func TestAccSnapshot_stoppedRevert(t *testing.T) {
+// Not proven here: the freeze through a real guest agent (quiesced; the
+// VMs boot no OS), and the interruption of a revert or a backup at each
+// step (internal/snapshot's unit tests).
+func TestAccSnapshot_revertAndLive(t *testing.T) {
 	acctest.NeedTerraformAtLeast(t, 1, 14, "The kohaku_vm_revert action")
 	env := acctest.NewVMEnv(t)
 	for _, tool := range []string{"qemu-img", "qemu-io"} {
@@ -176,12 +179,6 @@ resource "kohaku_snapshot" "foreign" {
   name = "x"
 }
 `, prefix + "users.qcow2, which Kohaku did not make"},
-		{"a running VM", `
-resource "kohaku_snapshot" "busy" {
-  vm   = kohaku_vm.busy.id
-  name = "x"
-}
-`, "VM is running"},
 	} {
 		w.Write(snapshotConfig(t, env, prefix, snapshotResources+c.extra))
 		args := []string{"plan", "-input=false"}
@@ -199,10 +196,90 @@ resource "kohaku_snapshot" "busy" {
 		t.Errorf("the refused revert changed %sother: %s", prefix, got)
 	}
 
+	// A running VM whose guest agent does not answer (it has the channel;
+	// the kernel it boots runs no agent): copied through libvirt's backup
+	// job while it runs on, crash-consistent, with a warning.
+	w.Write(snapshotConfig(t, env, prefix, snapshotResources+`
+resource "kohaku_snapshot" "busy" {
+  vm   = kohaku_vm.busy.id
+  name = "live"
+}
+`))
+	out = w.Must("apply", "-auto-approve", "-input=false")
+	t.Logf("the running VM's snapshot:\n%s", out)
+	if !strings.Contains(strings.Join(strings.Fields(out), " "), "the snapshot is crash-consistent, as after a power cut") {
+		t.Errorf("the snapshot of a running VM whose agent does not answer did not warn:\n%s", out)
+	}
+	if got, err := acctest.Virsh(env.URI, "domstate", prefix+"busy"); err != nil || got != "running" {
+		t.Errorf("%sbusy is %q (%v) after its snapshot, want running", prefix, got, err)
+	}
+	for _, r := range w.State() {
+		if r.Address != "kohaku_snapshot.busy" {
+			continue
+		}
+		if r.Values["consistency"] != "crash_consistent" {
+			t.Errorf("kohaku_snapshot.busy's consistency is %v", r.Values["consistency"])
+		}
+		disks, _ := r.Values["disks"].([]any)
+		if len(disks) != 1 {
+			t.Fatalf("kohaku_snapshot.busy records %v", r.Values["disks"])
+		}
+		d, _ := disks[0].(map[string]any)
+		p, err := acctest.Virsh(env.URI, "vol-path", "--pool", env.Pool, d["snapshot_volume"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := standaloneQcow2(p); err != nil {
+			t.Error(err)
+		}
+		if got, err := fileDigest(p); err != nil || got != d["sha256"] {
+			t.Errorf("%s hashes to %s (%v), the snapshot recorded %v", p, got, err, d["sha256"])
+		}
+		// The copy holds the base image: the running guest boots a kernel
+		// and never writes its disk.
+		base, err := acctest.Virsh(env.URI, "vol-path", "--pool", env.ImagePool, env.Base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("qemu-img", "compare", "-U", base, p).CombinedOutput(); err != nil {
+			t.Errorf("qemu-img compare base %s: %v: %s", p, err, out)
+		}
+	}
+	if out, err := w.Run("plan", "-detailed-exitcode", "-input=false"); err != nil {
+		t.Errorf("the plan after the running VM's snapshot is not empty (%v):\n%s", err, out)
+	}
+
+	// Its revert needs it shut down, which it does not do when asked (it
+	// ignores ACPI): never forced, it keeps running and nothing changes.
+	w.Write(snapshotConfig(t, env, prefix, snapshotResources+`
+resource "kohaku_snapshot" "busy" {
+  vm   = kohaku_vm.busy.id
+  name = "live"
+}
+
+action "kohaku_vm_revert" "busy" {
+  config {
+    vm               = kohaku_vm.busy.id
+    snapshot         = kohaku_snapshot.busy.id
+    shutdown_timeout = "5s"
+  }
+}
+`))
+	out, err = w.Run("apply", "-auto-approve", "-input=false", "-invoke=action.kohaku_vm_revert.busy")
+	if err == nil || !strings.Contains(strings.Join(strings.Fields(out), " "), "was not forced off: it is still running and nothing was changed") {
+		t.Errorf("the revert of a VM that does not power off did not fail saying nothing changed (err %v):\n%s", err, out)
+	}
+	if got, err := acctest.Virsh(env.URI, "domstate", prefix+"busy"); err != nil || got != "running" {
+		t.Errorf("%sbusy is %q (%v) after the refused revert, want running", prefix, got, err)
+	}
+	if vols, err := acctest.Virsh(env.URI, "vol-list", env.Pool); err != nil || strings.Contains(vols, ".kohaku-revert") {
+		t.Errorf("the refused revert staged copies (%v):\n%s", err, vols)
+	}
+
 	w.Write(snapshotConfig(t, env, prefix, snapshotResources))
 	w.Must("destroy", "-auto-approve", "-input=false")
 	vols, err = acctest.Virsh(env.URI, "vol-list", env.Pool)
-	if err != nil || strings.Contains(vols, prefix+"src") || strings.Contains(vols, prefix+"other") {
+	if err != nil || strings.Count(vols, prefix) != strings.Count(vols, prefix+"users.qcow2") { // the user's volume, which the cleanup deletes
 		t.Errorf("destroy left volumes (%v):\n%s", err, vols)
 	}
 }

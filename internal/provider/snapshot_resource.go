@@ -112,16 +112,18 @@ func (r *snapshotResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
 	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
 	resp.Schema = schema.Schema{
-		Description: "A snapshot of a stopped VM's disks, kept on its host: a standalone qcow2 copy of each disk " +
-			"the VM owns (its boot overlay, base image merged in, and the data disks Kohaku made for it with " +
-			"`size_gib` and `keep = false`), named `<disk volume>.snap-<name>` in the disk's own pool. " +
-			"`kohaku_vm_revert` returns the VM's disks to it.\n\n" +
-			"The VM must be shut off (`running = false`, or after the `kohaku_vm_power` action's `shutdown`): " +
-			"its disks then hold what the guest wrote before it powered off, so the snapshot is consistent " +
-			"without a guest agent (`consistency = \"powered_off\"`). A running VM is refused at plan time when " +
-			"it exists already, else at create; snapshots of running VMs are not supported yet. A VM with a disk " +
-			"Kohaku did not make (an existing `disk.volume`, a data disk given by `volume` or kept, a file given " +
-			"by path, a disk added by hand) or a raw disk is refused the same way, naming each such disk.\n\n" +
+		Description: "A snapshot of a VM's disks, kept on its host: a standalone qcow2 copy of each disk the VM " +
+			"owns (its boot overlay, base image merged in, and the data disks Kohaku made for it with `size_gib` " +
+			"and `keep = false`), named `<disk volume>.snap-<name>` in the disk's own pool. `kohaku_vm_revert` " +
+			"returns the VM's disks to it.\n\n" +
+			"A shut-off VM's disks are copied as they are (`consistency = \"powered_off\"`). A running VM keeps " +
+			"running: libvirt's backup job copies every disk as it was at one moment, with the guest's file systems " +
+			"frozen through the QEMU guest agent (`guest-fsfreeze`) just before that moment and thawed right after " +
+			"(`quiesced`); a VM without the guest agent channel, or whose agent does not answer, is copied without " +
+			"the freeze (`crash_consistent`, with a warning). A host whose libvirt cannot back up a running VM " +
+			"fails the create, saying to snapshot the VM shut off. A VM with a disk Kohaku did not make (an " +
+			"existing `disk.volume`, a data disk given by `volume` or kept, a file given by path, a disk added by " +
+			"hand) or a raw disk is refused, at plan time when the VM exists already, naming each such disk.\n\n" +
 			"The snapshot is taken once: later changes to the VM, which Kohaku makes in place, leave it as it " +
 			"is, and `terraform apply -replace` takes it again. Destroy deletes its volumes. A snapshot and its " +
 			"VM are independent: destroying the VM destroys its snapshots first when they reference it (as " +
@@ -175,7 +177,10 @@ func (r *snapshotResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 				Computed: true, PlanModifiers: keep,
 				Description: "How consistent the copies are with one another and with the guest's file systems: " +
 					"`powered_off`, the VM was shut off while they were made, so they hold what the guest wrote " +
-					"before it powered off.",
+					"before it powered off; `quiesced`, the VM ran and its file systems were frozen through the guest " +
+					"agent at the moment copied, so what the guest had written was flushed; `crash_consistent`, the VM " +
+					"ran without a freeze, so the disks are as after a power cut at that moment (journaling file " +
+					"systems recover; what the guest had not written out is missing). Null for an imported snapshot.",
 			},
 			"created_at": schema.StringAttribute{
 				Computed: true, PlanModifiers: keep,
@@ -214,12 +219,11 @@ func (r *snapshotResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	switch {
 	case errors.Is(err, snapshot.ErrNotSnapshottable):
 		resp.Diagnostics.AddAttributeError(path.Root("vm"), "VM cannot be snapshotted", sentence(err))
-	case err == nil && t.Running():
-		resp.Diagnostics.AddAttributeError(path.Root("vm"), "VM is running", fmt.Sprintf("%s is %s. Kohaku snapshots "+
-			"a VM that is shut off, whose disks then hold what the guest wrote before it powered off: set its "+
-			"running = false and apply that first, or shut it down with the kohaku_vm_power action, then take the "+
-			"snapshot. Snapshots of running VMs (through libvirt's backup API, frozen through the guest agent) "+
-			"are not supported yet.", t.VM.Name, t.State))
+	case err == nil && t.Running() && !t.Agent:
+		resp.Diagnostics.AddAttributeWarning(path.Root("vm"), "Snapshot will be crash-consistent", fmt.Sprintf("%s is "+
+			"%s and has no guest agent channel, so its file systems cannot be frozen for the snapshot: it will be "+
+			"crash-consistent, as after a power cut (what the guest had not written out is missing). Give the VM "+
+			"the guest agent (guest_agent and qemu-guest-agent in the guest), or snapshot it shut off.", t.VM.Name, t.State))
 	}
 }
 
@@ -240,13 +244,16 @@ func (r *snapshotResource) Create(ctx context.Context, req resource.CreateReques
 		VM: vm, Name: name,
 		Progress: func(line string) { tflog.Info(ctx, "snapshot: "+line, map[string]any{"vm": vm, "snapshot": name}) },
 	})
-	if errors.Is(err, snapshot.ErrNotSnapshottable) || errors.Is(err, snapshot.ErrRunning) {
+	if errors.Is(err, snapshot.ErrNotSnapshottable) {
 		resp.Diagnostics.AddAttributeError(path.Root("vm"), "VM cannot be snapshotted", sentence(err)+" Nothing was changed.")
 		return
 	}
 	if err != nil {
 		addError(&resp.Diagnostics, fmt.Sprintf("Taking snapshot %q of VM %s", name, vm), err)
 		return
+	}
+	for _, w := range s.Warnings {
+		resp.Diagnostics.AddAttributeWarning(path.Root("vm"), "Snapshot "+name+" of "+s.VM.Name+" is crash-consistent", w)
 	}
 	plan.CreatedAt = types.StringValue(time.Now().UTC().Format(time.RFC3339))
 	plan.set(s)
@@ -258,6 +265,9 @@ func (m *snapshotModel) set(s *snapshot.Snapshot) {
 	m.ID = types.StringValue(snapshotID(m.Host.ValueString(), s.VM.UUID, s.Name))
 	m.VMUUID = types.StringValue(s.VM.UUID)
 	m.Consistency = types.StringValue(s.Consistency)
+	if s.Consistency == "" {
+		m.Consistency = types.StringNull() // imported: the host does not say
+	}
 	var disks []attr.Value
 	for _, c := range s.Copies {
 		disks = append(disks, types.ObjectValueMust(snapshotDiskType.AttrTypes, map[string]attr.Value{

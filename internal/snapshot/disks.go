@@ -23,6 +23,12 @@ type Host interface {
 	FlattenVolume(ctx context.Context, srcPool, srcName, pool, name string) (*virt.VolumeDetail, error)
 	HashVolume(ctx context.Context, pool, name string) (virt.ImageDigest, error)
 	DeleteVolume(ctx context.Context, pool, name string) error
+	// A running VM's disks are copied by libvirt's backup job, with the
+	// guest's file systems frozen through its agent as the job begins.
+	FreezeFilesystems(ctx context.Context, ref virt.DomainRef) (int, error)
+	ThawFilesystems(ctx context.Context, ref virt.DomainRef) error
+	BeginBackup(ctx context.Context, ref virt.DomainRef, targets []virt.BackupTarget) error
+	WaitBackup(ctx context.Context, ref virt.DomainRef, targets []virt.BackupTarget, progress func(done, total uint64)) ([]*virt.VolumeDetail, error)
 }
 
 var _ Host = (*virt.Client)(nil)
@@ -32,10 +38,6 @@ var _ Host = (*virt.Client)(nil)
 // disk, a file or block device given by path, a disk added by hand), or no
 // disk at all.
 var ErrNotSnapshottable = errors.New("the VM's disks cannot be snapshotted")
-
-// ErrRunning is wrapped by the error of a snapshot of a VM that is not
-// shut off: only a stopped VM's disks are copied.
-var ErrRunning = errors.New("the VM is running")
 
 // ErrOtherVM is wrapped by the error of a revert to a snapshot taken of
 // another VM.
@@ -73,6 +75,8 @@ type Target struct {
 	VM    virt.DomainRef
 	State string
 	Disks []Disk
+	// Agent is whether the domain has a guest agent channel.
+	Agent bool
 }
 
 // Running reports whether the VM is not shut off.
@@ -103,6 +107,11 @@ func Find(ctx context.Context, h Host, vm string) (*Target, error) {
 		owned = obs.Metadata.Owner.Volumes
 	}
 	t := &Target{VM: ref, State: state}
+	for _, ch := range obs.Channels {
+		if ch.Name == domain.GuestAgentChannel {
+			t.Agent = true
+		}
+	}
 	var refused []string
 	check := func(disk string, src domain.Source, format domain.DiskFormat) {
 		switch {

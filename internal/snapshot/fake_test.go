@@ -30,6 +30,16 @@ type fakeHost struct {
 	cancel    context.CancelFunc
 	// starts records, for each start, the disks' contents.
 	starts []string
+	// freezeErr is what the guest agent's freeze answers.
+	freezeErr error
+	// frozen is whether the guest's file systems are frozen now.
+	frozen bool
+	// backup is the targets of the running backup job.
+	backup []virt.BackupTarget
+	// duringBackup runs while the job copies (the guest writing on).
+	duringBackup func()
+	// snapAt is what each backup target got: the disks as the job began.
+	snapAt map[string]string
 }
 
 const (
@@ -140,6 +150,8 @@ func (h *fakeHost) ReadDomain(_ context.Context, ref virt.DomainRef) (*virt.Doma
 	return &virt.DomainStatus{DomainRef: ref, XML: h.xml}, nil
 }
 
+const agentChan = `<channel type="unix"><target type="virtio" name="org.qemu.guest_agent.0"/></channel>`
+
 func (h *fakeHost) VolumeInfo(_ context.Context, pool, name string) (*virt.VolumeDetail, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -198,3 +210,71 @@ func (h *fakeHost) DeleteVolume(ctx context.Context, pool, name string) error {
 }
 
 func virtRef() virt.DomainRef { return virt.DomainRef{UUID: uuid, Name: "src"} }
+
+func (h *fakeHost) FreezeFilesystems(ctx context.Context, _ virt.DomainRef) (int, error) {
+	if err := h.step(ctx, "freeze"); err != nil {
+		return 0, err
+	}
+	if h.freezeErr != nil {
+		return 0, h.freezeErr
+	}
+	h.frozen = true
+	return 2, nil
+}
+
+func (h *fakeHost) ThawFilesystems(ctx context.Context, _ virt.DomainRef) error {
+	if err := h.step(ctx, "thaw"); err != nil {
+		return err
+	}
+	h.frozen = false
+	return nil
+}
+
+// BeginBackup records what each target will hold: its disk as it is now.
+func (h *fakeHost) BeginBackup(ctx context.Context, _ virt.DomainRef, targets []virt.BackupTarget) error {
+	if err := h.step(ctx, "backup begin"); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.snapAt = map[string]string{}
+	for _, t := range targets {
+		if _, ok := h.vols[t.Pool+"/"+t.Name]; ok {
+			return &virt.VolumeExistsError{Pool: t.Pool, Name: t.Name}
+		}
+		src := "vms/src-root.qcow2"
+		if t.Disk != "vda" {
+			src = strings.TrimPrefix(t.Disk, "/") // the fake's paths are /<pool>/<name>
+		}
+		h.snapAt[t.Pool+"/"+t.Name] = h.vols[src]
+		if h.frozen {
+			h.snapAt[t.Pool+"/"+t.Name] += "+frozen"
+		}
+	}
+	h.backup = targets
+	return nil
+}
+
+// WaitBackup lands the targets, or, when ctx has ended or a step fails,
+// aborts the job and deletes them.
+func (h *fakeHost) WaitBackup(ctx context.Context, _ virt.DomainRef, targets []virt.BackupTarget, progress func(done, total uint64)) ([]*virt.VolumeDetail, error) {
+	if h.duringBackup != nil {
+		h.duringBackup()
+	}
+	err := h.step(ctx, "backup wait")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.backup = nil
+	if err != nil {
+		for _, t := range targets {
+			delete(h.vols, t.Pool+"/"+t.Name)
+		}
+		return nil, err
+	}
+	var out []*virt.VolumeDetail
+	for _, t := range targets {
+		h.vols[t.Pool+"/"+t.Name] = h.snapAt[t.Pool+"/"+t.Name]
+		out = append(out, &virt.VolumeDetail{Pool: t.Pool, Name: t.Name, Path: "/" + t.Pool + "/" + t.Name, Format: "qcow2", CapacityBytes: 1 << 30})
+	}
+	return out, nil
+}

@@ -48,17 +48,6 @@ func TestTakeCopiesEveryDiskOfAStoppedVM(t *testing.T) {
 	}
 }
 
-func TestTakeRefusesARunningVM(t *testing.T) {
-	h := newHost("running")
-	_, err := Take(context.Background(), h, TakeRequest{VM: "src", Name: "one"})
-	if !errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), "running = false") {
-		t.Fatalf("err = %v, want ErrRunning naming running = false", err)
-	}
-	if len(h.calls) != 0 {
-		t.Errorf("a refused snapshot changed something: %v", h.calls)
-	}
-}
-
 func TestFindRefusesDisksKohakuDidNotMake(t *testing.T) {
 	h := newHost("shut off")
 	h.xml = vmXML(bootDisk + dataDisk +

@@ -4,14 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
-// ConsistencyPoweredOff is a snapshot of a VM that was shut off while its
-// disks were copied: consistent as the guest left them when it powered
-// off, with no guest agent involved.
-const ConsistencyPoweredOff = "powered_off"
+// How consistent a snapshot's copies are.
+const (
+	// ConsistencyPoweredOff is a snapshot of a VM that was shut off while
+	// its disks were copied: consistent as the guest left them when it
+	// powered off, with no guest agent involved.
+	ConsistencyPoweredOff = "powered_off"
+	// ConsistencyQuiesced is a snapshot of a running VM taken with its file
+	// systems frozen through the guest agent: every disk at the same
+	// moment, with what the guest had written flushed.
+	ConsistencyQuiesced = "quiesced"
+	// ConsistencyCrash is a snapshot of a running VM whose agent did not
+	// freeze its file systems: every disk at the same moment, as after a
+	// power cut (journaling file systems recover; data the guest had not
+	// written out is missing).
+	ConsistencyCrash = "crash_consistent"
+)
+
+// thawTimeout bounds the thaw, which runs whatever became of the context.
+const thawTimeout = 30 * time.Second
 
 // TakeRequest is one snapshot to make.
 type TakeRequest struct {
@@ -37,6 +53,9 @@ type Snapshot struct {
 	Name        string
 	Copies      []Copy
 	Consistency string
+	// Warnings are for the user: a running VM copied without its file
+	// systems frozen.
+	Warnings []string
 }
 
 // StepError is a step that failed. A snapshot that fails leaves no volume
@@ -49,12 +68,14 @@ type StepError struct {
 func (e *StepError) Error() string { return e.Step + ": " + e.Err.Error() }
 func (e *StepError) Unwrap() error { return e.Err }
 
-// Take copies every disk of a shut-off VM into a standalone qcow2 volume
-// beside it (SnapVolume), with its base image merged in, and reads each
-// copy back for its digest. A running VM is refused (ErrRunning), as is one
-// with a disk Kohaku did not make (ErrNotSnapshottable). A volume of a
-// copy's name that exists already is never overwritten. A failure, or a VM
-// started while its disks were copied, deletes the copies made.
+// Take copies every disk of a VM into a standalone qcow2 volume beside it
+// (SnapVolume), with its base image merged in, and reads each copy back
+// for its digest. A shut-off VM's disks are copied as they are
+// (ConsistencyPoweredOff); a running VM's through libvirt's backup job
+// (takeRunning). A VM with a disk Kohaku did not make is refused
+// (ErrNotSnapshottable). A volume of a copy's name that exists already is
+// never overwritten. A failure, or a stopped VM started while its disks
+// were copied, deletes the copies made.
 func Take(ctx context.Context, h Host, req TakeRequest) (*Snapshot, error) {
 	if err := CheckName(req.Name); err != nil {
 		return nil, &StepError{Step: "check the name", Err: err}
@@ -64,7 +85,7 @@ func Take(ctx context.Context, h Host, req TakeRequest) (*Snapshot, error) {
 		return nil, &StepError{Step: "find the VM's disks", Err: err}
 	}
 	if t.Running() {
-		return nil, &StepError{Step: "check the VM is shut off", Err: runningErr(t)}
+		return takeRunning(ctx, h, t, req)
 	}
 	out := &Snapshot{VM: t.VM, Name: req.Name, Consistency: ConsistencyPoweredOff}
 	fail := func(step string, err error) (*Snapshot, error) {
@@ -109,11 +130,111 @@ func Take(ctx context.Context, h Host, req TakeRequest) (*Snapshot, error) {
 	return out, nil
 }
 
-func runningErr(t *Target) error {
-	return fmt.Errorf("%w: %s is %s. Kohaku snapshots a VM that is shut off, whose disks hold what the guest wrote "+
-		"before it powered off: set its running = false (and apply) first, or shut it down with the kohaku_vm_power "+
-		"action. Snapshots of running VMs (through libvirt's backup API, frozen through the guest agent) are not "+
-		"supported yet", ErrRunning, t.VM.Name, t.State)
+// takeRunning copies a running VM's disks through libvirt's backup job:
+// the guest's file systems are frozen through its agent (when it has one
+// that answers) just before the job begins, and thawed as soon as it has
+// begun, whatever happened; the job copies every disk as it was at that
+// moment while the guest runs on. A failure or an interruption aborts the
+// job and deletes the copies.
+func takeRunning(ctx context.Context, h Host, t *Target, req TakeRequest) (*Snapshot, error) {
+	out := &Snapshot{VM: t.VM, Name: req.Name, Consistency: ConsistencyCrash}
+	targets := make([]virt.BackupTarget, 0, len(t.Disks))
+	for _, d := range t.Disks {
+		disk := "vda"
+		if d.Disk != "boot" {
+			vol, err := h.VolumeInfo(ctx, d.Pool, d.Volume)
+			if err != nil {
+				return nil, &StepError{Step: "find the " + d.Disk + " disk", Err: err}
+			}
+			disk = vol.Path
+		}
+		targets = append(targets, virt.BackupTarget{Disk: disk, Pool: d.Pool, Name: SnapVolume(d.Volume, req.Name)})
+	}
+	frozen := false
+	switch {
+	case !t.Agent:
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s has no guest agent channel, so its file systems were not "+
+			"frozen: the snapshot is crash-consistent, as after a power cut (what the guest had not written out is "+
+			"missing). Give the VM the guest agent (kohaku_vm's guest_agent and qemu-guest-agent in the guest), or "+
+			"snapshot it shut off.", t.VM.Name))
+	default:
+		say(req.Progress, "freezing "+t.VM.Name+"'s file systems through its guest agent")
+		n, err := h.FreezeFilesystems(ctx, t.VM)
+		if err != nil {
+			out.Warnings = append(out.Warnings, fmt.Sprintf("%s's guest agent did not freeze its file systems (%v), "+
+				"so the snapshot is crash-consistent, as after a power cut (what the guest had not written out is "+
+				"missing). Install and start qemu-guest-agent in the guest, or snapshot it shut off.", t.VM.Name, err))
+			break
+		}
+		frozen = true
+		say(req.Progress, fmt.Sprintf("froze %d file systems", n))
+	}
+	say(req.Progress, "beginning the backup job of "+t.VM.Name)
+	berr := h.BeginBackup(ctx, t.VM, targets)
+	if frozen {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), thawTimeout)
+		terr := h.ThawFilesystems(tctx, t.VM)
+		if terr != nil { // once more: a guest left frozen stops writing
+			say(req.Progress, fmt.Sprintf("thawing failed (%v); trying again", terr))
+			terr = h.ThawFilesystems(tctx, t.VM)
+		}
+		cancel()
+		if terr != nil {
+			err := fmt.Errorf("thawing the guest's file systems failed: %w; the guest may be stuck until they are "+
+				"thawed (virsh domfsthaw %s)", terr, t.VM.Name)
+			if berr == nil {
+				return nil, abortBackup(ctx, h, t, targets, &StepError{Step: "thaw the guest's file systems", Err: err})
+			}
+			berr = fmt.Errorf("%w; also, %v", berr, err)
+		}
+		out.Consistency = ConsistencyQuiesced
+	}
+	var exists *virt.VolumeExistsError
+	switch {
+	case errors.As(berr, &exists):
+		return nil, &StepError{Step: "begin the backup", Err: fmt.Errorf("the volume %s/%s exists already, and Kohaku "+
+			"never overwrites it: another snapshot named %q, or one left behind. Choose another name, or delete it "+
+			"if it is stale", exists.Pool, exists.Name, req.Name)}
+	case berr != nil && virt.Unsupported(berr):
+		return nil, &StepError{Step: "begin the backup", Err: fmt.Errorf("%w: the host's libvirt or QEMU cannot copy "+
+			"a running VM's disks (backup API); snapshot the VM shut off instead (running = false)", berr)}
+	case berr != nil:
+		return nil, &StepError{Step: "begin the backup", Err: berr}
+	}
+	vols, err := h.WaitBackup(ctx, t.VM, targets, func(done, total uint64) {
+		if total > 0 {
+			say(req.Progress, fmt.Sprintf("copied %d of %d MiB", done>>20, total>>20))
+		}
+	})
+	if err != nil {
+		return nil, &StepError{Step: "copy the disks (backup job)", Err: err}
+	}
+	for i, d := range t.Disks {
+		out.Copies = append(out.Copies, Copy{Disk: d, Snapshot: targets[i].Name, Path: vols[i].Path, CapacityBytes: vols[i].CapacityBytes})
+	}
+	for i := range out.Copies {
+		c := &out.Copies[i]
+		dg, err := h.HashVolume(ctx, c.Pool, c.Snapshot)
+		if err != nil {
+			if derr := Delete(context.WithoutCancel(ctx), h, out.Copies); derr != nil {
+				err = fmt.Errorf("%w; deleting the copies failed too: %v", err, derr)
+			}
+			return nil, &StepError{Step: "read the " + c.Disk.Disk + " disk's copy back for its digest", Err: err}
+		}
+		c.Digest = dg
+	}
+	return out, nil
+}
+
+// abortBackup ends a backup job that began, and deletes its copies, after
+// err; WaitBackup does both when its context has ended.
+func abortBackup(ctx context.Context, h Host, t *Target, targets []virt.BackupTarget, err error) error {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cancel()
+	if _, werr := h.WaitBackup(cctx, t.VM, targets, nil); werr != nil {
+		return fmt.Errorf("%w (%v)", err, werr)
+	}
+	return err
 }
 
 // Missing lists the copies whose volumes are gone from the host.
@@ -154,7 +275,7 @@ func Open(ctx context.Context, h Host, vm, name string) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Snapshot{VM: t.VM, Name: name, Consistency: ConsistencyPoweredOff}
+	out := &Snapshot{VM: t.VM, Name: name} // how consistent is not on the host
 	for _, d := range t.Disks {
 		snap := SnapVolume(d.Volume, name)
 		vol, err := h.VolumeInfo(ctx, d.Pool, snap)
