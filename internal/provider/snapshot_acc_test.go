@@ -2,7 +2,9 @@ package provider
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -59,8 +61,10 @@ action "kohaku_vm_revert" "src" {
 // that boot no OS: qemu-io, independent of the provider, writes a marker
 // into both disks before the snapshot and another after it, and reads the
 // first back after the revert. The copies are standalone qcow2 volumes
-// whose files hash to the recorded sha256; the VM is not started (it was
-// off), its plan is empty afterwards. Refused at plan time, changing
+// whose files hash to the recorded sha256, which terraform query does not
+// offer as kohaku_image volumes; an update of the VM (memory) in between
+// leaves the snapshot as it is; the VM is not started (it was off), and
+// its plan is empty afterwards. Refused at plan time, changing
 // nothing: a revert of another VM to the snapshot, and a snapshot of a VM
 // with a data disk Kohaku did not make (naming it). A running VM whose
 // guest agent does not answer is snapshotted through libvirt's backup job
@@ -144,9 +148,43 @@ func TestAccSnapshot_revertAndLive(t *testing.T) {
 		}
 	}
 
+	// The copies are no images: terraform query does not offer them as
+	// kohaku_image volumes to adopt (a standalone qcow2 no domain uses
+	// otherwise would be).
+	found := queryFound(t, w, fmt.Sprintf(`
+list "kohaku_image" "images" {
+  provider = kohaku
+  config {
+    pool        = %[1]q
+    name_prefix = %[2]q
+  }
+}
+`, env.Pool, prefix), []string{"pool", "name"})
+	if len(found["list.kohaku_image.images"]) != 0 {
+		t.Errorf("terraform query lists snapshot copies as images: %v", found)
+	}
+	if err := os.Remove(filepath.Join(w.Dir(), "main.tfquery.hcl")); err != nil {
+		t.Fatal(err)
+	}
+
+	// An update Kohaku makes to the VM (memory, a redefine) leaves the
+	// snapshot as it is.
+	bigger := func(config string) string {
+		return strings.Replace(config, "name       = \""+prefix+"src\"\n  type       = \"qemu\"\n  memory_mib = 128",
+			"name       = \""+prefix+"src\"\n  type       = \"qemu\"\n  memory_mib = 160", 1)
+	}
+	w.Write(bigger(snapshotConfig(t, env, prefix, snapshotResources)))
+	out := w.Must("apply", "-auto-approve", "-input=false")
+	if !strings.Contains(out, "0 added, 1 changed, 0 destroyed") {
+		t.Errorf("the VM's memory change was not one in-place update:\n%s", out)
+	}
+	if out, err := w.Run("plan", "-detailed-exitcode", "-input=false"); err != nil {
+		t.Errorf("the plan after the VM's update is not empty (%v):\n%s", err, out)
+	}
+
 	write("0x22")
 	check("0x22")
-	out := w.Must("apply", "-auto-approve", "-input=false", "-invoke=action.kohaku_vm_revert.src")
+	out = w.Must("apply", "-auto-approve", "-input=false", "-invoke=action.kohaku_vm_revert.src")
 	t.Logf("the revert:\n%s", out)
 	if !strings.Contains(out, "2 disks returned to snapshot") {
 		t.Errorf("the revert did not say it returned 2 disks:\n%s", out)
@@ -180,7 +218,7 @@ resource "kohaku_snapshot" "foreign" {
 }
 `, prefix + "users.qcow2, which Kohaku did not make"},
 	} {
-		w.Write(snapshotConfig(t, env, prefix, snapshotResources+c.extra))
+		w.Write(bigger(snapshotConfig(t, env, prefix, snapshotResources+c.extra)))
 		args := []string{"plan", "-input=false"}
 		if strings.Contains(c.extra, "action") {
 			args = []string{"apply", "-auto-approve", "-input=false", "-invoke=action.kohaku_vm_revert.other"}
@@ -199,12 +237,12 @@ resource "kohaku_snapshot" "foreign" {
 	// A running VM whose guest agent does not answer (it has the channel;
 	// the kernel it boots runs no agent): copied through libvirt's backup
 	// job while it runs on, crash-consistent, with a warning.
-	w.Write(snapshotConfig(t, env, prefix, snapshotResources+`
+	w.Write(bigger(snapshotConfig(t, env, prefix, snapshotResources+`
 resource "kohaku_snapshot" "busy" {
   vm   = kohaku_vm.busy.id
   name = "live"
 }
-`))
+`)))
 	out = w.Must("apply", "-auto-approve", "-input=false")
 	t.Logf("the running VM's snapshot:\n%s", out)
 	if !strings.Contains(strings.Join(strings.Fields(out), " "), "the snapshot is crash-consistent, as after a power cut") {
@@ -251,7 +289,7 @@ resource "kohaku_snapshot" "busy" {
 
 	// Its revert needs it shut down, which it does not do when asked (it
 	// ignores ACPI): never forced, it keeps running and nothing changes.
-	w.Write(snapshotConfig(t, env, prefix, snapshotResources+`
+	w.Write(bigger(snapshotConfig(t, env, prefix, snapshotResources+`
 resource "kohaku_snapshot" "busy" {
   vm   = kohaku_vm.busy.id
   name = "live"
@@ -264,7 +302,7 @@ action "kohaku_vm_revert" "busy" {
     shutdown_timeout = "5s"
   }
 }
-`))
+`)))
 	out, err = w.Run("apply", "-auto-approve", "-input=false", "-invoke=action.kohaku_vm_revert.busy")
 	if err == nil || !strings.Contains(strings.Join(strings.Fields(out), " "), "was not forced off: it is still running and nothing was changed") {
 		t.Errorf("the revert of a VM that does not power off did not fail saying nothing changed (err %v):\n%s", err, out)
@@ -276,7 +314,7 @@ action "kohaku_vm_revert" "busy" {
 		t.Errorf("the refused revert staged copies (%v):\n%s", err, vols)
 	}
 
-	w.Write(snapshotConfig(t, env, prefix, snapshotResources))
+	w.Write(bigger(snapshotConfig(t, env, prefix, snapshotResources)))
 	w.Must("destroy", "-auto-approve", "-input=false")
 	vols, err = acctest.Virsh(env.URI, "vol-list", env.Pool)
 	if err != nil || strings.Count(vols, prefix) != strings.Count(vols, prefix+"users.qcow2") { // the user's volume, which the cleanup deletes

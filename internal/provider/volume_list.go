@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
+	"github.com/kohaku/terraform-provider-kohaku/internal/snapshot"
 	"github.com/kohaku/terraform-provider-kohaku/internal/volkind"
 )
 
@@ -103,6 +104,9 @@ func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, 
 				}
 				if volkind.Recognise(v.Head, v.CapacityBytes).Kind != kind ||
 					disks["path "+v.Path] || disks["volume "+v.Pool+"/"+v.Name] {
+					continue
+				}
+				if snapshot.IsCopyVolume(v.Name) { // a kohaku_snapshot's, not an image
 					continue
 				}
 				r := req.NewListResult(ctx)

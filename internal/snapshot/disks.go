@@ -161,3 +161,10 @@ func say(progress func(string), line string) {
 
 // cleanupTimeout bounds the cleanup after an interrupted step.
 const cleanupTimeout = 2 * time.Minute
+
+var copyRE = regexp.MustCompile(`\.(snap-[A-Za-z0-9][A-Za-z0-9_.-]{0,62}|kohaku-revert)$`)
+
+// IsCopyVolume reports whether a volume's name is that of a snapshot's
+// copy of a disk or of a revert's staged copy: a standalone qcow2 that is
+// not an image, whatever its bytes look like.
+func IsCopyVolume(name string) bool { return copyRE.MatchString(name) }

@@ -271,3 +271,18 @@ func TestRevertInterruptedAtEachStepConverges(t *testing.T) {
 		checkStarts(t, h, "rerun after "+at)
 	}
 }
+
+func TestIsCopyVolume(t *testing.T) {
+	for name, want := range map[string]bool{
+		"web-root.qcow2.snap-before":   true,
+		"web-data.qcow2.snap-v1.2_x":   true,
+		"web-root.qcow2.kohaku-revert": true,
+		"web-root.qcow2":               false,
+		"debian-12.qcow2":              false,
+		"web.snap-":                    false,
+	} {
+		if got := IsCopyVolume(name); got != want {
+			t.Errorf("IsCopyVolume(%q) = %v", name, got)
+		}
+	}
+}
