@@ -402,7 +402,7 @@ func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource
 		newImageResourceWithIdentity,
 		newImageCaptureResource,
 		newImageCopyResource,
-		newSnapshotResource,
+		newSnapshotResourceWithIdentity,
 		newMdevResourceWithIdentity,
 		newPoolResourceWithIdentity,
 		newNetworkResourceWithIdentity,

@@ -19,5 +19,6 @@ func (p *kohakuProvider) ListResources(_ context.Context) []func() list.ListReso
 		newGPUBindingListResource,
 		newPoolListResource,
 		newNetworkListResource,
+		newSnapshotListResource,
 	}
 }

@@ -61,8 +61,8 @@ action "kohaku_vm_revert" "src" {
 // that boot no OS: qemu-io, independent of the provider, writes a marker
 // into both disks before the snapshot and another after it, and reads the
 // first back after the revert. The copies are standalone qcow2 volumes
-// whose files hash to the recorded sha256, which terraform query does not
-// offer as kohaku_image volumes; an update of the VM (memory) in between
+// whose files hash to the recorded sha256, which terraform query lists as
+// the VM's snapshot and does not offer as kohaku_image volumes; an update of the VM (memory) in between
 // leaves the snapshot as it is; the VM is not started (it was off), and
 // its plan is empty afterwards. Refused at plan time, changing
 // nothing: a revert of another VM to the snapshot, and a snapshot of a VM
@@ -151,6 +151,8 @@ func TestAccSnapshot_revertAndLive(t *testing.T) {
 	// The copies are no images: terraform query does not offer them as
 	// kohaku_image volumes to adopt (a standalone qcow2 no domain uses
 	// otherwise would be).
+	// The snapshot list finds the snapshot (and no other: the other VMs
+	// have none, or disks Kohaku did not make), by its identity.
 	found := queryFound(t, w, fmt.Sprintf(`
 list "kohaku_image" "images" {
   provider = kohaku
@@ -159,9 +161,26 @@ list "kohaku_image" "images" {
     name_prefix = %[2]q
   }
 }
-`, env.Pool, prefix), []string{"pool", "name"})
+
+list "kohaku_snapshot" "src" {
+  provider = kohaku
+  config {
+    vm = "%[2]ssrc"
+  }
+}
+
+list "kohaku_snapshot" "foreign" {
+  provider = kohaku
+  config {
+    vm = "%[2]sforeign"
+  }
+}
+`, env.Pool, prefix), []string{"vm_uuid", "name"})
 	if len(found["list.kohaku_image.images"]) != 0 {
 		t.Errorf("terraform query lists snapshot copies as images: %v", found)
+	}
+	if got := found["list.kohaku_snapshot.src"]; len(got) != 1 || got[0] != prefix+"src/before" || len(found["list.kohaku_snapshot.foreign"]) != 0 {
+		t.Errorf("terraform query found the snapshots %v, want %ssrc/before alone", found, prefix)
 	}
 	if err := os.Remove(filepath.Join(w.Dir(), "main.tfquery.hcl")); err != nil {
 		t.Fatal(err)

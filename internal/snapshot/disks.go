@@ -23,6 +23,7 @@ type Host interface {
 	FlattenVolume(ctx context.Context, srcPool, srcName, pool, name string) (*virt.VolumeDetail, error)
 	HashVolume(ctx context.Context, pool, name string) (virt.ImageDigest, error)
 	DeleteVolume(ctx context.Context, pool, name string) error
+	ListVolumeNames(ctx context.Context, pool string) ([]string, error)
 	// A running VM's disks are copied by libvirt's backup job, with the
 	// guest's file systems frozen through its agent as the job begins.
 	FreezeFilesystems(ctx context.Context, ref virt.DomainRef) (int, error)

@@ -278,3 +278,15 @@ func (h *fakeHost) WaitBackup(ctx context.Context, _ virt.DomainRef, targets []v
 	}
 	return out, nil
 }
+
+func (h *fakeHost) ListVolumeNames(_ context.Context, pool string) ([]string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for k := range h.vols {
+		if p, n, _ := strings.Cut(k, "/"); p == pool {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}

@@ -286,3 +286,17 @@ func TestIsCopyVolume(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot is listed when every disk of the VM has its copy.
+func TestListFindsWholeSnapshots(t *testing.T) {
+	h := snapshotted(t)
+	h.vols["vms/src-root.qcow2.snap-half"] = "x" // no copy of the data disk
+	h.vols["vms/src-root.qcow2.snap-two"], h.vols["vms/src-data.qcow2.snap-two"] = "y", "z"
+	tg, names, err := List(context.Background(), h, "src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg.VM.UUID != uuid || strings.Join(names, ",") != "one,two" {
+		t.Errorf("List = %v, %v", tg.VM, names)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
@@ -289,4 +291,39 @@ func Open(ctx context.Context, h Host, vm, name string) (*Snapshot, error) {
 		out.Copies = append(out.Copies, Copy{Disk: d, Snapshot: snap, Path: vol.Path, CapacityBytes: vol.CapacityBytes, Digest: dg})
 	}
 	return out, nil
+}
+
+// List finds the snapshots of the VM vm (name or UUID) on the host: the
+// names with a copy of every disk of the VM, sorted. A VM Kohaku cannot
+// snapshot has none (an error wrapping ErrNotSnapshottable).
+func List(ctx context.Context, h Host, vm string) (*Target, []string, error) {
+	t, err := Find(ctx, h, vm)
+	if err != nil {
+		return nil, nil, err
+	}
+	count := map[string]int{}
+	listed := map[string][]string{}
+	for _, d := range t.Disks {
+		names, ok := listed[d.Pool]
+		if !ok {
+			if names, err = h.ListVolumeNames(ctx, d.Pool); err != nil {
+				return nil, nil, fmt.Errorf("listing the volumes of pool %s: %w", d.Pool, err)
+			}
+			listed[d.Pool] = names
+		}
+		prefix := d.Volume + ".snap-"
+		for _, n := range names {
+			if name, ok := strings.CutPrefix(n, prefix); ok && CheckName(name) == nil {
+				count[name]++
+			}
+		}
+	}
+	var out []string
+	for name, n := range count {
+		if n == len(t.Disks) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return t, out, nil
 }
