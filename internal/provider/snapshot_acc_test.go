@@ -36,8 +36,8 @@ resource "kohaku_vm" %[1]q {
 		vm("src", fmt.Sprintf("  running    = false\n  data_disks = [{ name = \"data\", size_gib = 1, pool = %q }]\n", env.Pool)) +
 		vm("other", "  running = false\n") +
 		vm("foreign", fmt.Sprintf("  running    = false\n  data_disks = [{ name = \"users\", volume = \"%susers.qcow2\", pool = %q }]\n", prefix, env.Pool)) +
-		vm("busy", fmt.Sprintf("  kernel           = %q\n  initrd           = %q\n  cmdline          = \"console=ttyS0 quiet panic=1\"\n  shutdown_timeout = \"1s\"\n",
-			acctest.Env(t, "KOHAKU_TEST_TINY_KERNEL"), acctest.Env(t, "KOHAKU_TEST_TINY_INITRD"))) +
+		vm("busy", fmt.Sprintf("  kernel           = %q\n  initrd           = %q\n  cmdline          = \"console=ttyS0 quiet panic=1\"\n  shutdown_timeout = \"1s\"\n  data_disks       = [{ name = \"data\", size_gib = 1, pool = %q }]\n",
+			acctest.Env(t, "KOHAKU_TEST_TINY_KERNEL"), acctest.Env(t, "KOHAKU_TEST_TINY_INITRD"), env.Pool)) +
 		extra
 }
 
@@ -278,8 +278,15 @@ resource "kohaku_snapshot" "busy" {
 			t.Errorf("kohaku_snapshot.busy's consistency is %v", r.Values["consistency"])
 		}
 		disks, _ := r.Values["disks"].([]any)
-		if len(disks) != 1 {
-			t.Fatalf("kohaku_snapshot.busy records %v", r.Values["disks"])
+		if len(disks) != 2 {
+			t.Fatalf("kohaku_snapshot.busy records %v, want its boot and data disks", r.Values["disks"])
+		}
+		if d, _ := disks[1].(map[string]any); d["disk"] != "data" {
+			t.Errorf("kohaku_snapshot.busy's second disk is %v", d)
+		} else if p, err := acctest.Virsh(env.URI, "vol-path", "--pool", env.Pool, d["snapshot_volume"].(string)); err != nil {
+			t.Error(err)
+		} else if got, err := fileDigest(p); err != nil || got != d["sha256"] {
+			t.Errorf("%s hashes to %s (%v), the snapshot recorded %v", p, got, err, d["sha256"])
 		}
 		d, _ := disks[0].(map[string]any)
 		p, err := acctest.Virsh(env.URI, "vol-path", "--pool", env.Pool, d["snapshot_volume"].(string))

@@ -242,11 +242,7 @@ func (h *fakeHost) BeginBackup(ctx context.Context, _ virt.DomainRef, targets []
 		if _, ok := h.vols[t.Pool+"/"+t.Name]; ok {
 			return &virt.VolumeExistsError{Pool: t.Pool, Name: t.Name}
 		}
-		src := "vms/src-root.qcow2"
-		if t.Disk != "vda" {
-			src = strings.TrimPrefix(t.Disk, "/") // the fake's paths are /<pool>/<name>
-		}
-		h.snapAt[t.Pool+"/"+t.Name] = h.vols[src]
+		h.snapAt[t.Pool+"/"+t.Name] = h.vols[t.SourcePool+"/"+t.SourceVolume]
 		if h.frozen {
 			h.snapAt[t.Pool+"/"+t.Name] += "+frozen"
 		}

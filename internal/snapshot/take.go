@@ -142,15 +142,7 @@ func takeRunning(ctx context.Context, h Host, t *Target, req TakeRequest) (*Snap
 	out := &Snapshot{VM: t.VM, Name: req.Name, Consistency: ConsistencyCrash}
 	targets := make([]virt.BackupTarget, 0, len(t.Disks))
 	for _, d := range t.Disks {
-		disk := "vda"
-		if d.Disk != "boot" {
-			vol, err := h.VolumeInfo(ctx, d.Pool, d.Volume)
-			if err != nil {
-				return nil, &StepError{Step: "find the " + d.Disk + " disk", Err: err}
-			}
-			disk = vol.Path
-		}
-		targets = append(targets, virt.BackupTarget{Disk: disk, Pool: d.Pool, Name: SnapVolume(d.Volume, req.Name)})
+		targets = append(targets, virt.BackupTarget{SourcePool: d.Pool, SourceVolume: d.Volume, Pool: d.Pool, Name: SnapVolume(d.Volume, req.Name)})
 	}
 	frozen := false
 	switch {

@@ -14,8 +14,10 @@ import (
 // BackupTarget is one disk of a running domain to copy, and the new qcow2
 // volume to copy it into.
 type BackupTarget struct {
-	// Disk names the domain's disk: its target device (vda) or its source path.
-	Disk       string
+	// SourcePool and SourceVolume are the volume of the domain's disk to
+	// copy (a disk given by volume, or by its file's path).
+	SourcePool, SourceVolume string
+	// Pool and Name are the copy's.
 	Pool, Name string
 }
 
@@ -67,8 +69,30 @@ func (c *Client) BeginBackup(ctx context.Context, ref DomainRef, targets []Backu
 		if err != nil {
 			return err
 		}
+		devs, err := diskTargets(l, d)
+		if err != nil {
+			return err
+		}
 		push := &libvirtxml.DomainBackupPushDisks{}
 		for _, t := range targets {
+			dev := devs["volume "+t.SourcePool+"/"+t.SourceVolume]
+			if dev == "" {
+				sp, err := poolByName(l, t.SourcePool)
+				if err != nil {
+					return err
+				}
+				sv, err := lookupVolume(l, sp, t.SourceVolume)
+				if err != nil {
+					return err
+				}
+				path, err := l.StorageVolGetPath(sv)
+				if err != nil {
+					return err
+				}
+				if dev = devs["file "+path]; dev == "" {
+					return fmt.Errorf("%s has no disk on the volume %s/%s", ref.Name, t.SourcePool, t.SourceVolume)
+				}
+			}
 			p, err := poolByName(l, t.Pool)
 			if err != nil {
 				return err
@@ -84,7 +108,7 @@ func (c *Client) BeginBackup(ctx context.Context, ref DomainRef, targets []Backu
 				return err
 			}
 			push.Disks = append(push.Disks, libvirtxml.DomainBackupPushDisk{
-				Name: t.Disk, Backup: "yes",
+				Name: dev, Backup: "yes",
 				Driver: &libvirtxml.DomainBackupDiskDriver{Type: "qcow2"},
 				Target: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: filepath.Join(dir, t.Name)}},
 			})
@@ -95,6 +119,35 @@ func (c *Client) BeginBackup(ctx context.Context, ref DomainRef, targets []Backu
 		}
 		return l.DomainBackupBegin(d, doc, nil, 0)
 	})
+}
+
+// diskTargets maps the running domain's disks, by "volume <pool>/<name>"
+// and by "file <path>", to their target devices, which a backup names.
+func diskTargets(l *libvirt.Libvirt, d libvirt.Domain) (map[string]string, error) {
+	doc, err := l.DomainGetXMLDesc(d, 0)
+	if err != nil {
+		return nil, err
+	}
+	var x libvirtxml.Domain
+	if err := x.Unmarshal(doc); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	if x.Devices == nil {
+		return out, nil
+	}
+	for _, disk := range x.Devices.Disks {
+		if disk.Target == nil || disk.Source == nil {
+			continue
+		}
+		if v := disk.Source.Volume; v != nil {
+			out["volume "+v.Pool+"/"+v.Volume] = disk.Target.Dev
+		}
+		if f := disk.Source.File; f != nil {
+			out["file "+f.File] = disk.Target.Dev
+		}
+	}
+	return out, nil
 }
 
 // poolDir is the directory of a directory-backed pool.
