@@ -216,6 +216,13 @@ list "kohaku_snapshot" "foreign" {
 	if err != nil || strings.Contains(vols, ".kohaku-revert") {
 		t.Errorf("staged copies left behind (%v):\n%s", err, vols)
 	}
+	// libvirt starts the VM on its reverted disks (it boots no OS; it is
+	// stopped again, as its running = false says).
+	if out, err := acctest.Virsh(env.URI, "start", prefix+"src"); err != nil {
+		t.Errorf("the VM does not start on its reverted disks: %v: %s", err, out)
+	} else if out, err := acctest.Virsh(env.URI, "destroy", prefix+"src"); err != nil {
+		t.Fatalf("stopping it again: %v: %s", err, out)
+	}
 	if out, err := w.Run("plan", "-detailed-exitcode", "-input=false"); err != nil {
 		t.Errorf("the plan after the revert is not empty (%v):\n%s", err, out)
 	}
