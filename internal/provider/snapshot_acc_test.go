@@ -61,15 +61,18 @@ action "kohaku_vm_revert" "src" {
 // that boot no OS: qemu-io, independent of the provider, writes a marker
 // into both disks before the snapshot and another after it, and reads the
 // first back after the revert. The copies are standalone qcow2 volumes
-// whose files hash to the recorded sha256, which terraform query lists as
-// the VM's snapshot and does not offer as kohaku_image volumes; an update of the VM (memory) in between
-// leaves the snapshot as it is; the VM is not started (it was off), and
-// its plan is empty afterwards. Refused at plan time, changing
-// nothing: a revert of another VM to the snapshot, and a snapshot of a VM
-// with a data disk Kohaku did not make (naming it). A running VM whose
-// guest agent does not answer is snapshotted through libvirt's backup job
-// and keeps running; the snapshot is crash-consistent, with a warning, a
-// standalone qcow2 holding the disk. Destroy leaves no volume.
+// whose files hash to the recorded sha256; terraform query lists the
+// snapshot by its VM and does not offer its copies as kohaku_image
+// volumes; imported by its id, it reads the same and plans nothing; an
+// update of the VM (memory) leaves it as it is. After the revert the VM is
+// not started (it was off), libvirt starts it on the reverted disks, and
+// the plan is empty. Refused at plan time, changing nothing: a revert of
+// another VM to the snapshot, and a snapshot of a VM with a data disk
+// Kohaku did not make (naming it). A running VM whose guest agent does
+// not answer is snapshotted, boot and data disk, through libvirt's backup
+// job and keeps running; the snapshot is crash-consistent, with a
+// warning. Its revert, needing a shutdown the guest ignores, changes
+// nothing. Destroy leaves no volume.
 //
 // Not proven here: the freeze through a real guest agent (quiesced; the
 // VMs boot no OS), and the interruption of a revert or a backup at each
@@ -184,6 +187,20 @@ list "kohaku_snapshot" "foreign" {
 	}
 	if err := os.Remove(filepath.Join(w.Dir(), "main.tfquery.hcl")); err != nil {
 		t.Fatal(err)
+	}
+
+	// Forgotten and imported by its id, it reads the same disks and
+	// digests back, and plans nothing.
+	id, _ := snap["id"].(string)
+	w.Must("state", "rm", "kohaku_snapshot.src")
+	w.Must("import", "-input=false", "kohaku_snapshot.src", id)
+	for _, r := range w.State() {
+		if r.Address == "kohaku_snapshot.src" && fmt.Sprint(r.Values["disks"]) != fmt.Sprint(snap["disks"]) {
+			t.Errorf("the import read disks %v, the create recorded %v", r.Values["disks"], snap["disks"])
+		}
+	}
+	if out, err := w.Run("plan", "-detailed-exitcode", "-input=false"); err != nil {
+		t.Errorf("the plan after the import is not empty (%v):\n%s", err, out)
 	}
 
 	// An update Kohaku makes to the VM (memory, a redefine) leaves the
