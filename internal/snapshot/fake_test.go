@@ -176,7 +176,7 @@ func (h *fakeHost) FlattenVolume(ctx context.Context, srcPool, srcName, pool, na
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.state != "shut off" {
+	if inUse := srcName == "src-root.qcow2" || srcName == "src-data.qcow2"; inUse && h.state != "shut off" {
 		return nil, errors.New("copied a disk in use by a running guest")
 	}
 	src, ok := h.vols[srcPool+"/"+srcName]

@@ -112,9 +112,11 @@ func CheckRevert(ctx context.Context, h Host, req RevertRequest) (*Target, error
 // when it ran). From the commit on, in the staged copies: a disk volume
 // that is missing keeps the VM from starting, and a run of Revert that
 // finds a disk missing finishes that revert (from the staged copies, or
-// the snapshot's where one is gone) rather than starting over. Once committed, an interruption (ctx cancelled) no
-// longer stops the copies, only ctx's deadline does, so an interrupted
-// revert ends reverted whenever there is time to.
+// the snapshot's where one is gone) rather than starting over. Once
+// committed, an interruption (ctx cancelled) no longer stops the copies,
+// only ctx's deadline does, so an interrupted revert ends reverted
+// whenever there is time to. A VM started by someone else while the
+// copies were staged is not committed on: its disks are in use.
 func Revert(ctx context.Context, h Host, req RevertRequest) (*RevertResult, error) {
 	t, err := CheckRevert(ctx, h, req)
 	if err != nil {
@@ -142,6 +144,16 @@ func Revert(ctx context.Context, h Host, req RevertRequest) (*RevertResult, erro
 	} else {
 		if err := stage(ctx, h, t, req); err != nil {
 			return nil, restartAfter(ctx, h, res, &RevertError{Step: "copy the snapshot beside the disks", Err: err})
+		}
+	}
+	if !committed {
+		state, err := h.DomainState(ctx, t.VM.Name)
+		if err == nil && state != "shut off" && state != "crashed" {
+			err = fmt.Errorf("%s was started (it is %s) while the snapshot was staged; its disks are in use and were "+
+				"left as they are", name, state)
+		}
+		if err != nil {
+			return nil, &RevertError{Step: "check the VM is still shut off", Err: dropStaged(ctx, h, t, err)}
 		}
 	}
 	// The commit: from the first deletion on, the staged copies are the

@@ -300,3 +300,18 @@ func TestListFindsWholeSnapshots(t *testing.T) {
 		t.Errorf("List = %v, %v", tg.VM, names)
 	}
 }
+
+// A VM started by someone else while the revert stages its copies keeps
+// its disks: the revert fails before its commit and leaves nothing staged.
+func TestRevertNeverCommitsOnAVMThatWasStarted(t *testing.T) {
+	h := snapshotted(t)
+	h.state = "shut off"
+	h.interrupt, h.cancel = 4, func() { h.state = "running" } // as the second copy is staged
+	_, err := Revert(context.Background(), h, revertReq())
+	if err == nil || !strings.Contains(err.Error(), "was started (it is running) while the snapshot was staged") {
+		t.Fatalf("err = %v", err)
+	}
+	if got := h.contents(); got != "vms/other=x vms/src-data.qcow2.snap-one=data-v1 vms/src-data.qcow2=data-v2 vms/src-root.qcow2.snap-one=root-v1 vms/src-root.qcow2=root-v2" {
+		t.Errorf("volumes %s", got)
+	}
+}
