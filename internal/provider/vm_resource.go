@@ -624,7 +624,7 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 		grace, _ = time.ParseDuration(vmDefaultShutdownTimeout)
 	}
 	done, err := vmlife.Delete(ctx, c, vmlife.Doomed{Ref: ref, Overlay: volumeRef(state.OverlayVolume),
-		Protected: protectedVolumes(ctx, &state, &resp.Diagnostics),
+		Protected: protectedVolumes(ctx, &state, &resp.Diagnostics), Seed: seedVolume(&state),
 		Mode:      vmlife.DestroyMode(state.DestroyShutdown.ValueString()), ShutdownTimeout: grace})
 	if done.Why != "" {
 		tflog.Info(ctx, "stopping the guest for destroy", map[string]any{"name": ref.Name, "grace": done.Grace.String(), "why": done.Why})
@@ -662,7 +662,8 @@ func volumeRef(v types.String) *domain.VolumeRef {
 }
 
 // protectedVolumes are the volumes destroy must never delete whatever the
-// metadata says: the base image and the seed.
+// metadata says: the base image and an existing boot volume (the seed's
+// rule is seedVolume's).
 func protectedVolumes(ctx context.Context, m *vmModel, diags *diag.Diagnostics) []domain.VolumeRef {
 	var out []domain.VolumeRef
 	if d := m.disk(ctx, diags); d != nil {
@@ -673,10 +674,16 @@ func protectedVolumes(ctx context.Context, m *vmModel, diags *diag.Diagnostics) 
 			out = append(out, domain.VolumeRef{Pool: d.Pool.ValueString(), Volume: d.Volume.ValueString()})
 		}
 	}
-	if pool, vol, ok := parseVolumeID(m.SeedID.ValueString()); ok {
-		out = append(out, domain.VolumeRef{Pool: pool, Volume: vol})
-	}
 	return out
+}
+
+// seedVolume is the volume of the VM's kohaku_seed, which its destroy
+// never deletes (vmlife.Doomed.Seed says when it does).
+func seedVolume(m *vmModel) *domain.VolumeRef {
+	if pool, vol, ok := parseVolumeID(m.SeedID.ValueString()); ok {
+		return &domain.VolumeRef{Pool: pool, Volume: vol}
+	}
+	return nil
 }
 
 // ImportState accepts a domain name or UUID, optionally after a host key:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
@@ -16,8 +17,12 @@ type Doomed struct {
 	// Overlay is the overlay volume the state records, if any.
 	Overlay *domain.VolumeRef
 	// Protected are volumes never to delete whatever the domain's metadata
-	// says: the base image, an existing boot volume, the seed.
+	// says: the base image, an existing boot volume.
 	Protected []domain.VolumeRef
+	// Seed is the kohaku_seed's volume the VM boots with: never deleted,
+	// unless the domain's metadata records it as the VM's own copy, which
+	// only a move that brought it to this host writes.
+	Seed *domain.VolumeRef
 	// Mode and ShutdownTimeout decide how long a running guest gets to
 	// power off before it is forced (see DestroyGrace).
 	Mode            DestroyMode
@@ -50,6 +55,10 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 	steady, cancel := bounded(ctx)
 	defer cancel()
 	var owned []domain.VolumeRef
+	protected := d.Protected
+	if d.Seed != nil {
+		protected = append(slices.Clone(protected), *d.Seed)
+	}
 	if d.Overlay != nil {
 		owned = append(owned, *d.Overlay)
 	}
@@ -66,6 +75,9 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 					owned = append(owned, v)
 				}
 			}
+			if d.Seed != nil && view.Observed.Metadata != nil && ContainsVolume(view.Observed.Metadata.Owner.Volumes, *d.Seed) {
+				protected = d.Protected // the seed's copy a move brought: the VM's own
+			}
 			out.Grace, out.Why = DestroyGrace(d.Mode, d.ShutdownTimeout, Survivors(view.Observed.Spec, owned))
 			out.Waited = StopGrace(ctx, out.Grace)
 			how, err := h.StopDomain(ctx, d.Ref, out.Grace)
@@ -79,7 +91,7 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 		}
 	}
 	for _, v := range owned {
-		if ContainsVolume(d.Protected, v) {
+		if ContainsVolume(protected, v) {
 			out.Spared = append(out.Spared, v)
 			continue
 		}

@@ -475,7 +475,7 @@ func TestMoveOwnsTheSeedCopyItBrings(t *testing.T) {
 	if _, err := Move(context.Background(), src, dst, again); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Delete(context.Background(), dst, Doomed{Ref: m.Ref, Overlay: m.Overlay}); err != nil {
+	if _, err := Delete(context.Background(), dst, Doomed{Ref: m.Ref, Overlay: m.Overlay, Seed: &seed}); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.TrimSpace(dst.contents()); got != "" {
@@ -483,5 +483,22 @@ func TestMoveOwnsTheSeedCopyItBrings(t *testing.T) {
 	}
 	if string(src.data["default/web-seed.iso"]) != "cidata" {
 		t.Error("the kohaku_seed's own seed was deleted")
+	}
+}
+
+// A VM's delete on the host its kohaku_seed was made on spares the seed.
+func TestDeleteSparesTheKohakuSeedsOwnSeed(t *testing.T) {
+	t.Parallel()
+	h := newMoveFake()
+	m := movingVM(h)
+	seed := domain.VolumeRef{Pool: "default", Volume: "web-seed.iso"}
+	if _, err := Delete(context.Background(), h, Doomed{Ref: m.Ref, Overlay: &domain.VolumeRef{Pool: "default", Volume: "web.qcow2"}, Seed: &seed}); err != nil {
+		t.Fatal(err)
+	}
+	if string(h.data["default/web-seed.iso"]) != "cidata" {
+		t.Error("the kohaku_seed's own seed was deleted with the VM")
+	}
+	if _, ok := h.volumes["default/web.qcow2"]; ok {
+		t.Error("the VM's overlay was not deleted")
 	}
 }
