@@ -2,6 +2,7 @@ package vmlife
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -92,5 +93,38 @@ func TestReadMapsADiskPathToItsVolume(t *testing.T) {
 	ref, _ := h.LookupDomain(context.Background(), "byhand")
 	if _, err := Read(context.Background(), h, ref, nil, true); err == nil {
 		t.Error("a failed volume lookup was not reported")
+	}
+}
+
+// The seed's copy a move brought stays the VM's through an update that
+// redefines the domain, so the VM's destroy still deletes it.
+func TestUpdateKeepsTheMovedSeedCopyOwned(t *testing.T) {
+	t.Parallel()
+	h := newFakeHost()
+	p := createPlan(h, "vm")
+	p.Autostart = false
+	seed := domain.VolumeRef{Pool: "default", Volume: "vm-seed.iso"}
+	h.addVolume(seed.Pool, seed.Volume, "raw", 1<<20)
+	p.Spec.Seed = &domain.Seed{Source: domain.Source{Pool: seed.Pool, Volume: seed.Volume}}
+	view, err := Create(context.Background(), h, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xml, err := domain.SetOwnedVolumes(h.domains["vm"].xml, append(slices.Clone(view.Owned), seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.domains["vm"].xml = xml
+	ch := Change{Ref: view.Status.DomainRef, Want: Want{Spec: p.Spec}, Prior: p.Spec, Overlay: view.Overlay, Running: true}
+	ch.Want.Spec.MemoryMiB *= 2
+	after, err := Update(context.Background(), h, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(h.ops, "DefineDomain") {
+		t.Fatalf("the update did not redefine the domain: %q", h.ops)
+	}
+	if !ContainsVolume(after.Owned, seed) || after.Overlay == nil || *after.Overlay != *view.Overlay {
+		t.Errorf("after the update the VM owns %v with overlay %v: want the seed's copy still owned", after.Owned, after.Overlay)
 	}
 }
