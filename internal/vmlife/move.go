@@ -85,8 +85,9 @@ const (
 	MoveStepShutdown = "shut down on the source"
 	MoveStepCopy     = "copy the volumes"
 	MoveStepDefine   = "define on the target"
-	MoveStepStart    = "start on the target"
 	MoveStepCleanup  = "remove from the source"
+	MoveStepStart    = "start on the target"
+	MoveStepWait     = "wait for the guest on the target"
 )
 
 // flatSuffix names the standalone copy of an overlay made on the source
@@ -215,11 +216,38 @@ func Move(ctx context.Context, src, dst MoveHost, m Moving) (*View, error) {
 }
 
 // finishMove runs the steps after the define, the target being the truth:
-// autostart and start there, then the source's domain and volumes go.
+// the source's domain and volumes go first, so that whatever fails after
+// (a start the target refuses, a guest that does not report) leaves the VM
+// whole on the target alone, where the next apply's ordinary update starts
+// it and sets its autostart; then autostart and start there, and the wait.
 func finishMove(ctx context.Context, src, dst MoveHost, m Moving, progress func(string)) (*View, error) {
 	fail := func(step string, err error) (*View, error) {
 		return nil, &MoveError{Step: step, Err: err, OnTarget: true}
 	}
+	progress(MoveStepCleanup)
+	steady, cancel := bounded(ctx)
+	defer cancel()
+	switch _, err := src.ReadDomain(ctx, m.Ref); {
+	case err == nil:
+		// Shut off (Move refuses a source that runs beside a target).
+		if err := src.UndefineDomain(steady, m.Ref); err != nil {
+			return fail(MoveStepCleanup, fmt.Errorf("%w. The VM is defined on the target; undefine the old copy by hand "+
+				"(virsh undefine --nvram %s) and delete its volumes there", err, m.Ref.Name))
+		}
+	case !errors.Is(err, virt.ErrDomainNotFound):
+		return fail(MoveStepCleanup, err)
+	}
+	for _, v := range m.Volumes {
+		if v.Shared && !v.OwnCopy {
+			continue
+		}
+		for _, name := range []string{v.Ref.Volume + flatSuffix, v.Ref.Volume} {
+			if err := src.RemoveVolume(steady, v.Ref.Pool, name); err != nil {
+				return fail(MoveStepCleanup, fmt.Errorf("%w. The VM is defined on the target; delete the volume by hand (virsh vol-delete --pool %s %s)", err, v.Ref.Pool, name))
+			}
+		}
+	}
+
 	progress(MoveStepStart)
 	st, err := dst.ReadDomain(ctx, m.Ref)
 	if err != nil {
@@ -236,36 +264,13 @@ func finishMove(ctx context.Context, src, dst MoveHost, m Moving, progress func(
 		}
 		if m.Wait != nil {
 			if err := m.Wait(ctx, dst, m.Ref); err != nil {
-				return fail(MoveStepStart, err)
-			}
-		}
-	}
-
-	progress(MoveStepCleanup)
-	steady, cancel := bounded(ctx)
-	defer cancel()
-	switch _, err := src.ReadDomain(ctx, m.Ref); {
-	case err == nil:
-		// Shut off (Move refuses a source that runs beside a target).
-		if err := src.UndefineDomain(steady, m.Ref); err != nil {
-			return fail(MoveStepCleanup, err)
-		}
-	case !errors.Is(err, virt.ErrDomainNotFound):
-		return fail(MoveStepCleanup, err)
-	}
-	for _, v := range m.Volumes {
-		if v.Shared && !v.OwnCopy {
-			continue
-		}
-		for _, name := range []string{v.Ref.Volume + flatSuffix, v.Ref.Volume} {
-			if err := src.RemoveVolume(steady, v.Ref.Pool, name); err != nil {
-				return fail(MoveStepCleanup, fmt.Errorf("%w. The VM runs from the target; delete the volume by hand (virsh vol-delete --pool %s %s)", err, v.Ref.Pool, name))
+				return fail(MoveStepWait, err)
 			}
 		}
 	}
 	view, err := Read(ctx, dst, m.Ref, nil, false)
 	if err != nil {
-		return fail(MoveStepCleanup, fmt.Errorf("reading the moved VM: %w", err))
+		return fail(MoveStepStart, fmt.Errorf("reading the moved VM: %w", err))
 	}
 	return view, nil
 }

@@ -203,7 +203,7 @@ func TestMoveStepsInOrder(t *testing.T) {
 	if !waited {
 		t.Error("the readiness wait did not run on the target after the start")
 	}
-	want := []string{MoveStepFind, MoveStepShutdown, MoveStepCopy, MoveStepDefine, MoveStepStart, MoveStepCleanup}
+	want := []string{MoveStepFind, MoveStepShutdown, MoveStepCopy, MoveStepDefine, MoveStepCleanup, MoveStepStart}
 	if !slices.Equal(steps, want) {
 		t.Errorf("steps %q, want %q", steps, want)
 	}
@@ -211,7 +211,7 @@ func TestMoveStepsInOrder(t *testing.T) {
 		t.Errorf("moved domain %+v lost its UUID or MAC", view.Status.DomainRef)
 	}
 	// The guest was shut down cleanly before anything was read, and the
-	// source undefined only after the target was defined and started.
+	// source undefined only after the target was defined.
 	if i, j := slices.Index(src.ops, "StopDomain"), slices.Index(src.ops, "FlattenVolume"); i < 0 || i > j || src.graces[0] != time.Minute {
 		t.Errorf("source ops %q: want a clean stop (grace 1m) before the copy", src.ops)
 	}
@@ -295,6 +295,38 @@ func TestMoveInterruptedConverges(t *testing.T) {
 			if got := dst.contents(); got != movedTarget {
 				t.Errorf("target holds\n%s\nwant\n%s", got, movedTarget)
 			}
+			if got := src.contents(); got != movedSource {
+				t.Errorf("source holds\n%s\nwant\n%s", got, movedSource)
+			}
+		})
+	}
+}
+
+// A failure once the VM is defined on the target (autostart, the start, the
+// guest's wait) leaves nothing on the source: the VM is whole on the target
+// alone, so the provider's next ordinary update (not a second move) starts
+// it there and converges.
+func TestMoveFailureAfterTheDefineLeavesTheSourceClean(t *testing.T) {
+	t.Parallel()
+	for _, op := range []string{"SetAutostart", "StartDomain", "Wait"} {
+		t.Run(op, func(t *testing.T) {
+			t.Parallel()
+			src, dst := newMoveFake(), newMoveFake()
+			m := movingVM(src)
+			if op == "Wait" {
+				m.Wait = func(context.Context, Host, virt.DomainRef) error { return errors.New("no report within the timeout") }
+			} else {
+				dst.fail[op] = errors.New("injected")
+			}
+			_, err := Move(context.Background(), src, dst, m)
+			var me *MoveError
+			if !errors.As(err, &me) || !me.OnTarget {
+				t.Fatalf("err = %v, want a MoveError on the target", err)
+			}
+			if want := map[string]string{"Wait": MoveStepWait}[op]; want != "" && me.Step != want {
+				t.Errorf("step %q, want %q", me.Step, want)
+			}
+			wholeVM(t, src, dst, true)
 			if got := src.contents(); got != movedSource {
 				t.Errorf("source holds\n%s\nwant\n%s", got, movedSource)
 			}

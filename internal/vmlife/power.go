@@ -221,9 +221,28 @@ func shutdown(ctx context.Context, h PowerHost, ref virt.DomainRef, force bool, 
 	return nil
 }
 
-// waitReport reads the report channel until the guest writes a report or a
-// heartbeat, saying every ProgressEvery that it still waits.
-func waitReport(ctx context.Context, h PowerHost, name string, say func(string)) error {
+// ReportReader reads a domain's report channel and its state.
+type ReportReader interface {
+	ReadChannel(ctx context.Context, domain, channel string, line func([]byte) bool) error
+	DomainState(ctx context.Context, domain string) (string, error)
+}
+
+// WaitReport reads the report channel of a domain just started until the
+// guest writes a report or a heartbeat, saying every ProgressEvery that it
+// still waits (say may be nil). A domain that stops ends the wait at once:
+// its guest can no longer write. Any line counts, so it is for a domain
+// whose QEMU process started after the wait was asked for (a start, a
+// reset, the start after a move): nothing of an earlier boot can be in its
+// channel.
+func WaitReport(ctx context.Context, h ReportReader, name string, say func(string)) error {
+	if say == nil {
+		say = func(string) {}
+	}
+	return waitReport(ctx, h, name, say)
+}
+
+// waitReport is WaitReport.
+func waitReport(ctx context.Context, h ReportReader, name string, say func(string)) error {
 	start := time.Now()
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	defer func() { close(stop); <-stopped }()
@@ -262,9 +281,12 @@ func waitReport(ctx context.Context, h PowerHost, name string, say func(string))
 		}
 		if ctx.Err() != nil {
 			if last != nil && !errors.Is(last, ctx.Err()) {
-				return fmt.Errorf("no report within the action's timeout (%w); the last read: %v", ctx.Err(), last)
+				return fmt.Errorf("no report within the timeout (%w); the last read: %v", ctx.Err(), last)
 			}
-			return fmt.Errorf("no report within the action's timeout: %w", ctx.Err())
+			return fmt.Errorf("no report within the timeout: %w", ctx.Err())
+		}
+		if st, err := h.DomainState(ctx, name); err == nil && st != "running" && st != "paused" && st != "blocked" {
+			return fmt.Errorf("the domain is %s: its guest can no longer report", st)
 		}
 		select {
 		case <-ctx.Done():
