@@ -164,7 +164,7 @@ func (r *vmResource) move(ctx context.Context, plan, state *vmModel, resp *resou
 		case vmlife.MoveStepWait:
 			next = "It runs there and nothing of it is left on the old host; only the wait for its guest failed."
 		case vmlife.MoveStepCleanup:
-			next = "What is left on the old host is named above."
+			next = "Delete what is left on the old host (named above) by hand, and apply again to start it on the new one."
 		}
 		addError(&resp.Diagnostics, fmt.Sprintf("%s failed at step %q", summary, me.Step), me.Err,
 			fmt.Sprintf("The VM is whole on %s. %s", where, next))
