@@ -625,7 +625,7 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 	}
 	done, err := vmlife.Delete(ctx, c, vmlife.Doomed{Ref: ref, Overlay: volumeRef(state.OverlayVolume),
 		Protected: protectedVolumes(ctx, &state, &resp.Diagnostics), Seed: seedVolume(&state),
-		Mode:      vmlife.DestroyMode(state.DestroyShutdown.ValueString()), ShutdownTimeout: grace})
+		Mode: vmlife.DestroyMode(state.DestroyShutdown.ValueString()), ShutdownTimeout: grace})
 	if done.Why != "" {
 		tflog.Info(ctx, "stopping the guest for destroy", map[string]any{"name": ref.Name, "grace": done.Grace.String(), "why": done.Why})
 	}
