@@ -110,7 +110,9 @@ func vmPlacementBlock() schema.Block {
 				Description: "Put all the GPUs, the vCPUs and the memory (and huge pages) on one NUMA node: a " +
 					"host is a candidate only when one node holds it all. Default `false` (the GPUs still " +
 					"share a node where one has enough; the VM is bound to its GPUs' nodes as " +
-					"`numa_placement` says). Refused at plan when no node of any allowed host has that many GPUs.",
+					"`numa_placement` says). A VM without GPUs is bound to the node chosen for it, on a host " +
+					"with more than one node (`numa_nodes` says which), and stays on it through updates. " +
+					"Refused at plan when no node of any allowed host has that many GPUs.",
 			},
 			"hosts": schema.ListAttribute{
 				Optional:    true,
@@ -502,6 +504,23 @@ func (r *vmResource) planPlacement(ctx context.Context, plan, state *vmModel, re
 	resp.RequiresReplace = append(resp.RequiresReplace, path.Root("placement"))
 	resp.Diagnostics.AddAttributeWarning(path.Root("placement"), "VM "+plan.Name.ValueString()+" is placed anew",
 		fmt.Sprintf("The plan replaces the VM: on %s, %s. Placement is otherwise kept as it was made.", hostPhrase(state.Host.ValueString()), v))
+}
+
+// placedNodes are the NUMA nodes a placed NUMA-local VM without GPUs is
+// bound to, as its state records them: an update keeps the node the
+// placement chose (a VM with GPUs follows its GPUs' nodes instead).
+func (m *vmModel) placedNodes(ctx context.Context, diags *diag.Diagnostics) []int {
+	p := m.placementOf(ctx, diags)
+	if p == nil || !p.NUMALocal.ValueBool() || len(placedAddresses(m.PlacedGPUs)) > 0 || m.NUMANodes.IsNull() || m.NUMANodes.IsUnknown() {
+		return nil
+	}
+	var ids []int64
+	diags.Append(m.NUMANodes.ElementsAs(ctx, &ids, false)...)
+	out := make([]int, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, int(id))
+	}
+	return out
 }
 
 // judgePlacement says whether a placed VM stays where it is under the

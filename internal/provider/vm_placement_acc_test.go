@@ -143,15 +143,34 @@ func TestAccGPUPlacement_landsWhereTheGPUIs(t *testing.T) {
 	removeNestedDomainAfter(t, h, "kohaku-acc-place-cpu")
 	h2 := nestedhost.RequireNoIOMMU(t)
 	removeNestedDomainAfter(t, h2, "kohaku-acc-place-late")
-	vms := placedVMConfig("gpu", "kohaku-acc-place-gpu", 1, "") + placedVMConfig("cpu", "kohaku-acc-place-cpu", 0, "")
+	removeNestedDomainAfter(t, h, "kohaku-acc-place-numa")
+	numa := func(mib int) string {
+		return strings.Replace(strings.Replace(placedVMConfig("numa", "kohaku-acc-place-numa", 0, `["l1"]`),
+			"placement {\n", "placement {\n    numa_local = true\n", 1), "memory_mib = 128", fmt.Sprintf("memory_mib = %d", mib), 1)
+	}
+	vms := placedVMConfig("gpu", "kohaku-acc-place-gpu", 1, "") + placedVMConfig("cpu", "kohaku-acc-place-cpu", 0, "") + numa(128)
 	cfg := placementFleet(h) + vms
 	grown := placementFleet3(h, h2) + vms + placedVMConfig("late", "kohaku-acc-place-late", 0, `["l2"]`)
+	// The NUMA-local VM without GPUs is bound to the one node placement
+	// chose for it (l1 has two), as its numa_nodes says.
+	numaBound := func(s *terraform.State) error {
+		a := s.RootModule().Resources["kohaku_vm.numa"].Primary.Attributes
+		if a["numa_nodes.#"] != "1" {
+			return fmt.Errorf("numa_nodes = %q nodes, want 1", a["numa_nodes.#"])
+		}
+		out := nestedhost.Virsh(t, h, "dumpxml", "kohaku-acc-place-numa")
+		if want := fmt.Sprintf("<memory mode='strict' nodeset='%s'/>", a["numa_nodes.0"]); !strings.Contains(out, want) {
+			return fmt.Errorf("the domain is not bound to node %s (%s):\n%s", a["numa_nodes.0"], want, out)
+		}
+		return nil
+	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy: resource.ComposeTestCheckFunc(
 			nestedDomainGone(h, "kohaku-acc-place-gpu"),
 			nestedDomainGone(h, "kohaku-acc-place-cpu"),
 			nestedDomainGone(h2, "kohaku-acc-place-late"),
+			nestedDomainGone(h, "kohaku-acc-place-numa"),
 			standInGiven(t, h),
 		),
 		Steps: []resource.TestStep{
@@ -166,6 +185,7 @@ func TestAccGPUPlacement_landsWhereTheGPUIs(t *testing.T) {
 					statecheck.ExpectKnownValue("kohaku_vm.cpu", tfjsonpath.New("placed_gpus"), knownvalue.ListExact([]knownvalue.Check{})),
 				},
 				Check: resource.ComposeTestCheckFunc(
+					numaBound,
 					expectDrivers(h, map[string]string{h.GPU: vfio.DriverVFIO, h.GPUAudio: vfio.DriverVFIO}),
 					func(s *terraform.State) error {
 						recs, err := l1Claims(t, h)
@@ -217,6 +237,15 @@ func TestAccGPUPlacement_landsWhereTheGPUIs(t *testing.T) {
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
+			},
+			{
+				// An update that redefines the NUMA-local VM keeps it on
+				// its node.
+				Config: strings.Replace(grown, numa(128), numa(160), 1),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("kohaku_vm.numa", plancheck.ResourceActionUpdate),
+				}},
+				Check: numaBound,
 			},
 		},
 	})

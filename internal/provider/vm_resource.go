@@ -255,7 +255,11 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	}
 	gpus := plan.gpuEntries()
 	waits := plan.Running.ValueBool() && plan.WaitFor.ValueString() != string(ready.ModeNone)
-	res, err := vmlife.Resolve(ctx, c, vmlife.Want{Spec: in.Spec, GPUs: gpus, DiskMode: in.DiskMode, InspectSeed: waits, NUMAPlacement: plan.placement()}, nil, true)
+	var nodes []int
+	if acq != nil && len(acq.Placement.GPUs) == 0 && acq.Placement.NUMANode >= 0 {
+		nodes = []int{acq.Placement.NUMANode} // numa_local without GPUs: the node placement chose
+	}
+	res, err := vmlife.Resolve(ctx, c, vmlife.Want{Spec: in.Spec, GPUs: gpus, DiskMode: in.DiskMode, InspectSeed: waits, NUMAPlacement: plan.placement(), Nodes: nodes}, nil, true)
 	addGPUWarnings(&resp.Diagnostics, summary, res.Warnings)
 	if err != nil {
 		addStepError(&resp.Diagnostics, summary, err, "Nothing was created.")
@@ -562,7 +566,7 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 	grace, _ := time.ParseDuration(plan.ShutdownTimeout.ValueString())
 	view, err := vmlife.Update(ctx, c, vmlife.Change{
 		Ref:     hosts.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()},
-		Want:    vmlife.Want{Spec: want.Spec, GPUs: gpus, NUMAPlacement: plan.placement()},
+		Want:    vmlife.Want{Spec: want.Spec, GPUs: gpus, NUMAPlacement: plan.placement(), Nodes: state.placedNodes(ctx, &resp.Diagnostics)},
 		Prior:   prior.Spec,
 		Overlay: volumeRef(state.OverlayVolume), Recorded: gpuGroupsFromPrivate(recorded),
 		DiskBytes: plannedDiskBytes(ctx, &plan, &resp.Diagnostics), NewDisks: want.NewDisks,

@@ -30,6 +30,10 @@ type Want struct {
 	InspectSeed bool
 	// NUMAPlacement is PlacementAuto ("" means auto) or PlacementNone.
 	NUMAPlacement string
+	// Nodes are the host NUMA nodes placement chose for a NUMA-local VM
+	// without GPUs, bound as a GPU VM is bound to its GPUs' nodes (Place);
+	// ignored when GPUs is set.
+	Nodes []int
 }
 
 // Resolved is a spec completed against the host.
@@ -72,7 +76,7 @@ func Resolve(ctx context.Context, h Host, w Want, groups GPUGroups, creating boo
 	}
 	r.Groups = groups
 	r.Spec.Hostdevs = groups.Hostdevs(r.Spec.Hostdevs)
-	if err := Place(ctx, h, &r.Spec, w.NUMAPlacement, w.GPUs, creating); err != nil {
+	if err := Place(ctx, h, &r.Spec, w.NUMAPlacement, w.GPUs, w.Nodes, creating); err != nil {
 		return r, stepErr(StepPlace, err)
 	}
 	if s := r.Spec.Seed; s != nil {

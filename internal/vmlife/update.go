@@ -219,7 +219,7 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	// The NUMA binding is the host's to tell too (the nodes of the GPUs):
 	// placed anew, it is compared with the domain's own.
 	want, prior := ch.Want.Spec, ch.Prior
-	if err := Place(ctx, h, &want, ch.Want.NUMAPlacement, ch.Want.GPUs, false); err != nil {
+	if err := Place(ctx, h, &want, ch.Want.NUMAPlacement, ch.Want.GPUs, ch.Want.Nodes, false); err != nil {
 		return nil, &UpdateError{Step: StepPlace, Err: err, Unchanged: true}
 	}
 	prior.NUMA = view.Observed.Spec.NUMA
