@@ -269,19 +269,9 @@ func (r *imageCaptureResource) Read(ctx context.Context, req resource.ReadReques
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
-	if c == nil {
-		return
-	}
-	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	vol, err := imagelife.Read(ctx, c, pool, name)
-	if errors.Is(err, imagelife.ErrGone) {
-		tflog.Info(ctx, "captured image volume is gone; removing it from state so the next apply captures again", map[string]any{"pool": pool, "name": name})
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	if err != nil {
-		addError(&resp.Diagnostics, fmt.Sprintf("Reading captured image %s/%s", pool, name), err)
+	vol := r.data.readImageVolume(ctx, state.Host.ValueString(), state.Pool.ValueString(), state.Name.ValueString(), "captured image",
+		"captured image volume is gone; removing it from state so the next apply captures again", resp)
+	if vol == nil {
 		return
 	}
 	state.setVolume(vol)
@@ -308,14 +298,42 @@ func (r *imageCaptureResource) Delete(ctx context.Context, req resource.DeleteRe
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	timeout, d := state.Timeouts.Delete(ctx, imageDeleteTimeout)
-	ctx, cancel, c := r.data.open(ctx, state.Host.ValueString(), timeout, d, &resp.Diagnostics)
+	r.data.deleteImage(ctx, state.Host.ValueString(), state.Pool.ValueString(), state.Name.ValueString(), state.Timeouts, &resp.Diagnostics)
+}
+
+// readImageVolume reads the volume of an image resource (kohaku_image, its
+// copy and its capture) for Read: nil after a diagnostic, or with the
+// resource removed from state, logged with gone, when the volume is gone so
+// that the next apply makes it again. what names the image in the error
+// ("image copy").
+func (pd *providerData) readImageVolume(ctx context.Context, host, pool, name, what, gone string, resp *resource.ReadResponse) *imagelife.Volume {
+	c := pd.client(host, &resp.Diagnostics)
+	if c == nil {
+		return nil
+	}
+	vol, err := imagelife.Read(ctx, c, pool, name)
+	if errors.Is(err, imagelife.ErrGone) {
+		tflog.Info(ctx, gone, map[string]any{"pool": pool, "name": name})
+		resp.State.RemoveResource(ctx)
+		return nil
+	}
+	if err != nil {
+		addError(&resp.Diagnostics, fmt.Sprintf("Reading %s %s/%s", what, pool, name), err)
+		return nil
+	}
+	return vol
+}
+
+// deleteImage is the destroy of an image copy or capture: its volume,
+// within the delete timeout, as deleteImageVolume deletes it.
+func (pd *providerData) deleteImage(ctx context.Context, host, pool, name string, t timeouts.Value, diags *diag.Diagnostics) {
+	timeout, d := t.Delete(ctx, imageDeleteTimeout)
+	ctx, cancel, c := pd.open(ctx, host, timeout, d, diags)
 	defer cancel()
 	if c == nil {
 		return
 	}
-	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	deleteImageVolume(ctx, c, pool, name, &resp.Diagnostics)
+	deleteImageVolume(ctx, c, pool, name, diags)
 }
 
 // deleteImageVolume deletes an image's volume unless overlays use it, as

@@ -507,19 +507,10 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
-	if c == nil {
-		return
-	}
 	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	vol, err := imagelife.Read(ctx, c, pool, name)
-	if errors.Is(err, imagelife.ErrGone) {
-		tflog.Info(ctx, "image volume is gone; removing it from state so the next apply recreates it", map[string]any{"pool": pool, "name": name})
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	if err != nil {
-		addError(&resp.Diagnostics, fmt.Sprintf("Reading image %s/%s", pool, name), err)
+	vol := r.data.readImageVolume(ctx, state.Host.ValueString(), pool, name, "image",
+		"image volume is gone; removing it from state so the next apply recreates it", resp)
+	if vol == nil {
 		return
 	}
 	if !state.VirtualSize.IsNull() && state.VirtualSize.ValueInt64() != vol.CapacityBytes || !state.Format.IsNull() && vol.Format != "" && state.Format.ValueString() != vol.Format {
