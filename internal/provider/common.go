@@ -3,9 +3,12 @@ package provider
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
@@ -82,4 +85,41 @@ func attributes(parts ...map[string]schema.Attribute) map[string]schema.Attribut
 		}
 	}
 	return all
+}
+
+// hostScopedID is id, prefixed by the host key when set.
+func hostScopedID(host, id string) string {
+	if host == "" {
+		return id
+	}
+	return host + "/" + id
+}
+
+// importHostScoped sets an import's state from its parsed ID: id, the
+// attribute attr that names the object on its host (key), and host when
+// the object is on a host of the hosts map.
+func importHostScoped(ctx context.Context, resp *resource.ImportStateResponse, attr, host, key string) {
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), hostScopedID(host, key))...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root(attr), key)...)
+	if host != "" {
+		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
+	}
+}
+
+// foundOnHost is Read's check of what it read from the host: false after
+// the read failed (an error naming what and key) or found nothing (a
+// warning, and the resource removed from state so that the next apply
+// creates it again).
+func foundOnHost(ctx context.Context, resp *resource.ReadResponse, what, key string, found bool, err error) bool {
+	if err != nil {
+		addError(&resp.Diagnostics, "Reading "+what+" "+key, err)
+		return false
+	}
+	if !found {
+		resp.Diagnostics.AddWarning(strings.ToUpper(what[:1])+what[1:]+" "+key+" is gone",
+			"The host no longer has it, so it was removed from state; the next apply creates it again.")
+		resp.State.RemoveResource(ctx)
+		return false
+	}
+	return true
 }

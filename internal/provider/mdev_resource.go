@@ -225,14 +225,7 @@ func (r *mdevResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		return
 	}
 	d, err := m.Find(ctx, state.UUID.ValueString())
-	if err != nil {
-		addError(&resp.Diagnostics, "Reading mediated device "+state.UUID.ValueString(), err)
-		return
-	}
-	if d == nil {
-		resp.Diagnostics.AddWarning("Mediated device "+state.UUID.ValueString()+" is gone",
-			"The host no longer has it, so it was removed from state; the next apply creates it again.")
-		resp.State.RemoveResource(ctx)
+	if !foundOnHost(ctx, resp, "mediated device", state.UUID.ValueString(), d != nil, err) {
 		return
 	}
 	// The parent keeps the spelling of the configuration (a PCI address)
@@ -309,30 +302,12 @@ func (r *mdevResource) ImportState(ctx context.Context, req resource.ImportState
 			"e.g. 6b6f6861-6b75-4d64-8000-000000000001, or as <host>/<uuid> for a host of the provider's hosts map.", req.ID))
 		return
 	}
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), hostScopedID(host, id))...)
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("uuid"), id)...)
-	if host != "" {
-		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
-	}
+	importHostScoped(ctx, resp, "uuid", host, id)
 }
 
 // parseMdevImportID splits <uuid> or <host>/<uuid>, the UUID in lower case.
 func parseMdevImportID(raw string) (host, id string, ok bool) {
-	id = raw
-	if i := strings.LastIndex(raw, "/"); i >= 0 {
-		host, id = raw[:i], raw[i+1:]
-		if host == "" {
-			return "", "", false
-		}
-	}
+	host, id, ok = parseNameImportID(raw)
 	id = strings.ToLower(id)
-	return host, id, mdevUUIDRegexp.MatchString(id)
-}
-
-// hostScopedID is id, prefixed by the host key when set.
-func hostScopedID(host, id string) string {
-	if host == "" {
-		return id
-	}
-	return host + "/" + id
+	return host, id, ok && mdevUUIDRegexp.MatchString(id)
 }

@@ -370,14 +370,7 @@ func (r *networkResource) Read(ctx context.Context, req resource.ReadRequest, re
 		return
 	}
 	n, err := netpool.ReadNetwork(ctx, h, state.Name.ValueString())
-	if err != nil {
-		addError(&resp.Diagnostics, "Reading network "+state.Name.ValueString(), err)
-		return
-	}
-	if n == nil {
-		resp.Diagnostics.AddWarning("Network "+state.Name.ValueString()+" is gone",
-			"The host no longer has it, so it was removed from state; the next apply creates it again.")
-		resp.State.RemoveResource(ctx)
+	if !foundOnHost(ctx, resp, "network", state.Name.ValueString(), n != nil, err) {
 		return
 	}
 	setNetworkState(ctx, &state, *n, &resp.Diagnostics)

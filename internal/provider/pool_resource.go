@@ -190,14 +190,7 @@ func (r *poolResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		return
 	}
 	p, err := netpool.ReadPool(ctx, h, state.Name.ValueString())
-	if err != nil {
-		addError(&resp.Diagnostics, "Reading storage pool "+state.Name.ValueString(), err)
-		return
-	}
-	if p == nil {
-		resp.Diagnostics.AddWarning("Storage pool "+state.Name.ValueString()+" is gone",
-			"The host no longer has it, so it was removed from state; the next apply creates it again.")
-		resp.State.RemoveResource(ctx)
+	if !foundOnHost(ctx, resp, "storage pool", state.Name.ValueString(), p != nil, err) {
 		return
 	}
 	if !p.Modelled() {
@@ -253,11 +246,7 @@ func importByName(ctx context.Context, what, example string, req resource.Import
 			"or as <host>/<name> for a host of the provider's hosts map, e.g. gpu2/%s.", req.ID, what, example, example))
 		return
 	}
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), hostScopedID(host, name))...)
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), name)...)
-	if host != "" {
-		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
-	}
+	importHostScoped(ctx, resp, "name", host, name)
 }
 
 // parseNameImportID splits <name> or <host>/<name>; false when a part is
