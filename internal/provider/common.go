@@ -10,6 +10,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
+	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 )
@@ -53,6 +55,27 @@ func (pd *providerData) open(ctx context.Context, host string, timeout time.Dura
 	}
 	ctx, cancel = context.WithTimeout(ctx, timeout)
 	return ctx, cancel, pd.client(host, diags)
+}
+
+// configClient reads a data source's or an action's configuration into m
+// and connects to the host it names (host points into m); nil after a
+// diagnostic.
+func (pd *providerData) configClient(ctx context.Context, config tfsdk.Config, m any, host *types.String, diags *diag.Diagnostics) hosts.Host {
+	diags.Append(config.Get(ctx, m)...)
+	if diags.HasError() {
+		return nil
+	}
+	return pd.client(host.ValueString(), diags)
+}
+
+// validatedDuration is an optional duration attribute that its validator
+// has checked, or def when it is null.
+func validatedDuration(v types.String, def time.Duration) time.Duration {
+	if v.IsNull() {
+		return def
+	}
+	d, _ := time.ParseDuration(v.ValueString()) // validated
+	return d
 }
 
 // addError turns an error from the packages below into a diagnostic whose

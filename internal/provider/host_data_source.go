@@ -205,11 +205,7 @@ func (d *hostDataSource) Configure(_ context.Context, req datasource.ConfigureRe
 
 func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
 	var m hostDataSourceModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	c := d.data.client(m.Host.ValueString(), &resp.Diagnostics)
+	c := d.data.configClient(ctx, req.Config, &m, &m.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}
@@ -262,12 +258,7 @@ func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 	}
 	m.GPUs = nil
 	if inv != nil {
-		m.GPUs = []pciDeviceModel{}
-		gpus := inv.Filter("", displayClass)
-		sysfs := readPCISysfs(ctx, c, gpus)
-		for _, dev := range gpus {
-			m.GPUs = append(m.GPUs, pciDeviceFrom(dev, sysfs))
-		}
+		m.GPUs = pciDevicesFrom(ctx, c, inv.Filter("", displayClass))
 	}
 	m.Pools = make([]hostPoolModel, 0, len(info.Pools))
 	for _, p := range info.Pools {

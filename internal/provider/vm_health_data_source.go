@@ -162,10 +162,7 @@ func (d *vmHealthDataSource) Read(ctx context.Context, req datasource.ReadReques
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	bound := defaultHealthTimeout
-	if !m.Timeout.IsNull() {
-		bound, _ = time.ParseDuration(m.Timeout.ValueString()) // validated
-	}
+	bound := validatedDuration(m.Timeout, defaultHealthTimeout)
 	c := d.data.client(m.Host.ValueString(), &resp.Diagnostics)
 	if c == nil {
 		return

@@ -121,19 +121,11 @@ func (a *vmPowerAction) Configure(_ context.Context, req action.ConfigureRequest
 
 func (a *vmPowerAction) Invoke(ctx context.Context, req action.InvokeRequest, resp *action.InvokeResponse) {
 	var m vmPowerModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	c := a.data.client(m.Host.ValueString(), &resp.Diagnostics)
+	c := a.data.configClient(ctx, req.Config, &m, &m.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}
-	timeout := defaultPowerTimeout
-	if !m.Timeout.IsNull() {
-		timeout, _ = time.ParseDuration(m.Timeout.ValueString()) // validated
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, validatedDuration(m.Timeout, defaultPowerTimeout))
 	defer cancel()
 	op := vmlife.PowerOp(m.Operation.ValueString())
 	res, err := vmlife.RunPower(ctx, c, vmlife.PowerRequest{
