@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework/action"
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -145,4 +147,26 @@ func foundOnHost(ctx context.Context, resp *resource.ReadResponse, what, key str
 		return false
 	}
 	return true
+}
+
+// configuredResource, configuredDataSource and configuredAction hold what
+// the provider's Configure made, for the resources (and list resources),
+// data sources and actions that embed them: their Configure is the same
+// unpacking everywhere.
+type configuredResource struct{ data *providerData }
+
+func (c *configuredResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	c.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
+}
+
+type configuredDataSource struct{ data *providerData }
+
+func (c *configuredDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
+	c.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
+}
+
+type configuredAction struct{ data *providerData }
+
+func (c *configuredAction) Configure(_ context.Context, req action.ConfigureRequest, resp *action.ConfigureResponse) {
+	c.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }

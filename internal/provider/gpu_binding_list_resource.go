@@ -20,7 +20,7 @@ var _ list.ListResourceWithConfigure = (*gpuBindingListResource)(nil)
 // vfio-pci, one result per IOMMU group, for `terraform query` (Terraform
 // 1.14 and later).
 type gpuBindingListResource struct {
-	data *providerData
+	configuredResource
 }
 
 func newGPUBindingListResource() list.ListResource { return &gpuBindingListResource{} }
@@ -48,10 +48,6 @@ func (l *gpuBindingListResource) ListResourceConfigSchema(_ context.Context, _ l
 			"host": listHostAttribute,
 		},
 	}
-}
-
-func (l *gpuBindingListResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	l.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (l *gpuBindingListResource) List(ctx context.Context, req list.ListRequest, stream *list.ListResultsStream) {

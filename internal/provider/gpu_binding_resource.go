@@ -37,15 +37,11 @@ var (
 func newGPUBindingResource() resource.Resource { return &gpuBindingResource{} }
 
 type gpuBindingResource struct {
-	data *providerData
+	configuredResource
 }
 
 func (r *gpuBindingResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_gpu_binding"
-}
-
-func (r *gpuBindingResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 // Default operation timeouts of a binding; the timeouts block overrides them.

@@ -20,7 +20,7 @@ var _ action.ActionWithConfigure = (*gpuResetAction)(nil)
 // gpuResetAction resets a GPU bound to vfio-pci (Terraform 1.14 and
 // later), through gpubind.Reset.
 type gpuResetAction struct {
-	data *providerData
+	configuredAction
 }
 
 func newGPUResetAction() action.Action { return &gpuResetAction{} }
@@ -74,10 +74,6 @@ func (a *gpuResetAction) Schema(_ context.Context, _ action.SchemaRequest, resp 
 			},
 		},
 	}
-}
-
-func (a *gpuResetAction) Configure(_ context.Context, req action.ConfigureRequest, resp *action.ConfigureResponse) {
-	a.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (a *gpuResetAction) Invoke(ctx context.Context, req action.InvokeRequest, resp *action.InvokeResponse) {

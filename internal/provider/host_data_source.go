@@ -17,7 +17,7 @@ var _ datasource.DataSourceWithConfigure = (*hostDataSource)(nil)
 func newHostDataSource() datasource.DataSource { return &hostDataSource{} }
 
 type hostDataSource struct {
-	data *providerData
+	configuredDataSource
 }
 
 type hostDataSourceModel struct {
@@ -197,10 +197,6 @@ func (d *hostDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 			},
 		},
 	}
-}
-
-func (d *hostDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	d.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {

@@ -45,7 +45,7 @@ const (
 func newImageCaptureResource() resource.Resource { return &imageCaptureResource{} }
 
 type imageCaptureResource struct {
-	data *providerData
+	configuredResource
 }
 
 type imageCaptureModel struct {
@@ -67,10 +67,6 @@ type imageCaptureModel struct {
 
 func (r *imageCaptureResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_image_capture"
-}
-
-func (r *imageCaptureResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (r *imageCaptureResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {

@@ -32,7 +32,7 @@ const imageCopyCreateTimeout = 60 * time.Minute
 func newImageCopyResource() resource.Resource { return &imageCopyResource{} }
 
 type imageCopyResource struct {
-	data *providerData
+	configuredResource
 }
 
 type imageCopyModel struct {
@@ -51,10 +51,6 @@ type imageCopyModel struct {
 
 func (r *imageCopyResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_image_copy"
-}
-
-func (r *imageCopyResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (r *imageCopyResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {

@@ -43,7 +43,7 @@ const (
 func newImageResource() resource.Resource { return &imageResource{} }
 
 type imageResource struct {
-	data *providerData
+	configuredResource
 }
 
 type imageResourceModel struct {
@@ -72,10 +72,6 @@ type imageResourceModel struct {
 
 func (r *imageResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_image"
-}
-
-func (r *imageResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 var (

@@ -31,7 +31,7 @@ var (
 func newMdevResource() resource.Resource { return &mdevResource{} }
 
 type mdevResource struct {
-	data *providerData
+	configuredResource
 }
 
 type mdevModel struct {
@@ -52,10 +52,6 @@ var mdevUUIDRegexp = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0
 
 func (r *mdevResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_mdev"
-}
-
-func (r *mdevResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (r *mdevResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {

@@ -32,7 +32,7 @@ var (
 func newNetworkResource() resource.Resource { return &networkResource{} }
 
 type networkResource struct {
-	data *providerData
+	configuredResource
 }
 
 type networkModel struct {
@@ -62,10 +62,6 @@ var macRegexp = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
 
 func (r *networkResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_network"
-}
-
-func (r *networkResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (r *networkResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {

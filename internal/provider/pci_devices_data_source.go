@@ -22,7 +22,7 @@ var _ datasource.DataSourceWithConfigure = (*pciDevicesDataSource)(nil)
 func newPCIDevicesDataSource() datasource.DataSource { return &pciDevicesDataSource{} }
 
 type pciDevicesDataSource struct {
-	data *providerData
+	configuredDataSource
 }
 
 type pciDevicesModel struct {
@@ -137,10 +137,6 @@ func (d *pciDevicesDataSource) Schema(_ context.Context, _ datasource.SchemaRequ
 			},
 		},
 	}
-}
-
-func (d *pciDevicesDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	d.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (d *pciDevicesDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {

@@ -18,7 +18,7 @@ var _ list.ListResourceWithConfigure = (*poolListResource)(nil)
 // poolListResource lists the directory pools of a host, for `terraform
 // query` (Terraform 1.14 and later).
 type poolListResource struct {
-	data *providerData
+	configuredResource
 }
 
 func newPoolListResource() list.ListResource { return &poolListResource{} }
@@ -54,10 +54,6 @@ func (l *poolListResource) ListResourceConfigSchema(_ context.Context, _ list.Li
 		"(host and name), so `terraform query -generate-config-out=FILE` writes a kohaku_pool block and an import " +
 		"block for each: applying them adopts the pools as they are, and the next plan is empty. Adoption never " +
 		"redefines a pool; a pool found stopped plans a change of `active`, and apply starts it.")
-}
-
-func (l *poolListResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	l.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (l *poolListResource) List(ctx context.Context, req list.ListRequest, stream *list.ListResultsStream) {

@@ -30,7 +30,7 @@ var (
 func newPoolResource() resource.Resource { return &poolResource{} }
 
 type poolResource struct {
-	data *providerData
+	configuredResource
 }
 
 type poolModel struct {
@@ -51,10 +51,6 @@ const netpoolTimeout = 2 * time.Minute
 
 func (r *poolResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_pool"
-}
-
-func (r *poolResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (r *poolResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {

@@ -41,15 +41,11 @@ var (
 func newSeedResource() resource.Resource { return &seedResource{} }
 
 type seedResource struct {
-	data *providerData
+	configuredResource
 }
 
 func (r *seedResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_seed"
-}
-
-func (r *seedResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 // contentChange ends the description of every attribute that goes into the

@@ -21,7 +21,7 @@ var _ list.ListResourceWithConfigure = (*vmListResource)(nil)
 // 1.14 and later), each with the kohaku_vm identity and, when asked, the
 // state an import of it would read.
 type vmListResource struct {
-	data *providerData
+	configuredResource
 }
 
 func newVMListResource() list.ListResource { return &vmListResource{} }
@@ -60,10 +60,6 @@ func (l *vmListResource) ListResourceConfigSchema(_ context.Context, _ list.List
 			},
 		},
 	}
-}
-
-func (l *vmListResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	l.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (l *vmListResource) List(ctx context.Context, req list.ListRequest, stream *list.ListResultsStream) {

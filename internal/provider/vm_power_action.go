@@ -23,7 +23,7 @@ var (
 // vmPowerAction starts, shuts down, reboots or resets a VM (Terraform 1.14
 // and later), through vmlife.RunPower.
 type vmPowerAction struct {
-	data *providerData
+	configuredAction
 }
 
 func newVMPowerAction() action.Action { return &vmPowerAction{} }
@@ -113,10 +113,6 @@ func (a *vmPowerAction) ValidateConfig(ctx context.Context, req action.ValidateC
 				"effect. To reboot and wait, invoke operation = \"shutdown\" and then operation = \"start\" with "+
 				"wait_for_report = true.", op))
 	}
-}
-
-func (a *vmPowerAction) Configure(_ context.Context, req action.ConfigureRequest, resp *action.ConfigureResponse) {
-	a.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (a *vmPowerAction) Invoke(ctx context.Context, req action.InvokeRequest, resp *action.InvokeResponse) {

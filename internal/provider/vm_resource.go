@@ -53,15 +53,11 @@ var objectAsOptions = basetypes.ObjectAsOptions{}
 func newVMResource() resource.Resource { return &vmResource{} }
 
 type vmResource struct {
-	data *providerData
+	configuredResource
 }
 
 func (r *vmResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_vm"
-}
-
-func (r *vmResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 // planDomainDefaults fills what the configuration leaves unset: the value
