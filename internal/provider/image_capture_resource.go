@@ -87,11 +87,7 @@ func (r *imageCaptureResource) Schema(ctx context.Context, _ resource.SchemaRequ
 			"Drift: a volume deleted out of band is captured again by the next apply.",
 		Attributes: attributes(imageCaptureInputs(replace), imageCaptureResults(keep)),
 		Blocks: map[string]schema.Block{
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{
-				Create: true, Delete: true,
-				CreateDescription: "How long the whole capture may take: seal, shutdown, flatten, digest and restart. Default `30m`.",
-				DeleteDescription: "How long deleting may take. Default `5m`.",
-			}),
+			"timeouts": imageTimeoutsBlock(ctx, "How long the whole capture may take: seal, shutdown, flatten, digest and restart. Default `30m`."),
 		},
 	}
 }
@@ -295,6 +291,17 @@ func (r *imageCaptureResource) Delete(ctx context.Context, req resource.DeleteRe
 		return
 	}
 	r.data.deleteImage(ctx, state.Host.ValueString(), state.Pool.ValueString(), state.Name.ValueString(), state.Timeouts, &resp.Diagnostics)
+}
+
+// imageTimeoutsBlock is the timeouts block of kohaku_image, its copy and
+// its capture: create as create says, and the delete of the image volume,
+// which all three bound by imageDeleteTimeout.
+func imageTimeoutsBlock(ctx context.Context, create string) schema.Block {
+	return timeouts.Block(ctx, timeouts.Opts{
+		Create: true, Delete: true,
+		CreateDescription: create,
+		DeleteDescription: "How long deleting may take. Default `5m`.",
+	})
 }
 
 // readImageVolume reads the volume of an image resource (kohaku_image, its

@@ -102,11 +102,7 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			imageResultAttributes(keep),
 		),
 		Blocks: map[string]schema.Block{
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{
-				Create: true, Delete: true,
-				CreateDescription: "How long downloading, verifying and uploading may take. Default `60m` (multi-GiB images over slow links).",
-				DeleteDescription: "How long deleting may take. Default `5m`.",
-			}),
+			"timeouts": imageTimeoutsBlock(ctx, "How long downloading, verifying and uploading may take. Default `60m` (multi-GiB images over slow links)."),
 		},
 	}
 }
