@@ -12,7 +12,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
-	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
@@ -59,11 +58,17 @@ func (pd *providerData) open(ctx context.Context, host string, timeout time.Dura
 	return ctx, cancel, pd.client(host, diags)
 }
 
-// configClient reads a data source's or an action's configuration into m
-// and connects to the host it names (host points into m); nil after a
-// diagnostic.
-func (pd *providerData) configClient(ctx context.Context, config tfsdk.Config, m any, host *types.String, diags *diag.Diagnostics) hosts.Host {
-	diags.Append(config.Get(ctx, m)...)
+// modelGetter is a request's plan, state or configuration.
+type modelGetter interface {
+	Get(ctx context.Context, target any) diag.Diagnostics
+}
+
+// modelClient is how a CRUD method, a data source's Read or an action
+// starts when it needs only its model and its host: it reads m from a
+// request's plan, state or configuration and connects to the host m names
+// (host points into m); nil after a diagnostic.
+func (pd *providerData) modelClient(ctx context.Context, from modelGetter, m any, host *types.String, diags *diag.Diagnostics) hosts.Host {
+	diags.Append(from.Get(ctx, m)...)
 	if diags.HasError() {
 		return nil
 	}

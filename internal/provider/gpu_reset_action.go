@@ -78,7 +78,7 @@ func (a *gpuResetAction) Schema(_ context.Context, _ action.SchemaRequest, resp 
 
 func (a *gpuResetAction) Invoke(ctx context.Context, req action.InvokeRequest, resp *action.InvokeResponse) {
 	var m gpuResetModel
-	c := a.data.configClient(ctx, req.Config, &m, &m.Host, &resp.Diagnostics)
+	c := a.data.modelClient(ctx, req.Config, &m, &m.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}

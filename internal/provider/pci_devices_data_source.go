@@ -141,7 +141,7 @@ func (d *pciDevicesDataSource) Schema(_ context.Context, _ datasource.SchemaRequ
 
 func (d *pciDevicesDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
 	var m pciDevicesModel
-	c := d.data.configClient(ctx, req.Config, &m, &m.Host, &resp.Diagnostics)
+	c := d.data.modelClient(ctx, req.Config, &m, &m.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}

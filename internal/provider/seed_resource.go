@@ -613,11 +613,7 @@ func (r *seedResource) upload(ctx context.Context, c hosts.Host, plan, cfg *seed
 
 func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state seedResourceModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	c := r.data.modelClient(ctx, req.State, &state, &state.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}
@@ -724,11 +720,7 @@ func (r *seedResource) Update(ctx context.Context, req resource.UpdateRequest, r
 
 func (r *seedResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state seedResourceModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	c := r.data.modelClient(ctx, req.State, &state, &state.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}

@@ -117,7 +117,7 @@ func (a *vmPowerAction) ValidateConfig(ctx context.Context, req action.ValidateC
 
 func (a *vmPowerAction) Invoke(ctx context.Context, req action.InvokeRequest, resp *action.InvokeResponse) {
 	var m vmPowerModel
-	c := a.data.configClient(ctx, req.Config, &m, &m.Host, &resp.Diagnostics)
+	c := a.data.modelClient(ctx, req.Config, &m, &m.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}

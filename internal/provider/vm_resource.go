@@ -421,11 +421,7 @@ func (m *vmModel) fillUnknowns(defined *hosts.DomainRef, overlay *domain.VolumeR
 
 func (r *vmResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state vmModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	c := r.data.modelClient(ctx, req.State, &state, &state.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}
