@@ -169,13 +169,8 @@ func checkMdev(ctx context.Context, m mdev.Manager, s mdev.Spec, diags *diag.Dia
 
 func (r *mdevResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan mdevModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, mdevTimeout)
+	ctx, cancel, m, ok := r.open(ctx, req.Plan, &plan, &resp.Diagnostics)
 	defer cancel()
-	m, ok := r.manager(plan, &resp.Diagnostics)
 	if !ok {
 		return
 	}
@@ -195,6 +190,20 @@ func (r *mdevResource) Create(ctx context.Context, req resource.CreateRequest, r
 	plan.NodeDevice = types.StringValue(d.Name)
 	setMdevState(&plan, d)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// open is how Create, Update and Delete start: the model from the
+// request's plan or state, the deadline of mdevTimeout, and the manager of
+// the model's host; false after a diagnostic. cancel is always safe to
+// defer.
+func (r *mdevResource) open(ctx context.Context, from modelGetter, m *mdevModel, diags *diag.Diagnostics) (context.Context, context.CancelFunc, mdev.Manager, bool) {
+	diags.Append(from.Get(ctx, m)...)
+	if diags.HasError() {
+		return ctx, func() {}, mdev.Manager{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, mdevTimeout)
+	mgr, ok := r.manager(*m, diags)
+	return ctx, cancel, mgr, ok
 }
 
 // manager is the mediated-device manager of the model's host; false (with
@@ -241,13 +250,8 @@ func (r *mdevResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 // configurable attribute replaces the device instead.
 func (r *mdevResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan mdevModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, mdevTimeout)
+	ctx, cancel, m, ok := r.open(ctx, req.Plan, &plan, &resp.Diagnostics)
 	defer cancel()
-	m, ok := r.manager(plan, &resp.Diagnostics)
 	if !ok {
 		return
 	}
@@ -271,13 +275,8 @@ func (r *mdevResource) Update(ctx context.Context, req resource.UpdateRequest, r
 
 func (r *mdevResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state mdevModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, mdevTimeout)
+	ctx, cancel, m, ok := r.open(ctx, req.State, &state, &resp.Diagnostics)
 	defer cancel()
-	m, ok := r.manager(state, &resp.Diagnostics)
 	if !ok {
 		return
 	}
