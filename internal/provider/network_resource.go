@@ -316,23 +316,23 @@ func (r *networkResource) networkHost(m networkModel, diags *diag.Diagnostics) n
 }
 
 func (r *networkResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	r.apply(ctx, req.Plan.Get, &resp.State, &resp.Diagnostics, "Creating", netpool.CreateNetwork)
+	r.apply(ctx, req.Plan, &resp.State, &resp.Diagnostics, "Creating", netpool.CreateNetwork)
 }
 
 // Update changes the reservations and autostart in place and starts a
 // network found stopped; every other attribute replaces the network.
 func (r *networkResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	r.apply(ctx, req.Plan.Get, &resp.State, &resp.Diagnostics, "Updating", netpool.UpdateNetwork)
+	r.apply(ctx, req.Plan, &resp.State, &resp.Diagnostics, "Updating", netpool.UpdateNetwork)
 }
 
 type stateSetter interface {
 	Set(context.Context, any) diag.Diagnostics
 }
 
-func (r *networkResource) apply(ctx context.Context, get func(context.Context, any) diag.Diagnostics, state stateSetter,
+func (r *networkResource) apply(ctx context.Context, from modelGetter, state stateSetter,
 	diags *diag.Diagnostics, verb string, op func(context.Context, netpool.NetworkHost, netpool.NetworkSpec) (netpool.Network, error)) {
 	var plan networkModel
-	diags.Append(get(ctx, &plan)...)
+	diags.Append(from.Get(ctx, &plan)...)
 	if diags.HasError() {
 		return
 	}
@@ -357,11 +357,7 @@ func (r *networkResource) apply(ctx context.Context, get func(context.Context, a
 
 func (r *networkResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state networkModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	h := r.networkHost(state, &resp.Diagnostics)
+	h := r.data.modelClient(ctx, req.State, &state, &state.Host, &resp.Diagnostics)
 	if h == nil {
 		return
 	}
@@ -375,16 +371,12 @@ func (r *networkResource) Read(ctx context.Context, req resource.ReadRequest, re
 
 func (r *networkResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state networkModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
+	h := r.data.modelClient(ctx, req.State, &state, &state.Host, &resp.Diagnostics)
+	if h == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, netpoolTimeout)
 	defer cancel()
-	h := r.networkHost(state, &resp.Diagnostics)
-	if h == nil {
-		return
-	}
 	if err := netpool.DeleteNetwork(ctx, h, state.Name.ValueString()); err != nil {
 		addError(&resp.Diagnostics, "Removing network "+state.Name.ValueString()+" failed", err)
 	}
