@@ -355,18 +355,25 @@ func (m *merger) interfaces() {
 	}
 	// Interfaces Kohaku does not manage keep their places; the managed
 	// places take the spec's NICs in order, and the rest follow.
-	var out []libvirtxml.DomainInterface
+	h.Interfaces = keepPlaces(h.Interfaces, managedNIC, managed)
+}
+
+// keepPlaces is have with its managed entries (isManaged) replaced by
+// managed in order: the others keep their places, managed entries beyond
+// have's follow, and have's beyond managed's are dropped.
+func keepPlaces[T any](have []T, isManaged func(T) bool, managed []T) []T {
+	var out []T
 	next := 0
-	for _, x := range h.Interfaces {
+	for _, x := range have {
 		switch {
-		case !managedNIC(x):
+		case !isManaged(x):
 			out = append(out, x)
 		case next < len(managed):
 			out = append(out, managed[next])
 			next++
 		}
 	}
-	h.Interfaces = append(out, managed[next:]...)
+	return append(out, managed[next:]...)
 }
 
 // filesystems matches the spec's shares with the domain's host directory
@@ -400,18 +407,7 @@ func (m *merger) filesystems() {
 	}
 	// Filesystems Kohaku does not manage keep their places; the shares'
 	// places take the spec's shares in order, and the rest follow.
-	var out []libvirtxml.DomainFilesystem
-	next := 0
-	for _, x := range h.Filesystems {
-		switch {
-		case !isShare(x):
-			out = append(out, x)
-		case next < len(managed):
-			out = append(out, managed[next])
-			next++
-		}
-	}
-	h.Filesystems = append(out, managed[next:]...)
+	h.Filesystems = keepPlaces(h.Filesystems, isShare, managed)
 }
 
 // hostdevs matches the spec's PCI devices with the domain's by host address,

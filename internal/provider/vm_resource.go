@@ -53,15 +53,11 @@ var objectAsOptions = basetypes.ObjectAsOptions{}
 func newVMResource() resource.Resource { return &vmResource{} }
 
 type vmResource struct {
-	data *providerData
+	configuredResource
 }
 
 func (r *vmResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_vm"
-}
-
-func (r *vmResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 // planDomainDefaults fills what the configuration leaves unset: the value
@@ -429,11 +425,7 @@ func (m *vmModel) fillUnknowns(defined *hosts.DomainRef, overlay *domain.VolumeR
 
 func (r *vmResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state vmModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	c := r.data.modelClient(ctx, req.State, &state, &state.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}

@@ -259,28 +259,8 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	}
 	redefine := restart || !diff.empty() || !sameVolumes(owned, ownedBefore)
 	if redefine {
-		w := ch.Want
-		w.Spec.UUID = ch.Ref.UUID
-		w.Spec.Disk = view.Observed.Spec.Disk // disk changes replace the VM
-		w.Spec.Owner.Volumes = owned
-		w.DiskMode, w.InspectSeed = "", false
-		r, err := Resolve(ctx, h, w, planned, false)
-		var se *StepError
-		switch {
-		case errors.As(err, &se) && se.Step == StepShares:
-			return nil, &UpdateError{Step: se.Step, Err: se.Err, Unchanged: true}
-		case errors.As(err, &se):
-			return nil, fail(se.Step, se.Err)
-		}
-		// The definition is edited, not regenerated: what Kohaku does not
-		// own (devices, metadata, settings it has no attribute for)
-		// survives as the domain has it.
-		xml, err := domain.Merge(view.Status.XML, r.Spec)
-		if err != nil {
-			return nil, fail("build the domain XML", err)
-		}
-		if _, err := h.DefineDomain(steady, r.Spec.Name, xml); err != nil {
-			return nil, fail("redefine the domain", err)
+		if err := redefineDomain(ctx, steady, h, ch, view, planned, owned, fail); err != nil {
+			return nil, err
 		}
 	}
 	// The volumes of removed data disks go once no definition names them.
@@ -322,4 +302,36 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 		return nil, fail("start the domain", stoppedAtOnce(view))
 	}
 	return view, nil
+}
+
+// redefineDomain is Update's redefine: the plan resolved against the host
+// (same UUID, same boot disk, the volumes Kohaku owns now) and merged into
+// the domain's current definition. fail is Update's, for a failure after
+// which the domain may have changed.
+func redefineDomain(ctx, steady context.Context, h Host, ch Change, view *View, planned GPUGroups, owned []domain.VolumeRef,
+	fail func(step string, err error) error) error {
+	w := ch.Want
+	w.Spec.UUID = ch.Ref.UUID
+	w.Spec.Disk = view.Observed.Spec.Disk // disk changes replace the VM
+	w.Spec.Owner.Volumes = owned
+	w.DiskMode, w.InspectSeed = "", false
+	r, err := Resolve(ctx, h, w, planned, false)
+	var se *StepError
+	switch {
+	case errors.As(err, &se) && se.Step == StepShares:
+		return &UpdateError{Step: se.Step, Err: se.Err, Unchanged: true}
+	case errors.As(err, &se):
+		return fail(se.Step, se.Err)
+	}
+	// The definition is edited, not regenerated: what Kohaku does not
+	// own (devices, metadata, settings it has no attribute for)
+	// survives as the domain has it.
+	xml, err := domain.Merge(view.Status.XML, r.Spec)
+	if err != nil {
+		return fail("build the domain XML", err)
+	}
+	if _, err := h.DefineDomain(steady, r.Spec.Name, xml); err != nil {
+		return fail("redefine the domain", err)
+	}
+	return nil
 }
