@@ -550,7 +550,7 @@ func (m *merger) controllers() {
 // the domain has; a binding Kohaku did not write is the domain's own.
 func (m *merger) numa() {
 	h, w := m.have, m.want
-	if len(m.n.NUMA) == 0 && (m.obs.Metadata == nil || !m.obs.Metadata.Placed) {
+	if len(m.n.NUMA) == 0 && len(m.n.CPUPins) == 0 && (m.obs.Metadata == nil || !m.obs.Metadata.Placed) {
 		return
 	}
 	h.VCPU.CPUSet = w.VCPU.CPUSet
@@ -559,13 +559,14 @@ func (m *merger) numa() {
 		h.CPU.Numa = w.CPU.Numa
 	}
 	var pins []libvirtxml.DomainCPUTuneVCPUPin
+	var emulator *libvirtxml.DomainCPUTuneEmulatorPin
 	if w.CPUTune != nil {
-		pins = w.CPUTune.VCPUPin
+		pins, emulator = w.CPUTune.VCPUPin, w.CPUTune.EmulatorPin
 	}
 	if h.CPUTune == nil {
 		h.CPUTune = &libvirtxml.DomainCPUTune{}
 	}
-	h.CPUTune.VCPUPin = pins
+	h.CPUTune.VCPUPin, h.CPUTune.EmulatorPin = pins, emulator
 	if isZeroCPUTune(h.CPUTune) {
 		h.CPUTune = nil
 	}

@@ -241,6 +241,9 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	}
 	if acq != nil {
 		in.Spec.UUID = acq.Holder.UUID
+		if len(acq.Placement.CPUs) > 0 {
+			in.Spec.CPUPins, in.Spec.EmulatorCPUs = acq.Placement.CPUs, domain.FormatCPUSet(acq.Placement.EmulatorCPUs)
+		}
 	}
 	// Checked at plan time when the image's id was known then.
 	if d := plan.disk(ctx, &resp.Diagnostics); d != nil && !d.Image.IsNull() {
@@ -409,6 +412,9 @@ func (m *vmModel) fillUnknowns(defined *hosts.DomainRef, overlay *domain.VolumeR
 	if m.NUMANodes.IsUnknown() {
 		m.NUMANodes = types.ListNull(types.Int64Type)
 	}
+	if m.PinnedCPUs.IsUnknown() {
+		m.PinnedCPUs = types.ListNull(types.Int64Type)
+	}
 	if !m.NetworkInterfaces.IsNull() && !m.NetworkInterfaces.IsUnknown() {
 		var elems []attr.Value
 		for _, e := range m.NetworkInterfaces.Elements() {
@@ -558,7 +564,8 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 	grace, _ := time.ParseDuration(plan.ShutdownTimeout.ValueString())
 	view, err := vmlife.Update(ctx, c, vmlife.Change{
 		Ref:     hosts.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()},
-		Want:    vmlife.Want{Spec: want.Spec, GPUs: gpus, NUMAPlacement: plan.placement(), Nodes: state.placedNodes(ctx, &resp.Diagnostics)},
+		Want:    vmlife.Want{Spec: want.Spec, GPUs: gpus, NUMAPlacement: plan.placement(), Nodes: state.placedNodes(ctx, &resp.Diagnostics),
+			KeepPins: len(state.pinnedCPUs(ctx, &resp.Diagnostics)) > 0},
 		Prior:   prior.Spec,
 		Overlay: volumeRef(state.OverlayVolume), Recorded: gpuGroupsFromPrivate(recorded),
 		DiskBytes: plannedDiskBytes(ctx, &plan, &resp.Diagnostics), NewDisks: want.NewDisks,

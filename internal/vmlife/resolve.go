@@ -34,6 +34,9 @@ type Want struct {
 	// without GPUs, bound as a GPU VM is bound to its GPUs' nodes (Place);
 	// ignored when GPUs is set.
 	Nodes []int
+	// KeepPins keeps the domain's one-to-one vCPU pins (a placement's
+	// pin_cpus, made at create) through an update.
+	KeepPins bool
 }
 
 // Resolved is a spec completed against the host.

@@ -218,11 +218,16 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	record(groups)
 	// The NUMA binding is the host's to tell too (the nodes of the GPUs):
 	// placed anew, it is compared with the domain's own.
+	// So are one-to-one pins, made at create and kept.
+	if ch.Want.KeepPins {
+		ch.Want.Spec.CPUPins, ch.Want.Spec.EmulatorCPUs = view.Observed.Spec.CPUPins, view.Observed.Spec.EmulatorCPUs
+	}
 	want, prior := ch.Want.Spec, ch.Prior
 	if err := Place(ctx, h, &want, ch.Want.NUMAPlacement, ch.Want.GPUs, ch.Want.Nodes, false); err != nil {
 		return nil, &UpdateError{Step: StepPlace, Err: err, Unchanged: true}
 	}
 	prior.NUMA = view.Observed.Spec.NUMA
+	prior.CPUPins, prior.EmulatorCPUs = view.Observed.Spec.CPUPins, view.Observed.Spec.EmulatorCPUs
 	// The boot disk grows first, live when the domain runs: nothing else
 	// of the update depends on it, and a failure leaves the rest as it was.
 	if err := GrowBootDisk(steady, h, view, ch.DiskBytes); err != nil {
