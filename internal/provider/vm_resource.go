@@ -563,8 +563,8 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 	gpus := plan.gpuEntries()
 	grace, _ := time.ParseDuration(plan.ShutdownTimeout.ValueString())
 	view, err := vmlife.Update(ctx, c, vmlife.Change{
-		Ref:     hosts.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()},
-		Want:    vmlife.Want{Spec: want.Spec, GPUs: gpus, NUMAPlacement: plan.placement(), Nodes: state.placedNodes(ctx, &resp.Diagnostics),
+		Ref: hosts.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()},
+		Want: vmlife.Want{Spec: want.Spec, GPUs: gpus, NUMAPlacement: plan.placement(), Nodes: state.placedNodes(ctx, &resp.Diagnostics),
 			KeepPins: len(state.pinnedCPUs(ctx, &resp.Diagnostics)) > 0},
 		Prior:   prior.Spec,
 		Overlay: volumeRef(state.OverlayVolume), Recorded: gpuGroupsFromPrivate(recorded),
