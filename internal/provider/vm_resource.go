@@ -562,10 +562,12 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 	summary := "Updating VM " + state.Name.ValueString()
 	gpus := plan.gpuEntries()
 	grace, _ := time.ParseDuration(plan.ShutdownTimeout.ValueString())
+	// A placement's NUMA node and vCPU pins were chosen at create: kept.
+	keep := vmlife.Want{Spec: want.Spec, GPUs: gpus, NUMAPlacement: plan.placement(),
+		Nodes: state.placedNodes(ctx, &resp.Diagnostics), KeepPins: len(state.pinnedCPUs(ctx, &resp.Diagnostics)) > 0}
 	view, err := vmlife.Update(ctx, c, vmlife.Change{
-		Ref: hosts.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()},
-		Want: vmlife.Want{Spec: want.Spec, GPUs: gpus, NUMAPlacement: plan.placement(), Nodes: state.placedNodes(ctx, &resp.Diagnostics),
-			KeepPins: len(state.pinnedCPUs(ctx, &resp.Diagnostics)) > 0},
+		Ref:     hosts.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()},
+		Want:    keep,
 		Prior:   prior.Spec,
 		Overlay: volumeRef(state.OverlayVolume), Recorded: gpuGroupsFromPrivate(recorded),
 		DiskBytes: plannedDiskBytes(ctx, &plan, &resp.Diagnostics), NewDisks: want.NewDisks,
