@@ -275,6 +275,9 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	defer wait.close()
 	p := vmlife.Plan{Spec: res.Spec, NewDisks: in.NewDisks, Autostart: plan.Autostart.ValueBool(), Running: plan.Running.ValueBool(),
 		KeepOnReadyFailure: plan.OnReadyFailure.ValueString() != deleteOnFailure, Timeout: timeout}
+	if acq != nil {
+		p.BeforeDefine = acq.Confirm
+	}
 	if disk := plan.disk(ctx, &resp.Diagnostics); in.DiskMode == "base_volume" && disk != nil {
 		p.Base = disk.base()
 		p.SizeBytes = disk.SizeGiB.ValueInt64() << 30

@@ -42,6 +42,10 @@ type Plan struct {
 	Running   bool
 	// Ready waits for the started guest, bounded by ctx; nil does not wait.
 	Ready func(ctx context.Context) error
+	// BeforeDefine runs right before the domain is defined; an error ends
+	// the create there, rolling back what was made. A placed VM confirms
+	// its GPU claims with it (Acquired.Confirm).
+	BeforeDefine func(ctx context.Context) error
 	// KeepOnReadyFailure keeps a VM whose readiness wait failed, for
 	// inspection, instead of rolling it back.
 	KeepOnReadyFailure bool
@@ -220,6 +224,11 @@ func Create(ctx context.Context, h Host, p Plan) (*View, error) {
 	}
 	if err := expired(); err != nil {
 		return nil, vc.fail(ctx, StepDefine, err)
+	}
+	if p.BeforeDefine != nil {
+		if err := p.BeforeDefine(steady); err != nil {
+			return nil, vc.fail(ctx, StepDefine, err)
+		}
 	}
 	ref, err := h.DefineDomain(steady, spec.Name, xml)
 	if err != nil {

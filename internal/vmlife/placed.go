@@ -94,6 +94,22 @@ type Acquired struct {
 	// over).
 	Notes []string
 	host  PlacedHost
+	devs  []claim.Device
+}
+
+// Confirm takes the claims again right before the domain is defined:
+// Take returns Already while a claim is still this VM's, so a create that
+// stalled past claim.StaleAfter between its claims and its define, and
+// had a GPU taken over meanwhile, finds it here and defines nothing (the
+// claim package's one gap, narrowed to the define call itself).
+func (a *Acquired) Confirm(ctx context.Context) error {
+	if a == nil || a.host.Claims == nil || len(a.devs) == 0 {
+		return nil
+	}
+	if _, err := a.host.Claims.TakeAll(ctx, a.devs, a.Holder); err != nil {
+		return fmt.Errorf("confirming the GPU claims before the define: %w", err)
+	}
+	return nil
 }
 
 // Acquire places r (Placer), then on the chosen host claims its GPUs (all
@@ -122,6 +138,7 @@ func Acquire(ctx context.Context, p Placer, host func(name string) (PlacedHost, 
 	}
 	a.host = ph
 	devs := claimDevices(p, pl)
+	a.devs = devs
 	taken, err := ph.Claims.TakeAll(ctx, devs, h)
 	if err != nil {
 		return nil, &AcquireError{Step: StepClaim, Err: err}
