@@ -7,6 +7,7 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/capacity"
 	"github.com/kohaku/terraform-provider-kohaku/internal/capture"
 	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 	"github.com/kohaku/terraform-provider-kohaku/internal/imagelife"
 	"github.com/kohaku/terraform-provider-kohaku/internal/mdev"
 	"github.com/kohaku/terraform-provider-kohaku/internal/netpool"
@@ -151,18 +152,18 @@ func Unsupported(err error) bool { return virt.Unsupported(err) }
 // CheckPrivateKey checks an SSH private key (and its passphrase) as the
 // connection will read it; attr names the attribute in the error.
 func CheckPrivateKey(attr, text, passphrase string) error {
-	_, err := virt.ParsePrivateKey(attr, text, passphrase)
+	_, err := hostconn.ParsePrivateKey(attr, text, passphrase)
 	return err
 }
 
 // CheckHostKeys checks known_hosts lines as the connection will read them.
 func CheckHostKeys(attr, text string) error {
-	_, err := virt.ParseHostKeys(attr, text)
+	_, err := hostconn.ParseHostKeys(attr, text)
 	return err
 }
 
 // CheckTLSMaterial checks a TLS connection's PEM material; prefix starts
 // each error's attribute path.
 func CheckTLSMaterial(prefix, caCert, clientCert, clientKey string) error {
-	return virt.ParseTLSMaterial(prefix, caCert, clientCert, clientKey)
+	return hostconn.ParseTLSMaterial(prefix, caCert, clientCert, clientKey)
 }

@@ -5,9 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"libvirt.org/go/libvirtxml"
-
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // PoolSpec is a directory pool as declared.
@@ -37,7 +36,7 @@ func PoolXML(s PoolSpec) (string, error) {
 }
 
 // ParsePool reads a pool's XML and state as the host reported them.
-func ParsePool(d virt.Definition) (Pool, error) {
+func ParsePool(d hostapi.Definition) (Pool, error) {
 	var x libvirtxml.StoragePool
 	if err := x.Unmarshal(d.XML); err != nil {
 		return Pool{}, fmt.Errorf("parsing the XML of a storage pool: %w", err)

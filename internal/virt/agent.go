@@ -133,7 +133,7 @@ func stateName(s libvirt.DomainState) string {
 // connected but slow, and the connection stays usable after (the late
 // answer is dropped).
 func (c *Client) GuestInterfaces(ctx context.Context, ref DomainRef) ([]guestaddr.Interface, error) {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return nil, err
 	}

@@ -13,31 +13,8 @@ import (
 	"libvirt.org/go/libvirtxml"
 )
 
-// Sentinel errors of the domain and overlay-volume operations. Errors that
-// wrap them also say which object and what to do.
-var (
-	ErrDomainNotFound = errors.New("domain not found")
-	ErrPoolNotFound   = fmt.Errorf("storage pool %w", ErrNotFound)
-	ErrVolumeNotFound = fmt.Errorf("volume %w", ErrNotFound)
-)
-
-// DomainRef names a domain by UUID; Name is used in messages only. libvirt
-// finds a domain by the UUID of the handle, so calls through a DomainRef need
-// no lookup round trip.
-type DomainRef struct {
-	UUID string
-	Name string
-}
-
-func (r DomainRef) String() string {
-	if r.Name == "" {
-		return r.UUID
-	}
-	return fmt.Sprintf("%s (%s)", r.Name, r.UUID)
-}
-
-// handle builds the go-libvirt domain handle for r.
-func (r DomainRef) handle() (libvirt.Domain, error) {
+// domainHandle builds the go-libvirt domain handle for r.
+func domainHandle(r DomainRef) (libvirt.Domain, error) {
 	u, err := ParseUUID(r.UUID)
 	if err != nil {
 		return libvirt.Domain{}, err
@@ -77,23 +54,11 @@ func libvirtCode(err error, code libvirt.ErrorNumber) bool {
 	return errors.As(err, &e) && e.Code == uint32(code)
 }
 
-// DomainStatus is a domain as Read needs it.
-type DomainStatus struct {
-	DomainRef
-	// XML is the persistent (inactive) definition: what was defined, with what
-	// libvirt filled in (MACs, addresses, controllers).
-	XML string
-	// State is libvirt's run state; Active is true for every state but shut off.
-	State     libvirt.DomainState
-	Active    bool
-	Autostart bool
-}
-
 // ReadDomain returns a domain's definition, run state and autostart flag in
 // three libvirt calls (no lookup: the UUID addresses the domain). A domain that
 // does not exist yields an error wrapping ErrDomainNotFound.
 func (c *Client) ReadDomain(ctx context.Context, ref DomainRef) (*DomainStatus, error) {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return nil, err
 	}
@@ -111,8 +76,8 @@ func (c *Client) ReadDomain(ctx context.Context, ref DomainRef) (*DomainStatus, 
 		if err != nil {
 			return err
 		}
-		out.XML, out.State, out.Autostart = doc, libvirt.DomainState(state), auto == 1
-		out.Active = out.State != libvirt.DomainShutoff && out.State != libvirt.DomainNostate
+		out.XML, out.State, out.Autostart = doc, DomainState(state), auto == 1
+		out.Active = out.State != DomainState(libvirt.DomainShutoff) && out.State != DomainState(libvirt.DomainNostate)
 		return nil
 	})
 	if libvirtCode(err, libvirt.ErrNoDomain) {
@@ -161,7 +126,7 @@ func (c *Client) DefineDomain(ctx context.Context, name, xml string) (DomainRef,
 
 // StartDomain starts a defined domain; one that is already running is fine.
 func (c *Client) StartDomain(ctx context.Context, ref DomainRef) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}
@@ -178,7 +143,7 @@ func (c *Client) StartDomain(ctx context.Context, ref DomainRef) error {
 
 // SetAutostart turns starting the domain with the host on or off.
 func (c *Client) SetAutostart(ctx context.Context, ref DomainRef, on bool) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}
@@ -191,24 +156,8 @@ func (c *Client) SetAutostart(ctx context.Context, ref DomainRef, on bool) error
 	})
 }
 
-// StopResult says how a domain stopped.
-type StopResult int
-
-const (
-	// StopNotRunning means the domain was already shut off.
-	StopNotRunning StopResult = iota
-	// StopGraceful means the guest powered off after the ACPI request.
-	StopGraceful
-	// StopForced means the grace period ran out and the domain was forced off.
-	StopForced
-)
-
 // stopPoll is how often StopDomain checks whether the guest has powered off.
 const stopPoll = 250 * time.Millisecond
-
-// StopForceMargin is what StopDomain keeps of its context's time for the
-// forced stop: the wait for the guest ends that long before the deadline.
-const StopForceMargin = 10 * time.Second
 
 // stopResend is how often StopDomain repeats its shutdown request while it
 // waits: a request that reaches a guest before it listens (still booting,
@@ -223,7 +172,7 @@ const stopResend = 5 * time.Second
 // deadline so the forced stop still fits. A domain that is gone or already off
 // is not an error.
 func (c *Client) StopDomain(ctx context.Context, ref DomainRef, grace time.Duration) (StopResult, error) {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return StopNotRunning, err
 	}
@@ -293,7 +242,7 @@ func (c *Client) StopDomain(ctx context.Context, ref DomainRef, grace time.Durat
 // file, managed save image and snapshot and checkpoint metadata. The domain
 // must be shut off. A domain that is already gone is not an error.
 func (c *Client) UndefineDomain(ctx context.Context, ref DomainRef) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}
@@ -305,12 +254,6 @@ func (c *Client) UndefineDomain(ctx context.Context, ref DomainRef) error {
 		}
 		return err
 	})
-}
-
-// DomainSummary is one entry of ListDomains.
-type DomainSummary struct {
-	DomainRef
-	Active bool
 }
 
 // ListDomains lists every domain of the host, active or not, sorted by name.
@@ -328,17 +271,6 @@ func (c *Client) ListDomains(ctx context.Context) ([]DomainSummary, error) {
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, err
-}
-
-// VolumeDetail is a storage volume with what an overlay needs to know.
-type VolumeDetail struct {
-	Pool          string
-	Name          string
-	Path          string
-	Format        string // qcow2, raw, ...; empty when libvirt does not say
-	CapacityBytes int64
-	// BackingPath is the backing file of an overlay; empty for other volumes.
-	BackingPath string
 }
 
 // lookupVolume finds a volume in a pool, saying which volumes the pool has
@@ -426,15 +358,6 @@ func (c *Client) VolumeByPath(ctx context.Context, path string) (pool, name stri
 		return nil
 	})
 	return pool, name, err
-}
-
-// OverlayExistsError refuses to reuse a volume the caller did not create.
-type OverlayExistsError struct{ Pool, Name string }
-
-func (e *OverlayExistsError) Error() string {
-	return fmt.Sprintf("pool %q already has a volume named %q, which this resource did not create; Kohaku never "+
-		"reuses or overwrites it. Delete it if it is stale (virsh vol-delete --pool %s %s) or choose another VM "+
-		"name", e.Pool, e.Name, e.Pool, e.Name)
 }
 
 // CreateOverlay creates a qcow2 volume name in pool backed by the volume

@@ -152,14 +152,6 @@ func pciField(p *uint) uint {
 	return *p
 }
 
-// ErrHostFilesUnsupported is returned by ReadHostFile over transports that
-// offer no way to read the host's files (tcp, tls).
-var ErrHostFilesUnsupported = errors.New("host files can be read only over local (unix) and SSH connections")
-
-// ErrResetUnusable is wrapped by ResetPCIFunction's error when the kernel
-// lists reset methods for a function but none works on it (ENOTTY).
-var ErrResetUnusable = errors.New("the kernel found none of its reset methods usable")
-
 // safeHostPath is what ReadHostFile passes to a remote shell unquoted: PCI
 // addresses' colons included.
 var safeHostPath = regexp.MustCompile(`^/[A-Za-z0-9/._:-]+$`)

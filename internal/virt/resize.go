@@ -30,7 +30,7 @@ func (c *Client) GrowVolume(ctx context.Context, pool, name string, capacity int
 // bytes through QEMU (libvirt's block resize): the guest sees a larger block
 // device at once, with no restart. The volume behind it grows with it.
 func (c *Client) GrowDiskLive(ctx context.Context, ref DomainRef, target string, size int64) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}
@@ -66,7 +66,7 @@ func (c *Client) CreateVolume(ctx context.Context, pool, name, format string, ca
 // to its persistent definition (libvirt's live and config flags), so it
 // stays attached across restarts.
 func (c *Client) AttachDisk(ctx context.Context, ref DomainRef, diskXML string) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func (c *Client) AttachDisk(ctx context.Context, ref DomainRef, diskXML string) 
 // disk attached and defined, and is an error: nothing may delete the volume
 // QEMU still has open.
 func (c *Client) DetachDisk(ctx context.Context, ref DomainRef, diskXML string) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}

@@ -4,28 +4,18 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"sync/atomic"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 	"libvirt.org/go/libvirtxml"
 )
-
-// ImageDigest is the SHA-256 of a volume's bytes as libvirt streams them
-// (the file as stored, qcow2 container included), and how many there were.
-type ImageDigest struct {
-	SHA256 string // lower-case hex
-	Bytes  int64
-}
-
-// String is the digest as kohaku_image records it: `sha256:<hex>`.
-func (d ImageDigest) String() string { return "sha256:" + d.SHA256 }
 
 // ownConn runs fn on a libvirt connection of its own, bounded by ctx only
 // (not by the client's call timeout: a flatten or a stream of many GiB runs
@@ -139,9 +129,9 @@ func flattenXML(name string, capacity int64) (string, error) {
 // dropPartial deletes a volume an operation made before failing with err,
 // once libvirt answers, and says so in the error it returns.
 func (c *Client) dropPartial(ctx context.Context, pool, name string, err error) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), Unreachable+c.settings.CallTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostconn.Unreachable+c.settings.CallTimeout)
 	defer cancel()
-	if derr := WhileUnreachable(cctx, Unreachable, func() error { return c.deleteUnused(cctx, pool, name) }); derr != nil {
+	if derr := hostconn.WhileUnreachable(cctx, hostconn.Unreachable, func() error { return c.deleteUnused(cctx, pool, name) }); derr != nil {
 		return fmt.Errorf("%w (deleting the partial volume failed: %v; delete %s/%s by hand)", err, derr, pool, name)
 	}
 	return fmt.Errorf("%w (the partial volume was deleted)", err)
@@ -156,12 +146,7 @@ func (c *Client) HashVolume(ctx context.Context, pool, name string) (ImageDigest
 	if err := c.StreamVolumeOut(ctx, pool, name, cw); err != nil {
 		return ImageDigest{}, fmt.Errorf("reading it back for its digest: %w", err)
 	}
-	return DigestOf(h, cw.n.Load()), nil
-}
-
-// DigestOf is the digest of what h (a SHA-256) hashed, n bytes.
-func DigestOf(h hash.Hash, n int64) ImageDigest {
-	return ImageDigest{SHA256: hex.EncodeToString(h.Sum(nil)), Bytes: n}
+	return hostapi.DigestOf(h, cw.n.Load()), nil
 }
 
 type countingWriter struct {
@@ -256,16 +241,6 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n.Add(int64(n))
 	return n, err
 }
-
-// AgentExecResult is a command run in a guest through the guest agent.
-type AgentExecResult struct {
-	ExitCode int
-	Output   string // stdout then stderr, as the agent captured them
-}
-
-// ErrAgentUnavailable says the guest agent did not answer (no agent
-// channel, the agent not running, or the guest not running).
-var ErrAgentUnavailable = errors.New("the guest agent does not answer")
 
 // AgentExec runs path with args in a running guest through the QEMU guest
 // agent's guest-exec, and waits (up to wait) for it to exit. An agent that

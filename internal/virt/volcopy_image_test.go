@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"libvirt.org/go/libvirtxml"
 )
 
@@ -39,7 +40,7 @@ func TestCountingWriterDigest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := DigestOf(h, cw.n.Load())
+	got := hostapi.DigestOf(h, cw.n.Load())
 	want := sha256.Sum256([]byte("kohaku golden image"))
 	if got.Bytes != 19 || got.String() != "sha256:"+hex.EncodeToString(want[:]) {
 		t.Errorf("digest %+v", got)

@@ -11,21 +11,9 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 	"libvirt.org/go/libvirtxml"
 )
-
-// ErrNotFound is wrapped by errors about a pool or volume that does not exist.
-var ErrNotFound = errors.New("not found")
-
-// Volume is a storage volume as Kohaku tracks it.
-type Volume struct {
-	Pool            string
-	Name            string
-	Key             string
-	Path            string
-	CapacityBytes   int64
-	AllocationBytes int64
-}
 
 // VolumeExistsError refuses to overwrite a volume Kohaku did not create.
 type VolumeExistsError struct{ Pool, Name, Path string }
@@ -126,9 +114,9 @@ func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byt
 			// delete, and libvirtd lets go of the volume.
 			c.abandon(l)
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), Unreachable+c.settings.CallTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostconn.Unreachable+c.settings.CallTimeout)
 		defer cancel()
-		if derr := WhileUnreachable(cctx, Unreachable, func() error { return c.deleteUnused(cctx, pool, name) }); derr != nil {
+		if derr := hostconn.WhileUnreachable(cctx, hostconn.Unreachable, func() error { return c.deleteUnused(cctx, pool, name) }); derr != nil {
 			return nil, fmt.Errorf("%w (the volume may have been made before the upload was cut off, and deleting it failed: %v; delete %s/%s by hand if it is there)", err, derr, pool, name)
 		}
 		if interrupted {
