@@ -1,5 +1,7 @@
 // Package libvirthost wires internal/virt's libvirt connections into the
-// provider. It holds the compile-time proof that *virt.Client is every host the
+// provider: main hands Connect to provider.New, so that the Terraform layer
+// and the lifecycle packages below it build without importing libvirt. It
+// also holds the compile-time proof that *virt.Client is every host the
 // packages below the provider declare they need.
 package libvirthost
 
@@ -7,6 +9,7 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/capacity"
 	"github.com/kohaku/terraform-provider-kohaku/internal/capture"
 	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/imagelife"
 	"github.com/kohaku/terraform-provider-kohaku/internal/mdev"
 	"github.com/kohaku/terraform-provider-kohaku/internal/netpool"
@@ -16,10 +19,24 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
+// Connect makes a libvirt connection from one host's settings, validating
+// them without dialing: the connection dials on first use.
+func Connect(s hosts.Settings) (hosts.Conn, error) {
+	c, err := virt.New(s)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+var _ hosts.Connect = Connect
+
 // *virt.Client is each host interface the packages below the provider
 // declare where they use it; a method changed on either side fails the
 // build here.
 var (
+	_ hosts.Conn = (*virt.Client)(nil)
+
 	_ vmlife.Host       = (*virt.Client)(nil)
 	_ vmlife.MoveHost   = (*virt.Client)(nil)
 	_ vmlife.PowerHost  = (*virt.Client)(nil)
