@@ -7,8 +7,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // The forward modes of a network.

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // PoolSpec is a directory pool as declared.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/libvirttest"
+
 	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
 

@@ -10,8 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
 
 // sshKeyText returns a new ed25519 key as OpenSSH PEM text, encrypted when

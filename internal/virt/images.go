@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
-	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
 
 // UploadImage creates a volume and streams an image into it over a libvirt

@@ -14,10 +14,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
 
 // pinnedHostKey accepts only the given keys; it reads and writes no file.

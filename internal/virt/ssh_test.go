@@ -20,9 +20,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
 
 func newHostKey(t *testing.T) ssh.PublicKey {

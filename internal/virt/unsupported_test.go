@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/digitalocean/go-libvirt"
+
 	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
