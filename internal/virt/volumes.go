@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
-	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
 
 // VolumeExistsError refuses to overwrite a volume Kohaku did not create.
@@ -251,4 +252,273 @@ func unitBytes(unit string) uint64 {
 		return 1e12
 	}
 	return 1 // "", "b", "bytes"
+}
+
+// lookupVolume finds a volume in a pool, saying which volumes the pool has
+// when it is missing.
+func lookupVolume(l *libvirt.Libvirt, pool libvirt.StoragePool, name string) (libvirt.StorageVol, error) {
+	v, err := l.StorageVolLookupByName(pool, name)
+	if err == nil || !libvirtCode(err, libvirt.ErrNoStorageVol) {
+		return v, err
+	}
+	have := "it is empty"
+	if vols, _, lerr := l.StoragePoolListAllVolumes(pool, 1, 0); lerr == nil && len(vols) > 0 {
+		names := make([]string, 0, len(vols))
+		for _, x := range vols {
+			names = append(names, x.Name)
+		}
+		sort.Strings(names)
+		if len(names) > 20 {
+			names = append(names[:20], "...")
+		}
+		have = "it has " + strings.Join(names, ", ")
+	}
+	return v, fmt.Errorf("pool %q has no volume %q (%s): %w", pool.Name, name, have, ErrVolumeNotFound)
+}
+
+func volumeDetail(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*VolumeDetail, error) {
+	doc, err := l.StorageVolGetXMLDesc(v, 0)
+	if err != nil {
+		return nil, err
+	}
+	var x libvirtxml.StorageVolume
+	if err := x.Unmarshal(doc); err != nil {
+		return nil, fmt.Errorf("parse the XML of volume %s/%s: %w", pool, v.Name, err)
+	}
+	d := &VolumeDetail{Pool: pool, Name: v.Name}
+	if x.Target != nil {
+		d.Path = x.Target.Path
+		if x.Target.Format != nil {
+			d.Format = x.Target.Format.Type
+		}
+	}
+	if x.Capacity != nil {
+		d.CapacityBytes = int64(sizeInBytes(x.Capacity))
+	}
+	if x.BackingStore != nil {
+		d.BackingPath = x.BackingStore.Path
+	}
+	return d, nil
+}
+
+func sizeInBytes(s *libvirtxml.StorageVolumeSize) uint64 { return s.Value * unitBytes(s.Unit) }
+
+// VolumeInfo describes a volume: path, format, capacity and backing file.
+func (c *Client) VolumeInfo(ctx context.Context, pool, name string) (*VolumeDetail, error) {
+	var out *VolumeDetail
+	err := c.Call(ctx, fmt.Sprintf("look up volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		v, err := lookupVolume(l, p, name)
+		if err != nil {
+			return err
+		}
+		out, err = volumeDetail(l, pool, v)
+		return err
+	})
+	return out, err
+}
+
+// VolumeByPath finds the pool and name of the volume at a host path.
+func (c *Client) VolumeByPath(ctx context.Context, path string) (pool, name string, err error) {
+	err = c.Call(ctx, "look up volume at "+path, func(l *libvirt.Libvirt) error {
+		v, err := l.StorageVolLookupByPath(path)
+		if libvirtCode(err, libvirt.ErrNoStorageVol) {
+			return fmt.Errorf("no storage pool holds %s: %w", path, ErrVolumeNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		p, err := l.StoragePoolLookupByVolume(v)
+		if err != nil {
+			return err
+		}
+		pool, name = p.Name, v.Name
+		return nil
+	})
+	return pool, name, err
+}
+
+// CreateOverlay creates a qcow2 volume name in pool backed by the volume
+// basePool/baseName, so the base stays untouched. capacity is the virtual size
+// in bytes; 0 means the base's size, and a smaller one is refused (qcow2
+// overlays cannot shrink their backing image).
+func (c *Client) CreateOverlay(ctx context.Context, pool, name, basePool, baseName string, capacity int64) (*VolumeDetail, error) {
+	var out *VolumeDetail
+	err := c.Call(ctx, fmt.Sprintf("create overlay volume %s/%s on %s/%s", pool, name, basePool, baseName), func(l *libvirt.Libvirt) error {
+		bp, err := poolByName(l, basePool)
+		if err != nil {
+			return err
+		}
+		bv, err := lookupVolume(l, bp, baseName)
+		if err != nil {
+			return err
+		}
+		base, err := volumeDetail(l, basePool, bv)
+		if err != nil {
+			return err
+		}
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		if err := volumeAbsent(l, p, pool, name); err != nil {
+			return err
+		}
+		if capacity == 0 {
+			capacity = base.CapacityBytes
+		}
+		if capacity < base.CapacityBytes {
+			return fmt.Errorf("the overlay would be %d bytes, smaller than its base %s/%s (%d bytes); a qcow2 "+
+				"overlay cannot be smaller than its backing image: leave size_gib unset or make it at least %d", capacity, basePool, baseName, base.CapacityBytes, (base.CapacityBytes+(1<<30)-1)>>30)
+		}
+		format := base.Format
+		if format == "" {
+			format = "raw"
+		}
+		out, err = createVolumeXML(l, p, pool, &libvirtxml.StorageVolume{
+			Name:     name,
+			Capacity: &libvirtxml.StorageVolumeSize{Value: uint64(capacity), Unit: "bytes"},
+			Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: "qcow2"}},
+			BackingStore: &libvirtxml.StorageVolumeBackingStore{
+				Path:   base.Path,
+				Format: &libvirtxml.StorageVolumeTargetFormat{Type: format},
+			},
+		})
+		return err
+	})
+	return out, err
+}
+
+// volumeAbsent is nil when pool p has no volume name; one that exists is an
+// *OverlayExistsError (Kohaku never takes over a volume it did not make).
+func volumeAbsent(l *libvirt.Libvirt, p libvirt.StoragePool, pool, name string) error {
+	if _, err := l.StorageVolLookupByName(p, name); err == nil {
+		return &OverlayExistsError{Pool: pool, Name: name}
+	} else if !libvirtCode(err, libvirt.ErrNoStorageVol) {
+		return err
+	}
+	return nil
+}
+
+// createVolumeXML creates vol in pool p and returns what libvirt made.
+func createVolumeXML(l *libvirt.Libvirt, p libvirt.StoragePool, pool string, vol *libvirtxml.StorageVolume) (*VolumeDetail, error) {
+	doc, err := vol.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	v, err := l.StorageVolCreateXML(p, doc, 0)
+	if err != nil {
+		return nil, err
+	}
+	return volumeDetail(l, pool, v)
+}
+
+// RemoveVolume deletes a volume; one that (or whose pool) is already gone is
+// not an error.
+func (c *Client) RemoveVolume(ctx context.Context, pool, name string) error {
+	return c.Call(ctx, fmt.Sprintf("delete volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := l.StoragePoolLookupByName(pool)
+		if libvirtCode(err, libvirt.ErrNoStoragePool) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		v, err := l.StorageVolLookupByName(p, name)
+		if libvirtCode(err, libvirt.ErrNoStorageVol) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := l.StorageVolDelete(v, 0); err != nil && !libvirtCode(err, libvirt.ErrNoStorageVol) {
+			return err
+		}
+		return nil
+	})
+}
+
+// VolumeExists reports whether pool has a volume name. A missing pool is false.
+func (c *Client) VolumeExists(ctx context.Context, pool, name string) (bool, error) {
+	var ok bool
+	err := c.Call(ctx, fmt.Sprintf("look up volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := l.StoragePoolLookupByName(pool)
+		if libvirtCode(err, libvirt.ErrNoStoragePool) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		_, err = l.StorageVolLookupByName(p, name)
+		if libvirtCode(err, libvirt.ErrNoStorageVol) {
+			return nil
+		}
+		ok = err == nil
+		return err
+	})
+	return ok, err
+}
+
+// ListVolumeNames lists the volume names of a pool, sorted.
+func (c *Client) ListVolumeNames(ctx context.Context, pool string) ([]string, error) {
+	var names []string
+	err := c.Call(ctx, "list volumes of pool "+pool, func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		vols, _, err := l.StoragePoolListAllVolumes(p, 1, 0)
+		if err != nil {
+			return err
+		}
+		for _, v := range vols {
+			names = append(names, v.Name)
+		}
+		return nil
+	})
+	sort.Strings(names)
+	return names, err
+}
+
+// GrowVolume resizes a volume that no running domain uses to capacity bytes.
+// It only grows: libvirt refuses a smaller capacity without the shrink flag,
+// which Kohaku never passes, so no data is ever cut off.
+func (c *Client) GrowVolume(ctx context.Context, pool, name string, capacity int64) error {
+	return c.Call(ctx, fmt.Sprintf("resize volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		v, err := lookupVolume(l, p, name)
+		if err != nil {
+			return err
+		}
+		return l.StorageVolResize(v, uint64(capacity), 0)
+	})
+}
+
+// CreateVolume creates an empty volume of capacity bytes in format (qcow2
+// or raw) in pool. A volume of that name that exists already is an
+// *OverlayExistsError, and is left as it is.
+func (c *Client) CreateVolume(ctx context.Context, pool, name, format string, capacity int64) (*VolumeDetail, error) {
+	var out *VolumeDetail
+	err := c.Call(ctx, fmt.Sprintf("create volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		if err := volumeAbsent(l, p, pool, name); err != nil {
+			return err
+		}
+		out, err = createVolumeXML(l, p, pool, &libvirtxml.StorageVolume{
+			Name:     name,
+			Capacity: &libvirtxml.StorageVolumeSize{Value: uint64(capacity), Unit: "bytes"},
+			Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: format}},
+		})
+		return err
+	})
+	return out, err
 }

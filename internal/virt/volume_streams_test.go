@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // A flatten's target must name no backing store: that is what makes

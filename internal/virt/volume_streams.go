@@ -3,8 +3,6 @@ package virt
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,9 +10,10 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+
 	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
-	"libvirt.org/go/libvirtxml"
 )
 
 // ownConn runs fn on a libvirt connection of its own, bounded by ctx only
@@ -242,81 +241,46 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// AgentExec runs path with args in a running guest through the QEMU guest
-// agent's guest-exec, and waits (up to wait) for it to exit. An agent that
-// does not answer gives an error wrapping ErrAgentUnavailable; an agent that
-// refuses guest-exec (some distributions block it) gives its own error.
-func (c *Client) AgentExec(ctx context.Context, domain, path string, args []string, wait time.Duration) (*AgentExecResult, error) {
-	op := fmt.Sprintf("run %s in domain %s through the guest agent", path, domain)
-	agent := func(cmd string, cargs any, reply any) error {
-		req := map[string]any{"execute": cmd}
-		if cargs != nil {
-			req["arguments"] = cargs
-		}
-		doc, err := json.Marshal(req)
+// VolumeLength is the size of a volume's file: what a download gives.
+func (c *Client) VolumeLength(ctx context.Context, pool, name string) (int64, error) {
+	var n int64
+	err := c.Call(ctx, fmt.Sprintf("size volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
 		if err != nil {
 			return err
 		}
-		return c.Call(ctx, op, func(l *libvirt.Libvirt) error {
-			dom, err := l.DomainLookupByName(domain)
-			if err != nil {
-				return err
-			}
-			res, err := l.QEMUDomainAgentCommand(dom, string(doc), agentTimeout, 0)
-			if err != nil {
-				var le libvirt.Error
-				if errors.As(err, &le) && (libvirt.ErrorNumber(le.Code) == libvirt.ErrAgentUnresponsive || libvirt.ErrorNumber(le.Code) == libvirt.ErrOperationInvalid) {
-					return fmt.Errorf("%w: %v", ErrAgentUnavailable, err)
-				}
-				return err
-			}
-			if len(res) == 0 {
-				return fmt.Errorf("guest agent gave no answer to %s", cmd)
-			}
-			var env struct {
-				Return json.RawMessage `json:"return"`
-			}
-			if err := json.Unmarshal([]byte(res[0]), &env); err != nil {
-				return fmt.Errorf("guest agent answer to %s: %w", cmd, err)
-			}
-			if reply == nil {
-				return nil
-			}
-			return json.Unmarshal(env.Return, reply)
-		})
-	}
-	if err := agent("guest-ping", nil, nil); err != nil {
-		return nil, err
-	}
-	var started struct {
-		PID int64 `json:"pid"`
-	}
-	if err := agent("guest-exec", map[string]any{"path": path, "arg": args, "capture-output": true}, &started); err != nil {
-		return nil, err
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		var st struct {
-			Exited   bool   `json:"exited"`
-			ExitCode int    `json:"exitcode"`
-			Out      string `json:"out-data"`
-			Err      string `json:"err-data"`
+		v, err := lookupVolume(l, p, name)
+		if err != nil {
+			return err
 		}
-		if err := agent("guest-exec-status", map[string]any{"pid": started.PID}, &st); err != nil {
-			return nil, err
+		_, _, phys, err := l.StorageVolGetInfoFlags(v, uint32(libvirt.StorageVolGetPhysical))
+		n = int64(phys)
+		return err
+	})
+	return n, err
+}
+
+// StreamVolume writes a volume's first length bytes to w through libvirt's
+// stream API, over a connection of its own (a multi-GiB volume neither
+// holds the shared connection nor runs into the per-call timeout). ctx
+// ends the download by ending that connection.
+func (c *Client) StreamVolume(ctx context.Context, pool, name string, length int64, w io.Writer) error {
+	return c.ownConn(ctx, fmt.Sprintf("download volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
 		}
-		if st.Exited {
-			o, _ := base64.StdEncoding.DecodeString(st.Out)
-			e, _ := base64.StdEncoding.DecodeString(st.Err)
-			return &AgentExecResult{ExitCode: st.ExitCode, Output: string(o) + string(e)}, nil
+		v, err := lookupVolume(l, p, name)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%s: still running after %s", op, wait)
+		cw := &countingWriter{w: w}
+		if err := l.StorageVolDownload(v, cw, 0, uint64(length), 0); err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%s: %w", op, ctx.Err())
-		case <-time.After(500 * time.Millisecond):
+		if cw.n.Load() != length {
+			return fmt.Errorf("the download gave %d bytes, %d expected", cw.n.Load(), length)
 		}
-	}
+		return nil
+	})
 }
