@@ -20,7 +20,7 @@ type Host interface {
 	VolumeInfo(ctx context.Context, pool, name string) (*hostapi.VolumeDetail, error)
 	FlattenVolume(ctx context.Context, srcPool, srcName, pool, name string) (*hostapi.VolumeDetail, error)
 	HashVolume(ctx context.Context, pool, name string) (hostapi.ImageDigest, error)
-	DeleteVolume(ctx context.Context, pool, name string) error
+	RemoveVolume(ctx context.Context, pool, name string) error
 	AgentExec(ctx context.Context, domain, path string, args []string, wait time.Duration) (*hostapi.AgentExecResult, error)
 }
 
@@ -297,7 +297,7 @@ func flatten(ctx context.Context, h Host, req Request, res *Result, say func(str
 	dg, err := h.HashVolume(ctx, req.Pool, req.Name)
 	if err != nil {
 		err = fmt.Errorf("%w (nothing was kept)", err)
-		if derr := h.DeleteVolume(context.WithoutCancel(ctx), req.Pool, req.Name); derr != nil {
+		if derr := h.RemoveVolume(context.WithoutCancel(ctx), req.Pool, req.Name); derr != nil {
 			err = fmt.Errorf("%w; deleting the image volume failed too: %v; delete %s/%s by hand", err, derr, req.Pool, req.Name)
 		}
 		return &StepError{Step: "read the image back for its digest", Err: err}

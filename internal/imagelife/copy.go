@@ -21,7 +21,7 @@ type CopySource interface {
 type CopyTarget interface {
 	StreamVolumeIn(ctx context.Context, pool, name, format string, capacity int64, r io.Reader) (*hostapi.VolumeDetail, error)
 	HashVolume(ctx context.Context, pool, name string) (hostapi.ImageDigest, error)
-	DeleteVolume(ctx context.Context, pool, name string) error
+	RemoveVolume(ctx context.Context, pool, name string) error
 }
 
 // ErrSourceChanged is a copy whose source no longer reads as the digest
@@ -110,7 +110,7 @@ func Copy(ctx context.Context, src CopySource, srcPool, srcName string, dst Copy
 			return &Copied{Volume: vol, Digest: got}, nil
 		}
 	}
-	if derr := dst.DeleteVolume(context.WithoutCancel(ctx), dstPool, dstName); derr != nil {
+	if derr := dst.RemoveVolume(context.WithoutCancel(ctx), dstPool, dstName); derr != nil {
 		return nil, fmt.Errorf("%w (deleting the copy failed: %v; delete %s/%s by hand)", err, derr, dstPool, dstName)
 	}
 	return nil, fmt.Errorf("%w (the copy was deleted)", err)

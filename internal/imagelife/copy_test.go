@@ -89,7 +89,7 @@ func (h *streamHost) HashVolume(ctx context.Context, pool, name string) (virt.Im
 	return hostapi.DigestOf(s, int64(n)), err
 }
 
-func (h *streamHost) DeleteVolume(_ context.Context, pool, name string) error {
+func (h *streamHost) RemoveVolume(_ context.Context, pool, name string) error {
 	h.deleted = append(h.deleted, pool+"/"+name)
 	delete(h.data, pool+"/"+name)
 	delete(h.info, pool+"/"+name)

@@ -16,7 +16,7 @@ type Host interface {
 	UploadImage(ctx context.Context, up hostapi.ImageUpload) (*hostapi.VolumeDetail, error)
 	VolumeInfo(ctx context.Context, pool, name string) (*hostapi.VolumeDetail, error)
 	BackedBy(ctx context.Context, path string) ([]string, error)
-	DeleteVolume(ctx context.Context, pool, name string) error
+	RemoveVolume(ctx context.Context, pool, name string) error
 }
 
 // Volume is an image's volume as the host keeps it.
@@ -81,5 +81,5 @@ func Delete(ctx context.Context, h Host, pool, name string) error {
 	if len(users) > 0 {
 		return &InUseError{Pool: pool, Name: name, Users: users}
 	}
-	return h.DeleteVolume(ctx, pool, name)
+	return h.RemoveVolume(ctx, pool, name)
 }

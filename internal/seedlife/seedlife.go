@@ -15,7 +15,7 @@ import (
 type Host interface {
 	UploadVolume(ctx context.Context, pool, name string, data []byte) (*hostapi.Volume, error)
 	ReadVolumeAt(ctx context.Context, pool, name string, offset, limit int64) (*hostapi.Volume, []byte, error)
-	DeleteVolume(ctx context.Context, pool, name string) error
+	RemoveVolume(ctx context.Context, pool, name string) error
 }
 
 // ErrGone is a seed whose volume is no longer on the host.
@@ -39,7 +39,7 @@ func Store(ctx context.Context, h Host, pool, name string, iso []byte) (*Stored,
 
 // Delete deletes the seed's volume.
 func Delete(ctx context.Context, h Host, pool, name string) error {
-	return h.DeleteVolume(ctx, pool, name)
+	return h.RemoveVolume(ctx, pool, name)
 }
 
 // Read is a seed as read back from its volume.

@@ -50,7 +50,7 @@ func (h *fakeHost) ReadVolumeAt(_ context.Context, pool, name string, offset, li
 	return h.volume(pool, name), data, nil
 }
 
-func (h *fakeHost) DeleteVolume(_ context.Context, pool, name string) error {
+func (h *fakeHost) RemoveVolume(_ context.Context, pool, name string) error {
 	if _, ok := h.vols[pool+"/"+name]; !ok {
 		return fmt.Errorf("volume %s/%s %w", pool, name, virt.ErrNotFound)
 	}

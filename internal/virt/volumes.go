@@ -134,7 +134,7 @@ func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byt
 func (c *Client) deleteUnused(ctx context.Context, pool, name string) error {
 	deadline := time.Now().Add(volumeInUseWait)
 	for {
-		err := c.DeleteVolume(ctx, pool, name)
+		err := c.RemoveVolume(ctx, pool, name)
 		if err == nil || !strings.Contains(err.Error(), "in use") || time.Now().After(deadline) {
 			return err
 		}
@@ -193,30 +193,6 @@ func (c *Client) ReadVolumeAt(ctx context.Context, pool, name string, offset, li
 		return nil, nil, err
 	}
 	return vol, buf.Bytes(), nil
-}
-
-// DeleteVolume deletes a volume; one that is already gone is not an error.
-func (c *Client) DeleteVolume(ctx context.Context, pool, name string) error {
-	return c.Call(ctx, fmt.Sprintf("delete volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
-		p, err := l.StoragePoolLookupByName(pool)
-		if notFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		v, err := l.StorageVolLookupByName(p, name)
-		if notFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := l.StorageVolDelete(v, 0); err != nil && !notFound(err) {
-			return err
-		}
-		return nil
-	})
 }
 
 // notFound reports whether libvirt said the object does not exist: a domain,
