@@ -6,20 +6,13 @@ import (
 	"io"
 )
 
-// Volume is a storage volume as Kohaku tracks it.
-type Volume struct {
-	Pool            string
-	Name            string
-	Key             string
-	Path            string
-	CapacityBytes   int64
-	AllocationBytes int64
-}
-
-// VolumeDetail is a storage volume with what an overlay needs to know.
+// VolumeDetail is a storage volume as Kohaku reads it: where it is, its
+// size, and what an overlay needs to know.
 type VolumeDetail struct {
-	Pool          string
-	Name          string
+	Pool string
+	Name string
+	// Key is libvirt's key of the volume, unique on the host.
+	Key           string
 	Path          string
 	Format        string // qcow2, raw, ...; empty when libvirt does not say
 	CapacityBytes int64

@@ -13,8 +13,8 @@ import (
 
 // Host is what a seed's life needs from a libvirt host. *virt.Client is one.
 type Host interface {
-	UploadVolume(ctx context.Context, pool, name string, data []byte) (*hostapi.Volume, error)
-	ReadVolumeAt(ctx context.Context, pool, name string, offset, limit int64) (*hostapi.Volume, []byte, error)
+	UploadVolume(ctx context.Context, pool, name string, data []byte) (*hostapi.VolumeDetail, error)
+	ReadVolumeAt(ctx context.Context, pool, name string, offset, limit int64) (*hostapi.VolumeDetail, []byte, error)
 	RemoveVolume(ctx context.Context, pool, name string) error
 }
 

@@ -57,8 +57,6 @@ type (
 	StopResult = hostapi.StopResult
 	// PowerVia is hostapi.PowerVia.
 	PowerVia = hostapi.PowerVia
-	// Volume is hostapi.Volume.
-	Volume = hostapi.Volume
 	// VolumeDetail is hostapi.VolumeDetail.
 	VolumeDetail = hostapi.VolumeDetail
 	// VolumeHead is hostapi.VolumeHead.

@@ -49,16 +49,19 @@ func poolByName(l *libvirt.Libvirt, name string) (libvirt.StoragePool, error) {
 		"/var/lib/libvirt/images/%s; virsh pool-build/pool-start/pool-autostart) or use one of these", ErrPoolNotFound, name, have, name, name)
 }
 
-func volumeInfo(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*Volume, error) {
+// volumeInfo is a volume's key, path and capacity, what a seed's volume
+// needs, in two calls; Format and BackingPath are left empty (volumeDetail
+// reads them from the volume's XML).
+func volumeInfo(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*VolumeDetail, error) {
 	path, err := l.StorageVolGetPath(v)
 	if err != nil {
 		return nil, err
 	}
-	_, capacity, alloc, err := l.StorageVolGetInfo(v)
+	_, capacity, _, err := l.StorageVolGetInfo(v)
 	if err != nil {
 		return nil, err
 	}
-	return &Volume{Pool: pool, Name: v.Name, Key: v.Key, Path: path, CapacityBytes: int64(capacity), AllocationBytes: int64(alloc)}, nil
+	return &VolumeDetail{Pool: pool, Name: v.Name, Key: v.Key, Path: path, CapacityBytes: int64(capacity)}, nil
 }
 
 // UploadVolume creates a raw volume holding data, through libvirt's stream
@@ -67,8 +70,8 @@ func volumeInfo(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*Volume,
 // the connection is lost after the name was found free, whether the volume
 // was made is unknown: it is deleted once libvirt answers again
 // (WhileUnreachable), so a libvirtd restart leaves no partial volume.
-func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byte) (*Volume, error) {
-	var out *Volume
+func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byte) (*VolumeDetail, error) {
+	var out *VolumeDetail
 	var nameFree atomic.Bool
 	var used atomic.Pointer[libvirt.Libvirt]
 	err := c.Call(ctx, fmt.Sprintf("upload volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
@@ -158,16 +161,16 @@ func (c *Client) DownloadVolume(ctx context.Context, pool, name string, limit in
 
 // ReadVolume returns a volume's description and its whole content, in one
 // call on the connection. Volumes larger than limit bytes are refused.
-func (c *Client) ReadVolume(ctx context.Context, pool, name string, limit int64) (*Volume, []byte, error) {
+func (c *Client) ReadVolume(ctx context.Context, pool, name string, limit int64) (*VolumeDetail, []byte, error) {
 	return c.ReadVolumeAt(ctx, pool, name, 0, limit)
 }
 
 // ReadVolumeAt is ReadVolume from byte offset on: the volume's info and its
 // bytes from offset to its end (none when offset is past it). Only those
 // bytes cross the connection.
-func (c *Client) ReadVolumeAt(ctx context.Context, pool, name string, offset, limit int64) (*Volume, []byte, error) {
+func (c *Client) ReadVolumeAt(ctx context.Context, pool, name string, offset, limit int64) (*VolumeDetail, []byte, error) {
 	var buf bytes.Buffer
-	var vol *Volume
+	var vol *VolumeDetail
 	err := c.Call(ctx, fmt.Sprintf("download volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
 		p, err := poolByName(l, pool)
 		if err != nil {
@@ -261,7 +264,7 @@ func volumeDetail(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*Volum
 	if err := x.Unmarshal(doc); err != nil {
 		return nil, fmt.Errorf("parse the XML of volume %s/%s: %w", pool, v.Name, err)
 	}
-	d := &VolumeDetail{Pool: pool, Name: v.Name}
+	d := &VolumeDetail{Pool: pool, Name: v.Name, Key: v.Key}
 	if x.Target != nil {
 		d.Path = x.Target.Path
 		if x.Target.Format != nil {
