@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // Doomed is a VM to delete.
 type Doomed struct {
-	Ref virt.DomainRef
+	Ref hostapi.DomainRef
 	// Overlay is the overlay volume the state records, if any.
 	Overlay *domain.VolumeRef
 	// Protected are volumes never to delete whatever the domain's metadata
@@ -65,7 +65,7 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 	if d.Ref.UUID != "" {
 		view, err := Read(ctx, h, d.Ref, d.Overlay, false)
 		switch {
-		case errors.Is(err, virt.ErrDomainNotFound):
+		case errors.Is(err, hostapi.ErrDomainNotFound):
 			// Already gone: only its volumes may be left.
 		case err != nil:
 			return out, stepErr("read the domain", err)
@@ -84,7 +84,7 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 			if err != nil {
 				return out, stepErr("shut down", err)
 			}
-			out.Forced = how == virt.StopForced && out.Grace > 0
+			out.Forced = how == hostapi.StopForced && out.Grace > 0
 			if err := h.UndefineDomain(steady, d.Ref); err != nil {
 				return out, stepErr("undefine", err)
 			}
@@ -106,7 +106,7 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 // under ctx: grace, or less when ctx ends sooner.
 func StopGrace(ctx context.Context, grace time.Duration) time.Duration {
 	if dl, ok := ctx.Deadline(); ok {
-		if left := time.Until(dl) - virt.StopForceMargin; left < grace {
+		if left := time.Until(dl) - hostapi.StopForceMargin; left < grace {
 			return max(left, 0)
 		}
 	}

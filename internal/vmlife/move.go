@@ -12,21 +12,19 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // MoveHost is what a cold move needs from each of its two hosts: a VM's
-// life, and volumes as byte streams. *virt.Client is one.
+// life, and volumes as byte streams. *hostapi.Client is one.
 type MoveHost interface {
 	Host
 	VolumeLength(ctx context.Context, pool, name string) (int64, error)
 	StreamVolume(ctx context.Context, pool, name string, length int64, w io.Writer) error
-	UploadImage(ctx context.Context, up virt.ImageUpload) (*virt.VolumeDetail, error)
-	FlattenVolume(ctx context.Context, srcPool, srcName, pool, name string) (*virt.VolumeDetail, error)
-	HostInfo(ctx context.Context) (*virt.HostInfo, error)
+	UploadImage(ctx context.Context, up hostapi.ImageUpload) (*hostapi.VolumeDetail, error)
+	FlattenVolume(ctx context.Context, srcPool, srcName, pool, name string) (*hostapi.VolumeDetail, error)
+	HostInfo(ctx context.Context) (*hostapi.HostInfo, error)
 }
-
-var _ MoveHost = (*virt.Client)(nil)
 
 // MovedVolume is a volume a move brings to the target, under the same pool
 // and name (the domain's XML names its disks by pool and volume, so it
@@ -47,7 +45,7 @@ type MovedVolume struct {
 
 // Moving is a VM to move cold from one host to another.
 type Moving struct {
-	Ref virt.DomainRef
+	Ref hostapi.DomainRef
 	// Overlay is the boot disk's overlay the state records, if any.
 	Overlay *domain.VolumeRef
 	// Volumes, when nil, are read from the domain (MovedVolumes).
@@ -59,7 +57,7 @@ type Moving struct {
 	Grace time.Duration
 	// Wait, when set, waits for the started guest on the target, as after a
 	// reboot.
-	Wait func(ctx context.Context, h Host, ref virt.DomainRef) error
+	Wait func(ctx context.Context, h Host, ref hostapi.DomainRef) error
 	// ForcedOff is told when the guest did not power off within Grace.
 	ForcedOff func(waited time.Duration)
 	// Progress is told each step as it starts.
@@ -127,7 +125,7 @@ func Move(ctx context.Context, src, dst MoveHost, m Moving) (*View, error) {
 				"source since. Kohaku will not choose which copy's data to keep: shut down the one to drop, "+
 				"then apply again", m.Ref)}
 		}
-		if serr != nil && !errors.Is(serr, virt.ErrDomainNotFound) {
+		if serr != nil && !errors.Is(serr, hostapi.ErrDomainNotFound) {
 			return nil, &MoveError{Step: MoveStepFind, OnTarget: true, Err: fmt.Errorf("reading the source: %w", serr)}
 		}
 		if m.Volumes == nil {
@@ -146,7 +144,7 @@ func Move(ctx context.Context, src, dst MoveHost, m Moving) (*View, error) {
 			}
 		}
 		return finishMove(ctx, src, dst, m, progress)
-	case !errors.Is(err, virt.ErrDomainNotFound):
+	case !errors.Is(err, hostapi.ErrDomainNotFound):
 		return nil, &MoveError{Step: MoveStepFind, Err: fmt.Errorf("reading the target: %w", err)}
 	}
 	st, err := src.ReadDomain(ctx, m.Ref)
@@ -168,7 +166,7 @@ func Move(ctx context.Context, src, dst MoveHost, m Moving) (*View, error) {
 		if err != nil {
 			return nil, &MoveError{Step: MoveStepShutdown, Err: err}
 		}
-		if how == virt.StopForced && m.Grace > 0 && m.ForcedOff != nil {
+		if how == hostapi.StopForced && m.Grace > 0 && m.ForcedOff != nil {
 			m.ForcedOff(StopGrace(ctx, m.Grace))
 		}
 	}
@@ -234,7 +232,7 @@ func finishMove(ctx context.Context, src, dst MoveHost, m Moving, progress func(
 			return fail(MoveStepCleanup, fmt.Errorf("%w. The VM is defined on the target; undefine the old copy by hand "+
 				"(virsh undefine --nvram %s) and delete its volumes there", err, m.Ref.Name))
 		}
-	case !errors.Is(err, virt.ErrDomainNotFound):
+	case !errors.Is(err, hostapi.ErrDomainNotFound):
 		return fail(MoveStepCleanup, err)
 	}
 	for _, v := range m.Volumes {
@@ -296,7 +294,7 @@ func distinctHosts(ctx context.Context, src, dst MoveHost) error {
 
 // moveVolume brings one volume to the target: whatever an earlier try left
 // there is deleted, an overlay is flattened on the source into a
-// standalone copy, and the copy is verified (virt.CopyVolume). copied is
+// standalone copy, and the copy is verified (copyVerified). copied is
 // false for a shared volume the target already had.
 func moveVolume(ctx context.Context, src, dst MoveHost, v MovedVolume) (copied bool, err error) {
 	pool, name := v.Ref.Pool, v.Ref.Volume
@@ -304,7 +302,7 @@ func moveVolume(ctx context.Context, src, dst MoveHost, v MovedVolume) (copied b
 		switch _, err := dst.VolumeInfo(ctx, pool, name); {
 		case err == nil:
 			return false, nil // the target has its own (a kohaku_seed made there)
-		case !errors.Is(err, virt.ErrNotFound):
+		case !errors.Is(err, hostapi.ErrNotFound):
 			return false, fmt.Errorf("looking for %s/%s on the target: %w", pool, name, err)
 		}
 	} else if err := dst.RemoveVolume(ctx, pool, name); err != nil {
@@ -329,7 +327,7 @@ func copyVolume(ctx context.Context, src, dst MoveHost, pool, name string) error
 			return fmt.Errorf("flattening %s/%s (an overlay on %s) for the copy: %w", pool, name, info.BackingPath, err)
 		}
 	}
-	if _, err := virt.CopyVolume(ctx, src, pool, from, dst, pool, name); err != nil {
+	if _, err := copyVerified(ctx, src, pool, from, dst, pool, name); err != nil {
 		if from != name {
 			steady, cancel := bounded(ctx)
 			defer cancel()

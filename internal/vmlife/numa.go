@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // NUMA placement modes (Want.NUMAPlacement).
@@ -59,10 +59,10 @@ func Place(ctx context.Context, h Host, spec *domain.Spec, mode string, gpus []s
 		return nil
 	}
 	nodes, err := h.NUMANodes(ctx)
-	if err != nil && !virt.Unsupported(err) {
+	if err != nil && !hostapi.Unsupported(err) {
 		return err
 	}
-	var bound []virt.NUMANode
+	var bound []hostapi.NUMANode
 	if bind && len(nodes) > 1 {
 		ids := nodeIDs
 		if len(gpus) > 0 {
@@ -72,7 +72,7 @@ func Place(ctx context.Context, h Host, spec *domain.Spec, mode string, gpus []s
 			}
 		}
 		for _, id := range ids {
-			i := slices.IndexFunc(nodes, func(n virt.NUMANode) bool { return n.ID == id })
+			i := slices.IndexFunc(nodes, func(n hostapi.NUMANode) bool { return n.ID == id })
 			if i < 0 {
 				if len(gpus) == 0 {
 					return fmt.Errorf("placement put the VM on NUMA node %d, which the host's capabilities do not list (nodes %s)", id, nodeList(nodes))
@@ -132,15 +132,15 @@ func gpuNodes(ctx context.Context, h Host, gpus []string) ([]int, error) {
 
 // checkHugePages checks that the host offers spec's huge page size on the
 // nodes that will back the VM and, when creating, that enough are free.
-func checkHugePages(spec *domain.Spec, all, bound []virt.NUMANode, creating bool) error {
+func checkHugePages(spec *domain.Spec, all, bound []hostapi.NUMANode, creating bool) error {
 	if len(all) == 0 {
 		return nil // the host reports no NUMA cells: libvirt will tell at start
 	}
 	size := uint64(spec.HugePageKiB)
-	pool := func(n virt.NUMANode) (virt.HugePages, bool) {
-		i := slices.IndexFunc(n.HugePages, func(p virt.HugePages) bool { return p.SizeKiB == size })
+	pool := func(n hostapi.NUMANode) (hostapi.HugePages, bool) {
+		i := slices.IndexFunc(n.HugePages, func(p hostapi.HugePages) bool { return p.SizeKiB == size })
 		if i < 0 {
-			return virt.HugePages{}, false
+			return hostapi.HugePages{}, false
 		}
 		return n.HugePages[i], true
 	}
@@ -197,7 +197,7 @@ func humanPage(kib uint64) string {
 	return fmt.Sprintf("%d MiB", kib>>10)
 }
 
-func nodeList(nodes []virt.NUMANode) string {
+func nodeList(nodes []hostapi.NUMANode) string {
 	ids := make([]string, len(nodes))
 	for i, n := range nodes {
 		ids[i] = fmt.Sprint(n.ID)

@@ -8,9 +8,9 @@ import (
 	"strings"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/claim"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/placement"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // Placer chooses a host and devices for a VM's request; placement.Shared
@@ -32,7 +32,7 @@ type DeviceClaims interface {
 
 // GPUResetter resets a GPU's IOMMU group through the host's kernel while
 // it is on vfio-pci and no domain holds it; gpubind.GroupResetter is one.
-// An error wrapping virt.ErrHostFilesUnsupported says the connection
+// An error wrapping hostapi.ErrHostFilesUnsupported says the connection
 // cannot reach the kernel's reset at all (tcp, tls): nothing was tried.
 type GPUResetter interface {
 	ResetGPU(ctx context.Context, gpu vfio.Address) error
@@ -254,7 +254,7 @@ func resetOrQuarantine(ctx context.Context, h PlacedHost, holder claim.Holder, g
 		switch {
 		case err == nil:
 			run.Reset = append(run.Reset, g)
-		case errors.Is(err, virt.ErrHostFilesUnsupported):
+		case errors.Is(err, hostapi.ErrHostFilesUnsupported):
 			run.Unreset = append(run.Unreset, GPUNote{GPU: g, Why: err.Error()})
 		default:
 			why := fmt.Sprintf("not reset after VM %s: %v", holder.VM, err)

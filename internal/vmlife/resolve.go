@@ -7,8 +7,9 @@ import (
 	"os"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // Steps of Resolve, as StepError names them.
@@ -147,7 +148,7 @@ func applySeedMACs(spec *domain.Spec, macs []string) {
 	}
 }
 
-func diskFormat(v *virt.VolumeDetail) (domain.DiskFormat, error) {
+func diskFormat(v *hostapi.VolumeDetail) (domain.DiskFormat, error) {
 	switch v.Format {
 	case "qcow2", "":
 		if v.Format == "" {
@@ -164,7 +165,7 @@ func diskFormat(v *virt.VolumeDetail) (domain.DiskFormat, error) {
 // machine (unix transport); remote hosts check when the VM starts. It
 // returns the index of the folder at fault.
 func checkShareSources(h Host, shares []domain.SharedFolder) (int, error) {
-	if h.Endpoint().Transport != virt.TransportUnix {
+	if h.Endpoint().Transport != hostconn.TransportUnix {
 		return 0, nil
 	}
 	for i, sf := range shares {

@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // Change is an in-place update of a VM.
 type Change struct {
-	Ref virt.DomainRef
+	Ref hostapi.DomainRef
 	// Want is the VM as planned; Prior is the spec the state describes.
 	Want  Want
 	Prior domain.Spec
@@ -160,7 +160,7 @@ func needsGrowth(ctx context.Context, h Host, vol domain.VolumeRef, size int64) 
 // from its current definition with what Kohaku owns set (domain.Merge),
 // then stopped, started or restarted as Restarts says, and its autostart
 // set. A domain that no longer exists yields an error wrapping
-// virt.ErrDomainNotFound; any other failure is an *UpdateError.
+// hostapi.ErrDomainNotFound; any other failure is an *UpdateError.
 func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	record, warn := ch.Record, ch.Warn
 	if record == nil {
@@ -192,7 +192,7 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 		return e
 	}
 	view, err := Read(ctx, h, ch.Ref, ch.Overlay, false)
-	if errors.Is(err, virt.ErrDomainNotFound) {
+	if errors.Is(err, hostapi.ErrDomainNotFound) {
 		return nil, fmt.Errorf("%w: it was removed outside Terraform since the last refresh; run terraform apply again to create it anew", err)
 	}
 	if err != nil {
@@ -278,10 +278,10 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	for _, p := range Restarts(ch.Running, view.Status.Active, restart) {
 		var err error
 		if p.Stop {
-			var how virt.StopResult
+			var how hostapi.StopResult
 			waited := StopGrace(ctx, ch.Grace)
 			how, err = h.StopDomain(ctx, ch.Ref, ch.Grace)
-			if err == nil && how == virt.StopForced && ch.Grace > 0 && ch.ForcedOff != nil {
+			if err == nil && how == hostapi.StopForced && ch.Grace > 0 && ch.ForcedOff != nil {
 				ch.ForcedOff(waited)
 			}
 		} else {

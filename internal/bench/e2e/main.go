@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/bench/chart"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
@@ -267,7 +268,7 @@ func (h *harness) setup() error {
 		h.env = append(h.env, "KOHAKU_BENCH_PROFILE_DIR="+h.o.profile)
 	}
 	if h.o.rpc {
-		ep, err := virt.ParseURI(h.o.host.URI)
+		ep, err := hostconn.ParseURI(h.o.host.URI)
 		if err != nil {
 			return err
 		}
