@@ -20,9 +20,13 @@ import (
 type VolumeExistsError struct{ Pool, Name, Path string }
 
 func (e *VolumeExistsError) Error() string {
-	return fmt.Sprintf("pool %q already has a volume named %q (%s), which this resource did not create; Kohaku "+
+	at := ""
+	if e.Path != "" { // the host may not have said where
+		at = " (" + e.Path + ")"
+	}
+	return fmt.Sprintf("pool %q already has a volume named %q%s, which this resource did not create; Kohaku "+
 		"never overwrites it. Choose another name, delete the volume if it is stale, or import it with "+
-		"terraform import", e.Pool, e.Name, e.Path)
+		"terraform import", e.Pool, e.Name, at)
 }
 
 // poolByName looks a pool up, and when it is missing says which pools exist.
