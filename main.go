@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts/libvirthost"
 	"github.com/kohaku/terraform-provider-kohaku/internal/provider"
 )
 
@@ -27,7 +28,7 @@ func main() {
 	}
 	gcSettings()
 
-	err := providerserver.Serve(context.Background(), provider.New(version), providerserver.ServeOpts{
+	err := providerserver.Serve(context.Background(), provider.New(version, libvirthost.Connect), providerserver.ServeOpts{
 		Address: "registry.terraform.io/kohaku/kohaku",
 		Debug:   debugMode,
 	})

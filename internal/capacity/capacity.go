@@ -13,16 +13,16 @@ import (
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/claim"
 	"github.com/kohaku/terraform-provider-kohaku/internal/holders"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/mdev"
 	"github.com/kohaku/terraform-provider-kohaku/internal/placement"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // Host is what reading one host's capacity needs of its connection.
 type Host interface {
 	claim.Host
-	NUMANodes(ctx context.Context) ([]virt.NUMANode, error)
+	NUMANodes(ctx context.Context) ([]hostapi.NUMANode, error)
 	// PCINodeDevices returns libvirt's XML of every PCI node device.
 	PCINodeDevices(ctx context.Context) ([]string, error)
 }
@@ -47,7 +47,6 @@ type Reader struct {
 
 var (
 	_ placement.Source = (*Reader)(nil)
-	_ Host             = (*virt.Client)(nil)
 )
 
 // ReadHost reads one host: NUMA nodes, PCI node devices (GPUs and the mdev
@@ -61,7 +60,7 @@ func (r *Reader) ReadHost(ctx context.Context, name string) (*placement.Host, er
 		return nil, err
 	}
 	nodes, err := h.NUMANodes(ctx)
-	if err != nil && !virt.Unsupported(err) {
+	if err != nil && !hostapi.Unsupported(err) {
 		return nil, fmt.Errorf("reading NUMA nodes: %w", err)
 	}
 	docs, err := h.PCINodeDevices(ctx)
@@ -90,7 +89,7 @@ func (r *Reader) ReadHost(ctx context.Context, name string) (*placement.Host, er
 				addrs[i] = g.Address
 			}
 			fns, err := vfio.ReadFunctions(ctx, files, addrs)
-			if err != nil && !errors.Is(err, virt.ErrHostFilesUnsupported) {
+			if err != nil && !errors.Is(err, hostapi.ErrHostFilesUnsupported) {
 				return nil, fmt.Errorf("reading the GPUs' BARs: %w", err)
 			}
 			bars = map[vfio.Address][]vfio.BAR{}
@@ -127,7 +126,7 @@ func (r *Reader) ReadHost(ctx context.Context, name string) (*placement.Host, er
 }
 
 // Node converts a NUMA node as virt reads it.
-func Node(n virt.NUMANode) placement.Node {
+func Node(n hostapi.NUMANode) placement.Node {
 	out := placement.Node{ID: n.ID, CPUs: n.CPUs, FreeMemoryMiB: n.FreeMemoryMiB, FreeHugePages: map[uint64]uint64{}}
 	if !n.FreeKnown {
 		out.FreeMemoryMiB = n.MemoryMiB

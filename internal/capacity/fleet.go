@@ -9,7 +9,6 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/holders"
 	"github.com/kohaku/terraform-provider-kohaku/internal/placement"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // Conn is what the Reader needs of a host's libvirt connection: the
@@ -19,8 +18,6 @@ type Conn interface {
 	Host
 	gpubind.HostShell
 }
-
-var _ Conn = (*virt.Client)(nil)
 
 // ForClients is the Reader over a fleet's libvirt connections, host gives
 // the connection of a host by name (the fleet's Host). Where a connection

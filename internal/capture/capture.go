@@ -8,23 +8,21 @@ import (
 	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
 // Host is what a capture needs from a libvirt host. *virt.Client is one.
 type Host interface {
 	vmlife.PowerHost
-	ReadDomain(ctx context.Context, ref virt.DomainRef) (*virt.DomainStatus, error)
+	ReadDomain(ctx context.Context, ref hostapi.DomainRef) (*hostapi.DomainStatus, error)
 	VolumeByPath(ctx context.Context, path string) (pool, name string, err error)
-	VolumeInfo(ctx context.Context, pool, name string) (*virt.VolumeDetail, error)
-	FlattenVolume(ctx context.Context, srcPool, srcName, pool, name string) (*virt.VolumeDetail, error)
-	HashVolume(ctx context.Context, pool, name string) (virt.ImageDigest, error)
-	DeleteVolume(ctx context.Context, pool, name string) error
-	AgentExec(ctx context.Context, domain, path string, args []string, wait time.Duration) (*virt.AgentExecResult, error)
+	VolumeInfo(ctx context.Context, pool, name string) (*hostapi.VolumeDetail, error)
+	FlattenVolume(ctx context.Context, srcPool, srcName, pool, name string) (*hostapi.VolumeDetail, error)
+	HashVolume(ctx context.Context, pool, name string) (hostapi.ImageDigest, error)
+	RemoveVolume(ctx context.Context, pool, name string) error
+	AgentExec(ctx context.Context, domain, path string, args []string, wait time.Duration) (*hostapi.AgentExecResult, error)
 }
-
-var _ Host = (*virt.Client)(nil)
 
 // ErrNotCapturable is wrapped by the errors of a VM whose boot disk a
 // capture cannot read: no disk, a block device, or a file outside every
@@ -33,7 +31,7 @@ var ErrNotCapturable = errors.New("the VM's boot disk cannot be captured")
 
 // Disk is the boot disk of the VM to capture.
 type Disk struct {
-	VM         virt.DomainRef
+	VM         hostapi.DomainRef
 	Pool, Name string
 	Format     string
 	// BackingPath is the base image of an overlay; empty for a standalone volume.
@@ -77,7 +75,7 @@ func BootDisk(ctx context.Context, h Host, vm string) (*Disk, error) {
 			"Kohaku captures volumes only", ErrNotCapturable, ref.Name, src.Path)
 	case src.Path != "":
 		pool, name, err := h.VolumeByPath(ctx, src.Path)
-		if errors.Is(err, virt.ErrVolumeNotFound) {
+		if errors.Is(err, hostapi.ErrVolumeNotFound) {
 			return nil, fmt.Errorf("%w: %s boots from %s, which no storage pool of the host holds; libvirt can "+
 				"copy and read only volumes of its pools (define a pool over its directory to capture it)", ErrNotCapturable, ref.Name, src.Path)
 		}
@@ -115,8 +113,8 @@ type Request struct {
 // Result is a capture that made its image.
 type Result struct {
 	Disk   *Disk
-	Volume *virt.VolumeDetail
-	Digest virt.ImageDigest
+	Volume *hostapi.VolumeDetail
+	Digest hostapi.ImageDigest
 	// Sealed is whether the seal ran in the guest and succeeded.
 	Sealed bool
 	// SealOutput is what the seal command printed.
@@ -267,7 +265,7 @@ func seal(ctx context.Context, h Host, req Request, res *Result, say func(string
 	}
 	say("sealing " + name + " through its guest agent")
 	out, err := h.AgentExec(ctx, name, "/bin/sh", []string{"-c", SealScript}, req.SealTimeout)
-	if errors.Is(err, virt.ErrAgentUnavailable) {
+	if errors.Is(err, hostapi.ErrAgentUnavailable) {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%s's guest agent did not answer (%v), so it was not sealed: "+
 			"clones boot with its machine-id and SSH host keys. Install and start qemu-guest-agent in the guest, "+
 			"or seal it yourself before the capture (cloud-init clean --logs --seed; truncate -s 0 /etc/machine-id; "+
@@ -299,7 +297,7 @@ func flatten(ctx context.Context, h Host, req Request, res *Result, say func(str
 	dg, err := h.HashVolume(ctx, req.Pool, req.Name)
 	if err != nil {
 		err = fmt.Errorf("%w (nothing was kept)", err)
-		if derr := h.DeleteVolume(context.WithoutCancel(ctx), req.Pool, req.Name); derr != nil {
+		if derr := h.RemoveVolume(context.WithoutCancel(ctx), req.Pool, req.Name); derr != nil {
 			err = fmt.Errorf("%w; deleting the image volume failed too: %v; delete %s/%s by hand", err, derr, req.Pool, req.Name)
 		}
 		return &StepError{Step: "read the image back for its digest", Err: err}

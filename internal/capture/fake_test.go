@@ -156,7 +156,7 @@ func (h *fakeHost) HashVolume(_ context.Context, pool, name string) (virt.ImageD
 	return virt.ImageDigest{SHA256: strings.Repeat("ab", 32), Bytes: 1234}, nil
 }
 
-func (h *fakeHost) DeleteVolume(_ context.Context, pool, name string) error {
+func (h *fakeHost) RemoveVolume(_ context.Context, pool, name string) error {
 	h.record("delete " + pool + "/" + name)
 	h.mu.Lock()
 	defer h.mu.Unlock()

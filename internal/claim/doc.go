@@ -58,9 +58,9 @@
 //   - What is not covered: an apply stalled for longer than StaleAfter
 //     between its claim and its define can find its claim taken over; its
 //     define would then go ahead on a device another VM holds. The create
-//     is to take its claims again right before it defines (Take returns
-//     Already while they are still its own), which narrows that to the
-//     window of one define call.
+//     takes its claims again right before it defines (vmlife's
+//     Acquired.Confirm; Take returns Already while they are still its
+//     own), which narrows that to the window of one define call.
 //   - A connection lost after the claim was made but before libvirt
 //     answered: the apply does not know it holds the claim; taking it
 //     again returns Already, since the claim names its VM's UUID. A

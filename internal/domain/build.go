@@ -70,7 +70,7 @@ func build(spec Spec) (*libvirtxml.Domain, error) {
 		}}
 	}
 
-	meta, err := marshalMetadata(Metadata{SpecHash: Hash(spec), Owner: n.Owner, Placed: len(n.NUMA) > 0, DataDisks: dataDiskSerials(n.DataDisks)})
+	meta, err := marshalMetadata(Metadata{SpecHash: Hash(spec), Owner: n.Owner, Placed: len(n.NUMA) > 0 || len(n.CPUPins) > 0, DataDisks: dataDiskSerials(n.DataDisks)})
 	if err != nil {
 		return nil, fmt.Errorf("build domain %q: %w", n.Name, err)
 	}

@@ -355,18 +355,25 @@ func (m *merger) interfaces() {
 	}
 	// Interfaces Kohaku does not manage keep their places; the managed
 	// places take the spec's NICs in order, and the rest follow.
-	var out []libvirtxml.DomainInterface
+	h.Interfaces = keepPlaces(h.Interfaces, managedNIC, managed)
+}
+
+// keepPlaces is have with its managed entries (isManaged) replaced by
+// managed in order: the others keep their places, managed entries beyond
+// have's follow, and have's beyond managed's are dropped.
+func keepPlaces[T any](have []T, isManaged func(T) bool, managed []T) []T {
+	var out []T
 	next := 0
-	for _, x := range h.Interfaces {
+	for _, x := range have {
 		switch {
-		case !managedNIC(x):
+		case !isManaged(x):
 			out = append(out, x)
 		case next < len(managed):
 			out = append(out, managed[next])
 			next++
 		}
 	}
-	h.Interfaces = append(out, managed[next:]...)
+	return append(out, managed[next:]...)
 }
 
 // filesystems matches the spec's shares with the domain's host directory
@@ -400,18 +407,7 @@ func (m *merger) filesystems() {
 	}
 	// Filesystems Kohaku does not manage keep their places; the shares'
 	// places take the spec's shares in order, and the rest follow.
-	var out []libvirtxml.DomainFilesystem
-	next := 0
-	for _, x := range h.Filesystems {
-		switch {
-		case !isShare(x):
-			out = append(out, x)
-		case next < len(managed):
-			out = append(out, managed[next])
-			next++
-		}
-	}
-	h.Filesystems = append(out, managed[next:]...)
+	h.Filesystems = keepPlaces(h.Filesystems, isShare, managed)
 }
 
 // hostdevs matches the spec's PCI devices with the domain's by host address,
@@ -554,7 +550,7 @@ func (m *merger) controllers() {
 // the domain has; a binding Kohaku did not write is the domain's own.
 func (m *merger) numa() {
 	h, w := m.have, m.want
-	if len(m.n.NUMA) == 0 && (m.obs.Metadata == nil || !m.obs.Metadata.Placed) {
+	if len(m.n.NUMA) == 0 && len(m.n.CPUPins) == 0 && (m.obs.Metadata == nil || !m.obs.Metadata.Placed) {
 		return
 	}
 	h.VCPU.CPUSet = w.VCPU.CPUSet
@@ -563,13 +559,14 @@ func (m *merger) numa() {
 		h.CPU.Numa = w.CPU.Numa
 	}
 	var pins []libvirtxml.DomainCPUTuneVCPUPin
+	var emulator *libvirtxml.DomainCPUTuneEmulatorPin
 	if w.CPUTune != nil {
-		pins = w.CPUTune.VCPUPin
+		pins, emulator = w.CPUTune.VCPUPin, w.CPUTune.EmulatorPin
 	}
 	if h.CPUTune == nil {
 		h.CPUTune = &libvirtxml.DomainCPUTune{}
 	}
-	h.CPUTune.VCPUPin = pins
+	h.CPUTune.VCPUPin, h.CPUTune.EmulatorPin = pins, emulator
 	if isZeroCPUTune(h.CPUTune) {
 		h.CPUTune = nil
 	}

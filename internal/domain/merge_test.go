@@ -358,6 +358,56 @@ func TestMergeNUMAOwnership(t *testing.T) {
 	}
 }
 
+// Kohaku's one-to-one pins are its own to change and to remove; a
+// domain's own pins (no placement in Kohaku's metadata) are kept.
+func TestMergePinsOwnership(t *testing.T) {
+	t.Parallel()
+	spec := Spec{Name: "pin", VCPU: 2, MemoryMiB: 1024, Disk: &Disk{Source: Source{Pool: "default", Volume: "pin.qcow2"}},
+		CPUPins: []int{2, 3}, EmulatorCPUs: "1"}
+	made, err := Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := Parse(made); !slices.Equal(o.Spec.CPUPins, []int{2, 3}) || o.Spec.EmulatorCPUs != "1" || !o.Metadata.Placed {
+		t.Fatalf("the pins did not read back: %v %q placed %v", o.Spec.CPUPins, o.Spec.EmulatorCPUs, o.Metadata.Placed)
+	}
+	// Kept through a merge that changes something else.
+	more := spec
+	more.MemoryMiB = 2048
+	got, err := Merge(made, more)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := Parse(got); !slices.Equal(o.Spec.CPUPins, []int{2, 3}) || o.Spec.EmulatorCPUs != "1" {
+		t.Errorf("the pins did not survive a memory change: %v %q\n%s", o.Spec.CPUPins, o.Spec.EmulatorCPUs, got)
+	}
+	// Removed by a spec without them.
+	unpinned := spec
+	unpinned.CPUPins, unpinned.EmulatorCPUs = nil, ""
+	if got, err = Merge(made, unpinned); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(got, "<vcpupin") || strings.Contains(got, "<emulatorpin") {
+		t.Errorf("Kohaku's pins survived a spec without them:\n%s", got)
+	}
+	// A domain's own pins, with no Kohaku metadata, are not read as
+	// Kohaku's and stay through a merge.
+	own := strings.Replace(strings.Replace(made, "<vm xmlns", "<other xmlns", 1), "</vm>", "</other>", 1)
+	o, err := Parse(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Spec.CPUPins) != 0 {
+		t.Errorf("a domain's own pins were read as Kohaku's: %v", o.Spec.CPUPins)
+	}
+	if got, err = Merge(own, unpinned); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, `<vcpupin vcpu="0" cpuset="2">`) || !strings.Contains(got, `<emulatorpin cpuset="1">`) {
+		t.Errorf("a domain's own pins were not kept:\n%s", got)
+	}
+}
+
 // TestMergeKeepsOtherMetadata checks that the other tools' elements of
 // <metadata> survive byte for byte and Kohaku's is replaced, not added.
 func TestMergeKeepsOtherMetadata(t *testing.T) {

@@ -175,6 +175,40 @@ func buildNUMA(n Spec, dom *libvirtxml.Domain) {
 		dom.CPUTune = cputune
 		dom.CPU.Numa = numa
 	}
+	if len(n.CPUPins) > 0 {
+		// One to one, inside the node's cpuset when bound to one.
+		t := &libvirtxml.DomainCPUTune{}
+		for v, c := range n.CPUPins {
+			t.VCPUPin = append(t.VCPUPin, libvirtxml.DomainCPUTuneVCPUPin{VCPU: uint(v), CPUSet: strconv.Itoa(c)})
+		}
+		if n.EmulatorCPUs != "" {
+			t.EmulatorPin = &libvirtxml.DomainCPUTuneEmulatorPin{CPUSet: n.EmulatorCPUs}
+		}
+		dom.CPUTune = t
+	}
+}
+
+// parsePins reads back the one-to-one pins buildNUMA writes: every vCPU
+// pinned to a single host CPU, and where the emulator threads run. Pins
+// Kohaku did not write (no placement in its metadata) are the domain's
+// own, not read into the spec, and Merge keeps them.
+func (o *Observed) parsePins(dom *libvirtxml.Domain) {
+	t, s := dom.CPUTune, &o.Spec
+	if o.Metadata == nil || !o.Metadata.Placed || t == nil || len(t.VCPUPin) == 0 || len(t.VCPUPin) != s.VCPU || len(s.NUMA) > 1 {
+		return
+	}
+	pins := make([]int, s.VCPU)
+	for _, p := range t.VCPUPin {
+		c, err := strconv.Atoi(strings.TrimSpace(p.CPUSet))
+		if err != nil || c < 0 || int(p.VCPU) >= s.VCPU {
+			return // not one to one: the domain's own tuning
+		}
+		pins[p.VCPU] = c
+	}
+	s.CPUPins = pins
+	if t.EmulatorPin != nil {
+		s.EmulatorCPUs = canonicalCPUSet(t.EmulatorPin.CPUSet)
+	}
 }
 
 func seq(first, count int) []int {
@@ -285,6 +319,24 @@ func (v *validator) numa(s Spec) {
 	if len(s.NUMA) > s.VCPU && s.VCPU >= 1 {
 		v.add("vcpu", strconv.Itoa(len(s.NUMA)), "%d vCPUs cannot be spread over %d NUMA nodes (the nodes of "+
 			"the VM's GPUs): give it at least one vCPU per node, or set numa_placement = \"none\"", s.VCPU, len(s.NUMA))
+	}
+	if len(s.CPUPins) > 0 {
+		switch {
+		case len(s.CPUPins) != s.VCPU:
+			v.add("vcpu", strconv.Itoa(len(s.CPUPins)), "%d host CPUs are pinned for %d vCPUs: one each", len(s.CPUPins), s.VCPU)
+		case len(s.NUMA) > 1:
+			v.add("vcpu", "the vCPUs of one NUMA node", "pinned vCPUs go with one NUMA node, not %d", len(s.NUMA))
+		}
+		for i, c := range s.CPUPins {
+			if c < 0 || slices.Contains(s.CPUPins[:i], c) {
+				v.add("vcpu", "distinct host CPUs", "host CPU %d is negative or pinned twice", c)
+			}
+		}
+		if s.EmulatorCPUs != "" {
+			if _, err := ParseCPUSet(s.EmulatorCPUs); err != nil {
+				v.add("vcpu", `"7"`, "emulator CPUs: %v", err)
+			}
+		}
 	}
 	seen := map[int]bool{}
 	for i, c := range s.NUMA {

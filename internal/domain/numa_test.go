@@ -23,6 +23,11 @@ func TestNUMABuildParse(t *testing.T) {
 	two.HugePageKiB = HugePage2MiB
 	topo := base("n3")
 	topo.Topology = &CPUTopology{Sockets: 1, Cores: 2, Threads: 2}
+	pinned := base("n4")
+	pinned.NUMA = []NUMACell{{HostNode: 1, CPUs: "8-15"}}
+	pinned.CPUPins, pinned.EmulatorCPUs = []int{8, 9, 10, 11}, "15"
+	pinnedFlat := base("n5") // a one-node host: pinned, not bound
+	pinnedFlat.CPUPins, pinnedFlat.EmulatorCPUs = []int{0, 1, 2, 3}, "7"
 	cases := []struct {
 		name     string
 		spec     Spec
@@ -41,6 +46,14 @@ func TestNUMABuildParse(t *testing.T) {
 			`<cell id="0" cpus="0-1" memory="512" unit="MiB"></cell><cell id="1" cpus="2-3" memory="512" unit="MiB"></cell>`,
 		}, nil},
 		{"topology", topo, []string{`<topology sockets="1" dies="1" cores="2" threads="2"></topology>`}, []string{"numatune", "hugepages", "cpuset"}},
+		{"pinned one to one on a node", pinned, []string{
+			`<vcpu placement="static" cpuset="8-15">4</vcpu>`,
+			`<cputune><vcpupin vcpu="0" cpuset="8"></vcpupin><vcpupin vcpu="1" cpuset="9"></vcpupin><vcpupin vcpu="2" cpuset="10"></vcpupin><vcpupin vcpu="3" cpuset="11"></vcpupin><emulatorpin cpuset="15"></emulatorpin></cputune>`,
+			`<numatune><memory mode="strict" nodeset="1"></memory></numatune>`,
+		}, []string{"<numa>"}},
+		{"pinned, no node", pinnedFlat, []string{
+			`<cputune><vcpupin vcpu="0" cpuset="0"></vcpupin><vcpupin vcpu="1" cpuset="1"></vcpupin><vcpupin vcpu="2" cpuset="2"></vcpupin><vcpupin vcpu="3" cpuset="3"></vcpupin><emulatorpin cpuset="7"></emulatorpin></cputune>`,
+		}, []string{"numatune", "<numa>"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

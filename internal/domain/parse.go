@@ -113,6 +113,7 @@ func ParseDomain(dom *libvirtxml.Domain) (Observed, error) {
 	}
 	o.parseMMIO64(dom)
 	o.parseNUMA(dom)
+	o.parsePins(dom)
 	return o, nil
 }
 

@@ -259,6 +259,11 @@ type Spec struct {
 	// Topology is the guest CPU topology; nil leaves libvirt's (one socket
 	// per vCPU).
 	Topology *CPUTopology `json:"cpu_topology,omitempty"`
+	// CPUPins, when set, pins vCPU i to host CPU CPUPins[i], one to one (a
+	// placement's pin_cpus), and EmulatorCPUs (cpuset syntax) is where
+	// QEMU's emulator threads run. It goes with at most one NUMA cell.
+	CPUPins      []int  `json:"cpu_pins,omitempty"`
+	EmulatorCPUs string `json:"emulator_cpus,omitempty"`
 
 	// Owner is recorded in the metadata; it is not part of the VM's hardware.
 	Owner Ownership `json:"-"`

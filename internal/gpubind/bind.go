@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // Host is what binding needs from a libvirt host. *virt.Client is one.
@@ -20,8 +21,6 @@ type Host interface {
 	ReattachNodeDevice(ctx context.Context, name string) error
 	PCIHostdevUsers(ctx context.Context) (map[string][]string, error)
 }
-
-var _ Host = (*virt.Client)(nil)
 
 // Binder applies binding plans on one host. Log, when set, hears of every
 // function moved; Debug, when set, of the checks passed over.
@@ -106,7 +105,7 @@ func (b Binder) Inventory(ctx context.Context) (*vfio.Inventory, error) {
 }
 
 // ReadDevice reads one PCI function; one the host does not have yields an
-// error wrapping virt.ErrNotFound.
+// error wrapping hostapi.ErrNotFound.
 func (b Binder) ReadDevice(ctx context.Context, a vfio.Address) (*vfio.Device, error) {
 	doc, err := b.Host.NodeDeviceXML(ctx, vfio.NodeDeviceName(a))
 	if err != nil {
@@ -213,7 +212,7 @@ func (b Binder) Bind(ctx context.Context, plan []vfio.Binding) ([]Bound, error) 
 // operation's deadline, or libvirt not answering within call_timeout. What
 // became of the function is not known.
 func unanswered(err error) bool {
-	var ce *virt.ConnectionError
+	var ce *hostconn.ConnectionError
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
 		errors.As(err, &ce) && ce.Op != "connect"
 }
@@ -234,7 +233,7 @@ func (b Binder) settle(ctx context.Context, fn vfio.Binding) (string, bool) {
 	for {
 		dev, err := b.ReadDevice(ctx, fn.Address)
 		switch {
-		case errors.Is(err, virt.ErrNotFound):
+		case errors.Is(err, hostapi.ErrNotFound):
 			return fmt.Sprintf("%s is no longer on the host.", fn.Address), true
 		case err != nil:
 			last = fmt.Sprintf("reading it: %v", err)
@@ -358,7 +357,7 @@ func NeedsBinding(p []vfio.Binding) bool {
 func (b Binder) Release(ctx context.Context, addrs []vfio.Address, original map[vfio.Address]string) (notes, failed []string) {
 	for _, a := range slices.Backward(addrs) {
 		dev, err := b.ReadDevice(ctx, a)
-		if errors.Is(err, virt.ErrNotFound) {
+		if errors.Is(err, hostapi.ErrNotFound) {
 			notes = append(notes, fmt.Sprintf("%s is no longer on the host", a))
 			continue
 		}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/holders"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // HolderSource reads what can hold a host's functions: its processes' open
@@ -19,13 +19,11 @@ type HolderSource interface {
 // HostShell is a host connection that can read the host's files and run a
 // script there. *virt.Client is one.
 type HostShell interface {
-	Endpoint() virt.Endpoint
+	Endpoint() hostconn.Endpoint
 	ReadsHostFiles() bool
 	RunHostScript(ctx context.Context, script string, limit int64) ([]byte, error)
 	vfio.HostFiles
 }
-
-var _ HostShell = (*virt.Client)(nil)
 
 // clientHolders reads a host's processes through its libvirt connection.
 type clientHolders struct{ HostShell }
@@ -33,7 +31,7 @@ type clientHolders struct{ HostShell }
 // OpenFiles scans /proc directly on a local connection, and runs
 // holders.Script in an SSH session on a qemu+ssh host.
 func (c clientHolders) OpenFiles(ctx context.Context) ([]holders.Open, error) {
-	if c.Endpoint().Transport == virt.TransportUnix {
+	if c.Endpoint().Transport == hostconn.TransportUnix {
 		return holders.ScanProc("/proc", "/sys")
 	}
 	out, err := c.RunHostScript(ctx, holders.Script, 1<<20)

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // Machine is what a GPU binding's life needs of its host: the node-device
@@ -18,8 +17,6 @@ type Machine interface {
 	HostShell
 	ReadHostFile(ctx context.Context, path string, limit int64) ([]byte, error)
 }
-
-var _ Machine = (*virt.Client)(nil)
 
 // NVIDIAVersionFile is where the loaded NVIDIA kernel module reports its
 // version.

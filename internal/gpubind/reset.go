@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // ResetHost is what a reset needs from a libvirt host. *virt.Client is one.
@@ -17,8 +17,6 @@ type ResetHost interface {
 	ReadHostFiles(ctx context.Context, paths []string, limit int64) (map[string][]byte, error)
 	ResetPCIFunction(ctx context.Context, addr string) error
 }
-
-var _ ResetHost = (*virt.Client)(nil)
 
 // ErrNotBound is wrapped by Reset's refusal of a group with a function
 // that is not on vfio-pci.
@@ -94,7 +92,7 @@ func reset(ctx context.Context, h ResetHost, target vfio.Address, progress func(
 			if len(done) > 0 {
 				msg = "reset before it: " + joinAddresses(done)
 			}
-			if errors.Is(err, virt.ErrResetUnusable) {
+			if errors.Is(err, hostapi.ErrResetUnusable) {
 				return group, done, fmt.Errorf("the kernel could not reset %s by %s reset (%s): a bus or slot reset needs "+
 					"the function alone on its bus or slot, which the functions of a multi-function device (a GPU "+
 					"and its audio function) never are; such a device is reset only when a guest opens or "+
@@ -171,7 +169,7 @@ func resetMethods(ctx context.Context, h ResetHost, fns []*vfio.Device) (map[vfi
 		paths = append(paths, vfio.ResetMethodPath(d.Address))
 	}
 	files, err := h.ReadHostFiles(ctx, paths, 256)
-	if errors.Is(err, virt.ErrHostFilesUnsupported) {
+	if errors.Is(err, hostapi.ErrHostFilesUnsupported) {
 		return nil, fmt.Errorf("resetting a function bound to vfio-pci goes through the host's kernel (its sysfs "+
 			"reset file; libvirt's node-device reset skips functions on vfio-pci), which needs a local "+
 			"(qemu:///system) or qemu+ssh:// connection to the host; this host's connection (tcp or tls) "+

@@ -8,33 +8,28 @@ import (
 	"io"
 	"sync/atomic"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // CopySource is the host an image is copied from. *virt.Client is one.
 type CopySource interface {
-	VolumeInfo(ctx context.Context, pool, name string) (*virt.VolumeDetail, error)
+	VolumeInfo(ctx context.Context, pool, name string) (*hostapi.VolumeDetail, error)
 	StreamVolumeOut(ctx context.Context, pool, name string, w io.Writer) error
 }
 
 // CopyTarget is the host an image is copied to. *virt.Client is one.
 type CopyTarget interface {
-	StreamVolumeIn(ctx context.Context, pool, name, format string, capacity int64, r io.Reader) (*virt.VolumeDetail, error)
-	HashVolume(ctx context.Context, pool, name string) (virt.ImageDigest, error)
-	DeleteVolume(ctx context.Context, pool, name string) error
+	StreamVolumeIn(ctx context.Context, pool, name, format string, capacity int64, r io.Reader) (*hostapi.VolumeDetail, error)
+	HashVolume(ctx context.Context, pool, name string) (hostapi.ImageDigest, error)
+	RemoveVolume(ctx context.Context, pool, name string) error
 }
-
-var (
-	_ CopySource = (*virt.Client)(nil)
-	_ CopyTarget = (*virt.Client)(nil)
-)
 
 // ErrSourceChanged is a copy whose source no longer reads as the digest
 // recorded for it.
 var ErrSourceChanged = errors.New("the source image changed since it was recorded")
 
 // DigestMismatchError is a copy whose landed bytes differ from what was read.
-type DigestMismatchError struct{ Read, Landed virt.ImageDigest }
+type DigestMismatchError struct{ Read, Landed hostapi.ImageDigest }
 
 func (e *DigestMismatchError) Error() string {
 	return fmt.Sprintf("the copy read %d bytes with %s from the source, but the volume that landed holds %d bytes with %s",
@@ -44,7 +39,7 @@ func (e *DigestMismatchError) Error() string {
 // Copied is an image copied to another host (or pool).
 type Copied struct {
 	Volume *Volume
-	Digest virt.ImageDigest
+	Digest hostapi.ImageDigest
 }
 
 // Copy streams the image volume srcPool/srcName of src into a new volume
@@ -100,7 +95,7 @@ func Copy(ctx context.Context, src CopySource, srcPool, srcName string, dst Copy
 	case dErr != nil:
 		err = fmt.Errorf("reading the source image %s/%s: %w", srcPool, srcName, dErr)
 	}
-	got := virt.DigestOf(h, read.Load())
+	got := hostapi.DigestOf(h, read.Load())
 	if err == nil && want != "" && want != got.String() {
 		err = fmt.Errorf("%w: %s/%s reads as %s, not %s", ErrSourceChanged, srcPool, srcName, got, want)
 	}
@@ -115,7 +110,7 @@ func Copy(ctx context.Context, src CopySource, srcPool, srcName string, dst Copy
 			return &Copied{Volume: vol, Digest: got}, nil
 		}
 	}
-	if derr := dst.DeleteVolume(context.WithoutCancel(ctx), dstPool, dstName); derr != nil {
+	if derr := dst.RemoveVolume(context.WithoutCancel(ctx), dstPool, dstName); derr != nil {
 		return nil, fmt.Errorf("%w (deleting the copy failed: %v; delete %s/%s by hand)", err, derr, dstPool, dstName)
 	}
 	return nil, fmt.Errorf("%w (the copy was deleted)", err)

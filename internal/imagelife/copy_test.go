@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
@@ -85,10 +86,10 @@ func (h *streamHost) HashVolume(ctx context.Context, pool, name string) (virt.Im
 	s := sha256.New()
 	var n int
 	err := h.StreamVolumeOut(ctx, pool, name, writerFunc(func(p []byte) (int, error) { n += len(p); return s.Write(p) }))
-	return virt.DigestOf(s, int64(n)), err
+	return hostapi.DigestOf(s, int64(n)), err
 }
 
-func (h *streamHost) DeleteVolume(_ context.Context, pool, name string) error {
+func (h *streamHost) RemoveVolume(_ context.Context, pool, name string) error {
 	h.deleted = append(h.deleted, pool+"/"+name)
 	delete(h.data, pool+"/"+name)
 	delete(h.info, pool+"/"+name)

@@ -7,22 +7,20 @@ import (
 	"io"
 	"strings"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/image"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // Host is what an image's life needs from a libvirt host. *virt.Client is one.
 type Host interface {
-	UploadImage(ctx context.Context, up virt.ImageUpload) (*virt.VolumeDetail, error)
-	VolumeInfo(ctx context.Context, pool, name string) (*virt.VolumeDetail, error)
+	UploadImage(ctx context.Context, up hostapi.ImageUpload) (*hostapi.VolumeDetail, error)
+	VolumeInfo(ctx context.Context, pool, name string) (*hostapi.VolumeDetail, error)
 	BackedBy(ctx context.Context, path string) ([]string, error)
-	DeleteVolume(ctx context.Context, pool, name string) error
+	RemoveVolume(ctx context.Context, pool, name string) error
 }
 
-var _ Host = (*virt.Client)(nil)
-
 // Volume is an image's volume as the host keeps it.
-type Volume = virt.VolumeDetail
+type Volume = hostapi.VolumeDetail
 
 // ErrGone is an image whose volume is no longer on the host.
 var ErrGone = errors.New("image volume is gone")
@@ -31,7 +29,7 @@ var ErrGone = errors.New("image volume is gone")
 // volume of its format and virtual size; progress hears the bytes sent. A
 // failed upload leaves no volume.
 func Upload(ctx context.Context, h Host, pool, name string, res *image.Result, src io.Reader, progress func(sent int64)) (*Volume, error) {
-	return h.UploadImage(ctx, virt.ImageUpload{
+	return h.UploadImage(ctx, hostapi.ImageUpload{
 		Pool: pool, Name: name, Format: res.Format, Capacity: res.VirtualSize, Length: res.Size, Source: src,
 		Progress: progress,
 	})
@@ -40,7 +38,7 @@ func Upload(ctx context.Context, h Host, pool, name string, res *image.Result, s
 // Read reads the image's volume; a volume that is gone is ErrGone.
 func Read(ctx context.Context, h Host, pool, name string) (*Volume, error) {
 	vol, err := h.VolumeInfo(ctx, pool, name)
-	if errors.Is(err, virt.ErrNotFound) {
+	if errors.Is(err, hostapi.ErrNotFound) {
 		return nil, fmt.Errorf("%s/%s: %w", pool, name, ErrGone)
 	}
 	return vol, err
@@ -83,5 +81,5 @@ func Delete(ctx context.Context, h Host, pool, name string) error {
 	if len(users) > 0 {
 		return &InUseError{Pool: pool, Name: name, Users: users}
 	}
-	return h.DeleteVolume(ctx, pool, name)
+	return h.RemoveVolume(ctx, pool, name)
 }

@@ -52,7 +52,7 @@ func (h *fakeHost) BackedBy(_ context.Context, path string) ([]string, error) {
 	return h.backing[path], nil
 }
 
-func (h *fakeHost) DeleteVolume(_ context.Context, pool, name string) error {
+func (h *fakeHost) RemoveVolume(_ context.Context, pool, name string) error {
 	if err := h.fail["delete"]; err != nil {
 		return err
 	}

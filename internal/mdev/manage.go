@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // Host is what managing mediated devices needs from a libvirt host.
@@ -21,10 +21,8 @@ type Host interface {
 	SetNodeDeviceAutostart(ctx context.Context, name string, on bool) error
 	StopNodeDevice(ctx context.Context, name string) error
 	UndefineNodeDevice(ctx context.Context, name string) error
-	NodeDeviceState(ctx context.Context, name string) (virt.NodeDeviceState, error)
+	NodeDeviceState(ctx context.Context, name string) (hostapi.NodeDeviceState, error)
 }
-
-var _ Host = (*virt.Client)(nil)
 
 // Refusal is input the host cannot satisfy: Attribute names the input at
 // fault ("parent", "type" or "uuid") so the message can be put on its line.
@@ -63,7 +61,7 @@ func (m Manager) Parents(ctx context.Context) ([]Parent, error) {
 // that are not a *Refusal are the host's.
 func (m Manager) Check(ctx context.Context, s Spec) error {
 	doc, err := m.Host.NodeDeviceXML(ctx, s.Parent)
-	if errors.Is(err, virt.ErrNotFound) {
+	if errors.Is(err, hostapi.ErrNotFound) {
 		return &Refusal{"parent", fmt.Sprintf("The host has no node device %s. %s", s.Parent, m.offeredElsewhere(ctx))}
 	}
 	if err != nil {
@@ -232,7 +230,7 @@ func (m Manager) Find(ctx context.Context, uuid string) (*Device, error) {
 			continue
 		}
 		st, err := m.Host.NodeDeviceState(ctx, d.Name)
-		if errors.Is(err, virt.ErrNotFound) {
+		if errors.Is(err, hostapi.ErrNotFound) {
 			return nil, nil // removed since the listing
 		}
 		if err != nil {
@@ -249,12 +247,12 @@ func (m Manager) Find(ctx context.Context, uuid string) (*Device, error) {
 // an error.
 func (m Manager) Remove(ctx context.Context, d Device) error {
 	if d.Active {
-		if err := m.Host.StopNodeDevice(ctx, d.Name); err != nil && !errors.Is(err, virt.ErrNotFound) {
+		if err := m.Host.StopNodeDevice(ctx, d.Name); err != nil && !errors.Is(err, hostapi.ErrNotFound) {
 			return fmt.Errorf("stopping mediated device %s (node device %s): %w", d.UUID, d.Name, err)
 		}
 	}
 	if d.Persistent {
-		if err := m.Host.UndefineNodeDevice(ctx, d.Name); err != nil && !errors.Is(err, virt.ErrNotFound) {
+		if err := m.Host.UndefineNodeDevice(ctx, d.Name); err != nil && !errors.Is(err, hostapi.ErrNotFound) {
 			return fmt.Errorf("undefining mediated device %s (node device %s): %w", d.UUID, d.Name, err)
 		}
 	}

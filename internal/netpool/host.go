@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // PoolHost is what managing storage pools needs from a libvirt host.
 // *virt.Client is one.
 type PoolHost interface {
-	PoolDefinition(ctx context.Context, name string) (*virt.Definition, error)
+	PoolDefinition(ctx context.Context, name string) (*hostapi.Definition, error)
 	DefinePool(ctx context.Context, doc string) error
 	BuildPool(ctx context.Context, name string) error
 	StartPool(ctx context.Context, name string) error
@@ -27,7 +27,7 @@ type PoolHost interface {
 // NetworkHost is what managing networks needs from a libvirt host.
 // *virt.Client is one.
 type NetworkHost interface {
-	NetworkDefinition(ctx context.Context, name string) (*virt.Definition, error)
+	NetworkDefinition(ctx context.Context, name string) (*hostapi.Definition, error)
 	DefineNetwork(ctx context.Context, doc string) error
 	StartNetwork(ctx context.Context, name string) error
 	SetNetworkAutostart(ctx context.Context, name string, on bool) error
@@ -35,11 +35,6 @@ type NetworkHost interface {
 	UndefineNetwork(ctx context.Context, name string) error
 	UpdateNetworkDHCPHost(ctx context.Context, name string, add bool, hostXML string, live bool) error
 }
-
-var (
-	_ PoolHost    = (*virt.Client)(nil)
-	_ NetworkHost = (*virt.Client)(nil)
-)
 
 // ExistsError is a create refused because the host already has a pool or
 // network of that name, which this resource did not make.

@@ -6,27 +6,22 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // PoolLister is what listing a host's storage pools needs. *virt.Client is
 // one.
 type PoolLister interface {
 	PoolNames(ctx context.Context) ([]string, error)
-	PoolDefinition(ctx context.Context, name string) (*virt.Definition, error)
+	PoolDefinition(ctx context.Context, name string) (*hostapi.Definition, error)
 }
 
 // NetworkLister is what listing a host's networks needs. *virt.Client is
 // one.
 type NetworkLister interface {
 	NetworkNames(ctx context.Context) ([]string, error)
-	NetworkDefinition(ctx context.Context, name string) (*virt.Definition, error)
+	NetworkDefinition(ctx context.Context, name string) (*hostapi.Definition, error)
 }
-
-var (
-	_ PoolLister    = (*virt.Client)(nil)
-	_ NetworkLister = (*virt.Client)(nil)
-)
 
 // Modelled reports whether kohaku_pool models p: a directory pool. A pool of
 // another type (LVM, iSCSI, a disk) is not one, since destroying a

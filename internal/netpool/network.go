@@ -9,7 +9,7 @@ import (
 
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // The forward modes of a network.
@@ -172,7 +172,7 @@ func NetworkXML(s NetworkSpec) (string, error) {
 
 // ParseNetwork reads a network's XML and state as the host reported them.
 // A network with no <forward> is isolated.
-func ParseNetwork(d virt.Definition) (Network, error) {
+func ParseNetwork(d hostapi.Definition) (Network, error) {
 	var x libvirtxml.Network
 	if err := x.Unmarshal(d.XML); err != nil {
 		return Network{}, fmt.Errorf("parsing the XML of a network: %w", err)

@@ -7,7 +7,7 @@ import (
 
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // PoolSpec is a directory pool as declared.
@@ -37,7 +37,7 @@ func PoolXML(s PoolSpec) (string, error) {
 }
 
 // ParsePool reads a pool's XML and state as the host reported them.
-func ParsePool(d virt.Definition) (Pool, error) {
+func ParsePool(d hostapi.Definition) (Pool, error) {
 	var x libvirtxml.StoragePool
 	if err := x.Unmarshal(d.XML); err != nil {
 		return Pool{}, fmt.Errorf("parsing the XML of a storage pool: %w", err)

@@ -276,19 +276,7 @@ func fitHost(r *Request, h *Host, policy Policy, explain bool) (*candidate, stri
 		return nil, reason
 	}
 	if r.PinCPUs {
-		var cpus, emu []int
-		for _, nd := range order {
-			free := nd.pinnable(pinned)
-			if len(free) == 0 {
-				continue
-			}
-			take := min(len(free), r.VCPUs-len(cpus))
-			cpus = append(cpus, free[:take]...)
-			emu = append(emu, nd.EmulatorCPU())
-			if len(cpus) == r.VCPUs {
-				break
-			}
-		}
+		cpus, emu := pinAcross(order, pinned, r.VCPUs)
 		if len(cpus) < r.VCPUs {
 			if !explain {
 				return nil, "-"
@@ -303,6 +291,25 @@ func fitHost(r *Request, h *Host, policy Policy, explain bool) (*candidate, stri
 		return nil, fmt.Sprintf("%d vCPUs asked of a host with %d CPUs", r.VCPUs, cpus)
 	}
 	return &candidate{p: p, free: free, mem: h.freeMemoryMiB()}, ""
+}
+
+// pinAcross takes the CPUs free to pin from the nodes in order until vcpus
+// are taken, and the emulator CPU of each node it takes from; fewer when
+// the nodes run out.
+func pinAcross(order []*Node, pinned map[int]bool, vcpus int) (cpus, emu []int) {
+	for _, nd := range order {
+		free := nd.pinnable(pinned)
+		if len(free) == 0 {
+			continue
+		}
+		take := min(len(free), vcpus-len(cpus))
+		cpus = append(cpus, free[:take]...)
+		emu = append(emu, nd.EmulatorCPU())
+		if len(cpus) == vcpus {
+			break
+		}
+	}
+	return cpus, emu
 }
 
 func hostCPUs(h *Host) int {

@@ -19,7 +19,7 @@ var _ datasource.DataSourceWithConfigure = (*capacityDataSource)(nil)
 func newCapacityDataSource() datasource.DataSource { return &capacityDataSource{} }
 
 type capacityDataSource struct {
-	data *providerData
+	configuredDataSource
 }
 
 type capacityDataSourceModel struct {
@@ -200,10 +200,6 @@ func (d *capacityDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 			},
 		},
 	}
-}
-
-func (d *capacityDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	d.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (d *capacityDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -160,7 +162,9 @@ func TestAccCapacityDataSource_unknownHost(t *testing.T) {
 // its HDMI audio beside it in one IOMMU group): first free on its host
 // driver, then bound by hand to vfio-pci with no VM (still free: vfio-pci
 // is not use), then claimed through claim and virt by a VM being created
-// (claimed, naming the VM). The claim and the binding are undone after.
+// (claimed, naming the VM), then given by hand to a domain defined with
+// virsh (in use, naming it; a VM asking for a GPU there is refused, naming
+// it). The claim, the domain and the binding are undone after.
 func TestAccGPUCapacity_nested(t *testing.T) {
 	h := nestedhost.Require(t)
 	mine := []string{h.GPU, h.GPUAudio}
@@ -176,6 +180,9 @@ func TestAccGPUCapacity_nested(t *testing.T) {
 	c := vmClient(t, h.URI)
 	ctx := context.Background()
 	cl := &claim.Claimer{Host: c}
+	const byHand = "kohaku-acc-capacity-byhand"
+	removeNestedDomainAfter(t, h, byHand)
+	removeNestedDomainAfter(t, h, "kohaku-acc-capacity-asks")
 	holder := claim.Holder{VM: "kohaku-acc-capacity", UUID: "6f3c1b2a-8d4e-4f5a-9b6c-7d8e9f0a1b2c", Workspace: "acc-capacity"}
 	_, poolErr := nestedhost.VirshErr(h, "pool-info", claim.Pool)
 	t.Cleanup(func() {
@@ -256,6 +263,42 @@ func TestAccGPUCapacity_nested(t *testing.T) {
 					statecheck.ExpectKnownValue(ds, models, counts(0, 1)),
 				},
 			},
+			{
+				// given by hand to a domain (virsh define with a hostdev),
+				// the claim released: in use, naming the domain; placement
+				// refuses it to a VM asking for a GPU here, naming it too,
+				// and makes nothing
+				PreConfig: func() {
+					if err := cl.Release(ctx, addr, holder); err != nil {
+						t.Fatalf("releasing the claim: %v", err)
+					}
+					f := filepath.Join(t.TempDir(), "byhand.xml")
+					xml := fmt.Sprintf(`<domain type='qemu'><name>%s</name><memory unit='MiB'>64</memory><os><type arch='x86_64'>hvm</type></os>`+
+						`<devices><hostdev mode='subsystem' type='pci' managed='no'><source><address domain='0x%04x' bus='0x%02x' slot='0x%02x' function='0x%x'/></source></hostdev></devices></domain>`,
+						byHand, addr.Domain, addr.Bus, addr.Slot, addr.Function)
+					if err := os.WriteFile(f, []byte(xml), 0o600); err != nil {
+						t.Fatal(err)
+					}
+					nestedhost.Virsh(t, h, "define", f)
+				},
+				Config: cfg,
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(ds, gpu.AtMapKey("state"), knownvalue.StringExact("in_use")),
+					statecheck.ExpectKnownValue(ds, gpu.AtMapKey("holder"), knownvalue.StringRegexp(regexp.MustCompile(byHand+` \(.*\) \(given by hand, no claim\)`))),
+					statecheck.ExpectKnownValue(ds, models, knownvalue.ListExact([]knownvalue.Check{knownvalue.ObjectExact(map[string]knownvalue.Check{
+						"model": knownvalue.StringExact(""), "total": knownvalue.Int64Exact(1),
+						"free": knownvalue.Int64Exact(0), "claimed": knownvalue.Int64Exact(0),
+						"in_use": knownvalue.Int64Exact(1), "host_process": knownvalue.Int64Exact(0), "quarantined": knownvalue.Int64Exact(0),
+					})})),
+				},
+			},
+			{
+				Config:      cfg + placedVMConfig("asks", "kohaku-acc-capacity-asks", 1, ""),
+				ExpectError: regexp.MustCompile(`(?s)` + byHand),
+			},
 		},
 	})
+	if out, err := nestedhost.VirshErr(h, "domstate", "kohaku-acc-capacity-asks"); err == nil {
+		t.Errorf("the refused VM was defined on the nested host (%s)", out)
+	}
 }

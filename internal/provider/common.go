@@ -3,10 +3,16 @@ package provider
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework/action"
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 )
@@ -52,6 +58,33 @@ func (pd *providerData) open(ctx context.Context, host string, timeout time.Dura
 	return ctx, cancel, pd.client(host, diags)
 }
 
+// modelGetter is a request's plan, state or configuration.
+type modelGetter interface {
+	Get(ctx context.Context, target any) diag.Diagnostics
+}
+
+// modelClient is how a CRUD method, a data source's Read or an action
+// starts when it needs only its model and its host: it reads m from a
+// request's plan, state or configuration and connects to the host m names
+// (host points into m); nil after a diagnostic.
+func (pd *providerData) modelClient(ctx context.Context, from modelGetter, m any, host *types.String, diags *diag.Diagnostics) hosts.Host {
+	diags.Append(from.Get(ctx, m)...)
+	if diags.HasError() {
+		return nil
+	}
+	return pd.client(host.ValueString(), diags)
+}
+
+// validatedDuration is an optional duration attribute that its validator
+// has checked, or def when it is null.
+func validatedDuration(v types.String, def time.Duration) time.Duration {
+	if v.IsNull() {
+		return def
+	}
+	d, _ := time.ParseDuration(v.ValueString()) // validated
+	return d
+}
+
 // addError turns an error from the packages below into a diagnostic whose
 // summary says what failed and whose detail says what to do. Each note
 // (what was kept, what happens next) follows the error as a paragraph.
@@ -82,4 +115,63 @@ func attributes(parts ...map[string]schema.Attribute) map[string]schema.Attribut
 		}
 	}
 	return all
+}
+
+// hostScopedID is id, prefixed by the host key when set.
+func hostScopedID(host, id string) string {
+	if host == "" {
+		return id
+	}
+	return host + "/" + id
+}
+
+// importHostScoped sets an import's state from its parsed ID: id, the
+// attribute attr that names the object on its host (key), and host when
+// the object is on a host of the hosts map.
+func importHostScoped(ctx context.Context, resp *resource.ImportStateResponse, attr, host, key string) {
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), hostScopedID(host, key))...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root(attr), key)...)
+	if host != "" {
+		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
+	}
+}
+
+// foundOnHost is Read's check of what it read from the host: false after
+// the read failed (an error naming what and key) or found nothing (a
+// warning, and the resource removed from state so that the next apply
+// creates it again).
+func foundOnHost(ctx context.Context, resp *resource.ReadResponse, what, key string, found bool, err error) bool {
+	if err != nil {
+		addError(&resp.Diagnostics, "Reading "+what+" "+key, err)
+		return false
+	}
+	if !found {
+		resp.Diagnostics.AddWarning(strings.ToUpper(what[:1])+what[1:]+" "+key+" is gone",
+			"The host no longer has it, so it was removed from state; the next apply creates it again.")
+		resp.State.RemoveResource(ctx)
+		return false
+	}
+	return true
+}
+
+// configuredResource, configuredDataSource and configuredAction hold what
+// the provider's Configure made, for the resources (and list resources),
+// data sources and actions that embed them: their Configure is the same
+// unpacking everywhere.
+type configuredResource struct{ data *providerData }
+
+func (c *configuredResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	c.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
+}
+
+type configuredDataSource struct{ data *providerData }
+
+func (c *configuredDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
+	c.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
+}
+
+type configuredAction struct{ data *providerData }
+
+func (c *configuredAction) Configure(_ context.Context, req action.ConfigureRequest, resp *action.ConfigureResponse) {
+	c.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }

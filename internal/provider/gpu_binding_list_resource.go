@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/list"
 	"github.com/hashicorp/terraform-plugin-framework/list/schema"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -21,7 +20,7 @@ var _ list.ListResourceWithConfigure = (*gpuBindingListResource)(nil)
 // vfio-pci, one result per IOMMU group, for `terraform query` (Terraform
 // 1.14 and later).
 type gpuBindingListResource struct {
-	data *providerData
+	configuredResource
 }
 
 func newGPUBindingListResource() list.ListResource { return &gpuBindingListResource{} }
@@ -46,37 +45,23 @@ func (l *gpuBindingListResource) ListResourceConfigSchema(_ context.Context, _ l
 			"them adopts the bindings without unbinding anything. The host driver a function had before it was " +
 			"bound cannot be read back: destroying an adopted binding lets the kernel choose the driver.",
 		Attributes: map[string]schema.Attribute{
-			"host": schema.StringAttribute{
-				Optional:    true,
-				Description: "The key of the provider's `hosts` map to list. Default: the provider's own host.",
-			},
+			"host": listHostAttribute,
 		},
 	}
 }
 
-func (l *gpuBindingListResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	l.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
-}
-
 func (l *gpuBindingListResource) List(ctx context.Context, req list.ListRequest, stream *list.ListResultsStream) {
 	var cfg gpuBindingListModel
-	var diags diag.Diagnostics
-	diags.Append(req.Config.Get(ctx, &cfg)...)
-	c := l.data.client(cfg.Host.ValueString(), &diags)
-	if diags.HasError() {
-		stream.Results = list.ListResultsStreamDiagnostics(diags)
+	c, diags := listConfig(ctx, l.data, req, stream, &cfg, &cfg.Host)
+	if c == nil {
 		return
 	}
 	inv, err := newBinder(ctx, c).Inventory(ctx)
 	if err != nil {
-		addError(&diags, "Reading the PCI devices of "+c.Endpoint().Redacted(), err)
-		stream.Results = list.ListResultsStreamDiagnostics(diags)
+		listFailed(stream, diags, "Reading the PCI devices of "+c.Endpoint().Redacted(), err)
 		return
 	}
-	host := types.StringNull()
-	if cfg.Host.ValueString() != "" {
-		host = cfg.Host
-	}
+	host := listedHost(cfg.Host)
 	groups := inv.VFIOGroups()
 	stream.Results = func(push func(list.ListResult) bool) {
 		for i, g := range groups {

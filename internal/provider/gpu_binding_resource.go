@@ -37,15 +37,11 @@ var (
 func newGPUBindingResource() resource.Resource { return &gpuBindingResource{} }
 
 type gpuBindingResource struct {
-	data *providerData
+	configuredResource
 }
 
 func (r *gpuBindingResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_gpu_binding"
-}
-
-func (r *gpuBindingResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 // Default operation timeouts of a binding; the timeouts block overrides them.
@@ -248,14 +244,9 @@ func (r *gpuBindingResource) Create(ctx context.Context, req resource.CreateRequ
 		return
 	}
 	binder := newBinder(ctx, c)
-	res, err := gpubind.Apply(ctx, binder, c, gpubind.Request{Target: target, Options: opts, ReadNVIDIAVersion: plan.NVIDIADriverVersion.IsUnknown()})
-	if refusedBeforeBind(&resp.Diagnostics, target, err) {
+	res, refused, err := applyBinding(ctx, binder, c, &plan, gpubind.Request{Target: target, Options: opts}, &resp.Diagnostics)
+	if refused {
 		return
-	}
-	warnBindingChecks(c, res, &resp.Diagnostics)
-	// The NVIDIA version was read while the host driver still held the card.
-	if res.NVIDIAChecked {
-		plan.NVIDIADriverVersion = types.StringPointerValue(res.NVIDIAVersion)
 	}
 	p, bound := res.Plan, res.Bound
 	plan.ID = types.StringValue(bindingID(plan.Host.ValueString(), target))
@@ -433,14 +424,9 @@ func (r *gpuBindingResource) Update(ctx context.Context, req resource.UpdateRequ
 		}
 	}
 	binder := newBinder(ctx, c)
-	res, err := gpubind.Apply(ctx, binder, c, gpubind.Request{Target: target, Options: opts, Rebind: true, Known: known,
-		ReadNVIDIAVersion: plan.NVIDIADriverVersion.IsUnknown()})
-	if refusedBeforeBind(&resp.Diagnostics, target, err) {
+	res, refused, err := applyBinding(ctx, binder, c, &plan, gpubind.Request{Target: target, Options: opts, Rebind: true, Known: known}, &resp.Diagnostics)
+	if refused {
 		return
-	}
-	warnBindingChecks(c, res, &resp.Diagnostics)
-	if res.NVIDIAChecked {
-		plan.NVIDIADriverVersion = types.StringPointerValue(res.NVIDIAVersion)
 	}
 	p, bound := res.Plan, res.Bound
 	if err != nil {
@@ -666,6 +652,25 @@ func refusedBeforeBind(diags *diag.Diagnostics, target vfio.Address, err error) 
 }
 
 // newBinder applies binding plans on c, logging each function it moves.
+// applyBinding is Create's and Update's gpubind.Apply of req, reading the
+// NVIDIA driver version where plan leaves it unknown (while the host driver
+// still holds the card) and recording it in plan, with the warnings of
+// the checks Apply made. refused says that it stopped before anything was
+// bound; the diagnostic says why.
+func applyBinding(ctx context.Context, binder gpubind.Binder, c hosts.Host, plan *gpuBindingModel, req gpubind.Request,
+	diags *diag.Diagnostics) (res *gpubind.Result, refused bool, err error) {
+	req.ReadNVIDIAVersion = plan.NVIDIADriverVersion.IsUnknown()
+	res, err = gpubind.Apply(ctx, binder, c, req)
+	if refusedBeforeBind(diags, req.Target, err) {
+		return res, true, err
+	}
+	warnBindingChecks(c, res, diags)
+	if res.NVIDIAChecked {
+		plan.NVIDIADriverVersion = types.StringPointerValue(res.NVIDIAVersion)
+	}
+	return res, false, err
+}
+
 func newBinder(ctx context.Context, c hosts.Host) gpubind.Binder {
 	return gpubind.Binder{Host: c,
 		Log:   func(msg string, fields map[string]any) { tflog.Info(ctx, msg, fields) },

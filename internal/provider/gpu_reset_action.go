@@ -20,7 +20,7 @@ var _ action.ActionWithConfigure = (*gpuResetAction)(nil)
 // gpuResetAction resets a GPU bound to vfio-pci (Terraform 1.14 and
 // later), through gpubind.Reset.
 type gpuResetAction struct {
-	data *providerData
+	configuredAction
 }
 
 func newGPUResetAction() action.Action { return &gpuResetAction{} }
@@ -76,26 +76,14 @@ func (a *gpuResetAction) Schema(_ context.Context, _ action.SchemaRequest, resp 
 	}
 }
 
-func (a *gpuResetAction) Configure(_ context.Context, req action.ConfigureRequest, resp *action.ConfigureResponse) {
-	a.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
-}
-
 func (a *gpuResetAction) Invoke(ctx context.Context, req action.InvokeRequest, resp *action.InvokeResponse) {
 	var m gpuResetModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	c := a.data.client(m.Host.ValueString(), &resp.Diagnostics)
+	c := a.data.modelClient(ctx, req.Config, &m, &m.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}
 	target, _ := vfio.ParseAddress(m.Address.ValueString()) // validated
-	timeout := defaultGPUResetTimeout
-	if !m.Timeout.IsNull() {
-		timeout, _ = time.ParseDuration(m.Timeout.ValueString()) // validated
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, validatedDuration(m.Timeout, defaultGPUResetTimeout))
 	defer cancel()
 	_, _, err := gpubind.ResetAndReturn(ctx, c, &claim.Claimer{Host: c}, target, func(line string) {
 		if resp.SendProgress != nil {

@@ -17,7 +17,7 @@ var _ datasource.DataSourceWithConfigure = (*hostDataSource)(nil)
 func newHostDataSource() datasource.DataSource { return &hostDataSource{} }
 
 type hostDataSource struct {
-	data *providerData
+	configuredDataSource
 }
 
 type hostDataSourceModel struct {
@@ -199,17 +199,9 @@ func (d *hostDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 	}
 }
 
-func (d *hostDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	d.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
-}
-
 func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
 	var m hostDataSourceModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	c := d.data.client(m.Host.ValueString(), &resp.Diagnostics)
+	c := d.data.modelClient(ctx, req.Config, &m, &m.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}
@@ -262,12 +254,7 @@ func (d *hostDataSource) Read(ctx context.Context, req datasource.ReadRequest, r
 	}
 	m.GPUs = nil
 	if inv != nil {
-		m.GPUs = []pciDeviceModel{}
-		gpus := inv.Filter("", displayClass)
-		sysfs := readPCISysfs(ctx, c, gpus)
-		for _, dev := range gpus {
-			m.GPUs = append(m.GPUs, pciDeviceFrom(dev, sysfs))
-		}
+		m.GPUs = pciDevicesFrom(ctx, c, inv.Filter("", displayClass))
 	}
 	m.Pools = make([]hostPoolModel, 0, len(info.Pools))
 	for _, p := range info.Pools {

@@ -115,20 +115,11 @@ func (s identitySpec) importState(ctx context.Context, req resource.ImportStateR
 	}
 }
 
-// withHost prefixes id with "<host>/" for a host of the hosts map, as every
-// Kohaku import ID does.
-func withHost(host, id string) string {
-	if host == "" {
-		return id
-	}
-	return host + "/" + id
-}
-
 var (
 	vmIdentity = identitySpec{
 		attrs: []identityAttr{{"uuid", "The libvirt domain's UUID."}},
 		importID: func(v map[string]string) string {
-			return withHost(v["host"], v["uuid"])
+			return hostScopedID(v["host"], v["uuid"])
 		},
 	}
 	volumeIdentity = identitySpec{
@@ -137,31 +128,31 @@ var (
 			{"name", "The volume's name in its pool."},
 		},
 		importID: func(v map[string]string) string {
-			return withHost(v["host"], v["pool"]+"/"+v["name"])
+			return hostScopedID(v["host"], v["pool"]+"/"+v["name"])
 		},
 	}
 	mdevIdentity = identitySpec{
 		attrs: []identityAttr{{"uuid", "The mediated device's UUID, in lower case."}},
 		importID: func(v map[string]string) string {
-			return withHost(v["host"], v["uuid"])
+			return hostScopedID(v["host"], v["uuid"])
 		},
 	}
 	gpuBindingIdentity = identitySpec{
 		attrs: []identityAttr{{"address", "The bound PCI function's address, DDDD:BB:SS.F."}},
 		importID: func(v map[string]string) string {
-			return withHost(v["host"], v["address"])
+			return hostScopedID(v["host"], v["address"])
 		},
 	}
 	poolIdentity = identitySpec{
 		attrs: []identityAttr{{"name", "The storage pool's name on the host."}},
 		importID: func(v map[string]string) string {
-			return withHost(v["host"], v["name"])
+			return hostScopedID(v["host"], v["name"])
 		},
 	}
 	networkIdentity = identitySpec{
 		attrs: []identityAttr{{"name", "The network's name on the host."}},
 		importID: func(v map[string]string) string {
-			return withHost(v["host"], v["name"])
+			return hostScopedID(v["host"], v["name"])
 		},
 	}
 )

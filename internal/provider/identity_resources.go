@@ -6,239 +6,166 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 )
 
-// The resources with their identity. Each embeds the resource, so every
-// interface the resource implements (plan modification, validation, state
-// upgrades) is served as before, and adds the identity schema and the
-// identity derived from state after the resource's own create, read,
-// update and import.
+// The resources with their identity. identified serves a resource with the
+// identity schema and the identity derived from state after the resource's
+// own create, read, update and import; every other call goes to the
+// resource as it is. A generic type cannot embed its type parameter, so the
+// optional interfaces a resource implements (plan modification, validation,
+// state upgrades) are served by planned or by the resource's own wrapper
+// type below, and TestIdentityWrappers checks that each wrapper implements
+// exactly the framework interfaces its resource does.
 
 var (
-	_ resource.ResourceWithIdentity       = vmWithIdentity{}
-	_ resource.ResourceWithImportState    = vmWithIdentity{}
-	_ resource.ResourceWithModifyPlan     = vmWithIdentity{}
-	_ resource.ResourceWithIdentity       = seedWithIdentity{}
-	_ resource.ResourceWithIdentity       = imageWithIdentity{}
-	_ resource.ResourceWithModifyPlan     = imageWithIdentity{}
-	_ resource.ResourceWithIdentity       = gpuBindingWithIdentity{}
-	_ resource.ResourceWithIdentity       = mdevWithIdentity{}
-	_ resource.ResourceWithModifyPlan     = mdevWithIdentity{}
-	_ resource.ResourceWithIdentity       = poolWithIdentity{}
-	_ resource.ResourceWithIdentity       = networkWithIdentity{}
-	_ resource.ResourceWithValidateConfig = networkWithIdentity{}
+	_ resource.ResourceWithIdentity         = vmWithIdentity{}
+	_ resource.ResourceWithImportState      = vmWithIdentity{}
+	_ resource.ResourceWithModifyPlan       = vmWithIdentity{}
+	_ resource.ResourceWithValidateConfig   = vmWithIdentity{}
+	_ resource.ResourceWithIdentity         = seedWithIdentity{}
+	_ resource.ResourceWithModifyPlan       = seedWithIdentity{}
+	_ resource.ResourceWithValidateConfig   = seedWithIdentity{}
+	_ resource.ResourceWithConfigValidators = seedWithIdentity{}
+	_ resource.ResourceWithUpgradeState     = seedWithIdentity{}
+	_ resource.ResourceWithIdentity         = planned[*imageResource]{}
+	_ resource.ResourceWithModifyPlan       = planned[*imageResource]{}
+	_ resource.ResourceWithIdentity         = planned[*gpuBindingResource]{}
+	_ resource.ResourceWithModifyPlan       = planned[*gpuBindingResource]{}
+	_ resource.ResourceWithIdentity         = planned[*mdevResource]{}
+	_ resource.ResourceWithModifyPlan       = planned[*mdevResource]{}
+	_ resource.ResourceWithIdentity         = identified[*poolResource]{}
+	_ resource.ResourceWithIdentity         = networkWithIdentity{}
+	_ resource.ResourceWithValidateConfig   = networkWithIdentity{}
 )
 
-type vmWithIdentity struct{ *vmResource }
+// identifiable is what every resource with an identity implements.
+type identifiable interface {
+	resource.ResourceWithConfigure
+	resource.ResourceWithImportState
+}
+
+// identified serves res with the identity spec describes.
+type identified[R identifiable] struct {
+	res  R
+	spec identitySpec
+	// mutable marks the identity mutable: the VM's changes its host on a
+	// move.
+	mutable bool
+}
+
+// withIdentity wraps the resource newResource makes.
+func withIdentity[R identifiable](newResource func() resource.Resource, spec identitySpec) identified[R] {
+	r, _ := newResource().(R) // TestIdentityWrappers checks it is not nil
+	return identified[R]{res: r, spec: spec}
+}
+
+// unwrap is the resource served, for the tests.
+func (r identified[R]) unwrap() resource.Resource { return r.res }
+
+func (r identified[R]) Metadata(ctx context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	r.res.Metadata(ctx, req, resp)
+	if r.mutable {
+		resp.ResourceBehavior.MutableIdentity = true
+	}
+}
+
+func (r identified[R]) Schema(ctx context.Context, req resource.SchemaRequest, resp *resource.SchemaResponse) {
+	r.res.Schema(ctx, req, resp)
+}
+
+func (r identified[R]) Configure(ctx context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	r.res.Configure(ctx, req, resp)
+}
+
+func (r identified[R]) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
+	r.spec.schema(resp)
+}
+
+func (r identified[R]) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	r.res.Create(ctx, req, resp)
+	r.spec.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
+}
+
+func (r identified[R]) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	r.res.Read(ctx, req, resp)
+	r.spec.afterRead(ctx, req, resp)
+}
+
+func (r identified[R]) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	r.res.Update(ctx, req, resp)
+	r.spec.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
+}
+
+func (r identified[R]) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	r.res.Delete(ctx, req, resp)
+}
+
+func (r identified[R]) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	r.spec.importState(ctx, req, resp, r.res.ImportState)
+}
+
+// planned is identified for a resource that modifies its plan.
+type planned[R interface {
+	identifiable
+	resource.ResourceWithModifyPlan
+}] struct {
+	identified[R]
+}
+
+func (r planned[R]) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	r.res.ModifyPlan(ctx, req, resp)
+}
+
+type vmWithIdentity struct{ planned[*vmResource] }
 
 func newVMResourceWithIdentity() resource.Resource {
-	r, _ := newVMResource().(*vmResource) // TestIdentityWrappers checks it is not nil
-	return vmWithIdentity{r}
+	r := withIdentity[*vmResource](newVMResource, vmIdentity)
+	r.mutable = true
+	return vmWithIdentity{planned[*vmResource]{r}}
 }
 
-// Metadata marks the VM's identity mutable: a move changes its host.
-func (r vmWithIdentity) Metadata(ctx context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
-	r.vmResource.Metadata(ctx, req, resp)
-	resp.ResourceBehavior.MutableIdentity = true
+func (r vmWithIdentity) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	r.res.ValidateConfig(ctx, req, resp)
 }
 
-func (vmWithIdentity) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
-	vmIdentity.schema(resp)
-}
-
-func (r vmWithIdentity) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	r.vmResource.Create(ctx, req, resp)
-	vmIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
-}
-
-func (r vmWithIdentity) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	r.vmResource.Read(ctx, req, resp)
-	vmIdentity.afterRead(ctx, req, resp)
-}
-
-func (r vmWithIdentity) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	r.vmResource.Update(ctx, req, resp)
-	vmIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
-}
-
-func (r vmWithIdentity) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	vmIdentity.importState(ctx, req, resp, r.vmResource.ImportState)
-}
-
-type seedWithIdentity struct{ *seedResource }
+type seedWithIdentity struct{ planned[*seedResource] }
 
 func newSeedResourceWithIdentity() resource.Resource {
-	r, _ := newSeedResource().(*seedResource) // TestIdentityWrappers checks it is not nil
-	return seedWithIdentity{r}
+	return seedWithIdentity{planned[*seedResource]{withIdentity[*seedResource](newSeedResource, volumeIdentity)}}
 }
 
-func (seedWithIdentity) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
-	volumeIdentity.schema(resp)
+func (r seedWithIdentity) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	r.res.ValidateConfig(ctx, req, resp)
 }
 
-func (r seedWithIdentity) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	r.seedResource.Create(ctx, req, resp)
-	volumeIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
+func (r seedWithIdentity) ConfigValidators(ctx context.Context) []resource.ConfigValidator {
+	return r.res.ConfigValidators(ctx)
 }
 
-func (r seedWithIdentity) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	r.seedResource.Read(ctx, req, resp)
-	volumeIdentity.afterRead(ctx, req, resp)
+func (r seedWithIdentity) UpgradeState(ctx context.Context) map[int64]resource.StateUpgrader {
+	return r.res.UpgradeState(ctx)
 }
-
-func (r seedWithIdentity) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	r.seedResource.Update(ctx, req, resp)
-	volumeIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
-}
-
-func (r seedWithIdentity) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	volumeIdentity.importState(ctx, req, resp, r.seedResource.ImportState)
-}
-
-type imageWithIdentity struct{ *imageResource }
 
 func newImageResourceWithIdentity() resource.Resource {
-	r, _ := newImageResource().(*imageResource) // TestIdentityWrappers checks it is not nil
-	return imageWithIdentity{r}
+	return planned[*imageResource]{withIdentity[*imageResource](newImageResource, volumeIdentity)}
 }
-
-func (imageWithIdentity) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
-	volumeIdentity.schema(resp)
-}
-
-func (r imageWithIdentity) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	r.imageResource.Create(ctx, req, resp)
-	volumeIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
-}
-
-func (r imageWithIdentity) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	r.imageResource.Read(ctx, req, resp)
-	volumeIdentity.afterRead(ctx, req, resp)
-}
-
-func (r imageWithIdentity) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	r.imageResource.Update(ctx, req, resp)
-	volumeIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
-}
-
-func (r imageWithIdentity) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	volumeIdentity.importState(ctx, req, resp, r.imageResource.ImportState)
-}
-
-type gpuBindingWithIdentity struct{ *gpuBindingResource }
 
 func newGPUBindingResourceWithIdentity() resource.Resource {
-	r, _ := newGPUBindingResource().(*gpuBindingResource) // TestIdentityWrappers checks it is not nil
-	return gpuBindingWithIdentity{r}
+	return planned[*gpuBindingResource]{withIdentity[*gpuBindingResource](newGPUBindingResource, gpuBindingIdentity)}
 }
-
-func (gpuBindingWithIdentity) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
-	gpuBindingIdentity.schema(resp)
-}
-
-func (r gpuBindingWithIdentity) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	r.gpuBindingResource.Create(ctx, req, resp)
-	gpuBindingIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
-}
-
-func (r gpuBindingWithIdentity) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	r.gpuBindingResource.Read(ctx, req, resp)
-	gpuBindingIdentity.afterRead(ctx, req, resp)
-}
-
-func (r gpuBindingWithIdentity) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	r.gpuBindingResource.Update(ctx, req, resp)
-	gpuBindingIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
-}
-
-func (r gpuBindingWithIdentity) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	gpuBindingIdentity.importState(ctx, req, resp, r.gpuBindingResource.ImportState)
-}
-
-type mdevWithIdentity struct{ *mdevResource }
 
 func newMdevResourceWithIdentity() resource.Resource {
-	r, _ := newMdevResource().(*mdevResource) // TestIdentityWrappers checks it is not nil
-	return mdevWithIdentity{r}
+	return planned[*mdevResource]{withIdentity[*mdevResource](newMdevResource, mdevIdentity)}
 }
-
-func (mdevWithIdentity) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
-	mdevIdentity.schema(resp)
-}
-
-func (r mdevWithIdentity) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	r.mdevResource.Create(ctx, req, resp)
-	mdevIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
-}
-
-func (r mdevWithIdentity) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	r.mdevResource.Read(ctx, req, resp)
-	mdevIdentity.afterRead(ctx, req, resp)
-}
-
-func (r mdevWithIdentity) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	r.mdevResource.Update(ctx, req, resp)
-	mdevIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
-}
-
-func (r mdevWithIdentity) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	mdevIdentity.importState(ctx, req, resp, r.mdevResource.ImportState)
-}
-
-type poolWithIdentity struct{ *poolResource }
 
 func newPoolResourceWithIdentity() resource.Resource {
-	r, _ := newPoolResource().(*poolResource) // TestIdentityWrappers checks it is not nil
-	return poolWithIdentity{r}
+	return withIdentity[*poolResource](newPoolResource, poolIdentity)
 }
 
-func (poolWithIdentity) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
-	poolIdentity.schema(resp)
-}
-
-func (r poolWithIdentity) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	r.poolResource.Create(ctx, req, resp)
-	poolIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
-}
-
-func (r poolWithIdentity) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	r.poolResource.Read(ctx, req, resp)
-	poolIdentity.afterRead(ctx, req, resp)
-}
-
-func (r poolWithIdentity) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	r.poolResource.Update(ctx, req, resp)
-	poolIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
-}
-
-func (r poolWithIdentity) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	poolIdentity.importState(ctx, req, resp, r.poolResource.ImportState)
-}
-
-type networkWithIdentity struct{ *networkResource }
+type networkWithIdentity struct{ identified[*networkResource] }
 
 func newNetworkResourceWithIdentity() resource.Resource {
-	r, _ := newNetworkResource().(*networkResource) // TestIdentityWrappers checks it is not nil
-	return networkWithIdentity{r}
+	return networkWithIdentity{withIdentity[*networkResource](newNetworkResource, networkIdentity)}
 }
 
-func (networkWithIdentity) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
-	networkIdentity.schema(resp)
-}
-
-func (r networkWithIdentity) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	r.networkResource.Create(ctx, req, resp)
-	networkIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
-}
-
-func (r networkWithIdentity) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	r.networkResource.Read(ctx, req, resp)
-	networkIdentity.afterRead(ctx, req, resp)
-}
-
-func (r networkWithIdentity) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	r.networkResource.Update(ctx, req, resp)
-	networkIdentity.fromState(ctx, resp.State, resp.Identity, &resp.Diagnostics)
-}
-
-func (r networkWithIdentity) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	networkIdentity.importState(ctx, req, resp, r.networkResource.ImportState)
+func (r networkWithIdentity) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	r.res.ValidateConfig(ctx, req, resp)
 }

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"reflect"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -51,29 +52,50 @@ func TestIdentityImportIDs(t *testing.T) {
 	}
 }
 
-// Each wrapper embeds the resource its constructor makes.
+// Each wrapper serves the resource its constructor makes, and implements
+// exactly the framework's optional interfaces that resource implements: the
+// wrappers are generic and cannot embed the resource, so a new interface on
+// a resource needs its forwarder in identity_resources.go.
 func TestIdentityWrappers(t *testing.T) {
 	t.Parallel()
-	if r := newVMResourceWithIdentity().(vmWithIdentity); r.vmResource == nil {
-		t.Error("kohaku_vm: the wrapper embeds no resource")
+	optional := map[string]func(any) bool{
+		"Configure":        func(r any) bool { _, ok := r.(resource.ResourceWithConfigure); return ok },
+		"ConfigValidators": func(r any) bool { _, ok := r.(resource.ResourceWithConfigValidators); return ok },
+		"ImportState":      func(r any) bool { _, ok := r.(resource.ResourceWithImportState); return ok },
+		"ModifyPlan":       func(r any) bool { _, ok := r.(resource.ResourceWithModifyPlan); return ok },
+		"MoveState":        func(r any) bool { _, ok := r.(resource.ResourceWithMoveState); return ok },
+		"UpgradeState":     func(r any) bool { _, ok := r.(resource.ResourceWithUpgradeState); return ok },
+		"ValidateConfig":   func(r any) bool { _, ok := r.(resource.ResourceWithValidateConfig); return ok },
+		"UpgradeIdentity":  func(r any) bool { _, ok := r.(resource.ResourceWithUpgradeIdentity); return ok },
 	}
-	if r := newSeedResourceWithIdentity().(seedWithIdentity); r.seedResource == nil {
-		t.Error("kohaku_seed: the wrapper embeds no resource")
-	}
-	if r := newImageResourceWithIdentity().(imageWithIdentity); r.imageResource == nil {
-		t.Error("kohaku_image: the wrapper embeds no resource")
-	}
-	if r := newGPUBindingResourceWithIdentity().(gpuBindingWithIdentity); r.gpuBindingResource == nil {
-		t.Error("kohaku_gpu_binding: the wrapper embeds no resource")
-	}
-	if r := newMdevResourceWithIdentity().(mdevWithIdentity); r.mdevResource == nil {
-		t.Error("kohaku_mdev: the wrapper embeds no resource")
-	}
-	if r := newPoolResourceWithIdentity().(poolWithIdentity); r.poolResource == nil {
-		t.Error("kohaku_pool: the wrapper embeds no resource")
-	}
-	if r := newNetworkResourceWithIdentity().(networkWithIdentity); r.networkResource == nil {
-		t.Error("kohaku_network: the wrapper embeds no resource")
+	for name, newWrapper := range map[string]func() resource.Resource{
+		"kohaku_vm":          newVMResourceWithIdentity,
+		"kohaku_seed":        newSeedResourceWithIdentity,
+		"kohaku_image":       newImageResourceWithIdentity,
+		"kohaku_gpu_binding": newGPUBindingResourceWithIdentity,
+		"kohaku_mdev":        newMdevResourceWithIdentity,
+		"kohaku_pool":        newPoolResourceWithIdentity,
+		"kohaku_network":     newNetworkResourceWithIdentity,
+	} {
+		w := newWrapper()
+		u, ok := w.(interface{ unwrap() resource.Resource })
+		if !ok {
+			t.Errorf("%s: the wrapper serves no resource", name)
+			continue
+		}
+		inner := u.unwrap()
+		if v := reflect.ValueOf(inner); !v.IsValid() || v.IsNil() {
+			t.Errorf("%s: the wrapper serves no resource", name)
+			continue
+		}
+		if _, ok := w.(resource.ResourceWithIdentity); !ok {
+			t.Errorf("%s: the wrapper has no identity", name)
+		}
+		for iface, has := range optional {
+			if has(inner) != has(w) {
+				t.Errorf("%s: the resource implements %s: %v, its wrapper: %v", name, iface, has(inner), has(w))
+			}
+		}
 	}
 }
 

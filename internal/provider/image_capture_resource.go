@@ -45,7 +45,7 @@ const (
 func newImageCaptureResource() resource.Resource { return &imageCaptureResource{} }
 
 type imageCaptureResource struct {
-	data *providerData
+	configuredResource
 }
 
 type imageCaptureModel struct {
@@ -69,10 +69,6 @@ func (r *imageCaptureResource) Metadata(_ context.Context, req resource.Metadata
 	resp.TypeName = req.ProviderTypeName + "_image_capture"
 }
 
-func (r *imageCaptureResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
-}
-
 func (r *imageCaptureResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
 	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
@@ -91,11 +87,7 @@ func (r *imageCaptureResource) Schema(ctx context.Context, _ resource.SchemaRequ
 			"Drift: a volume deleted out of band is captured again by the next apply.",
 		Attributes: attributes(imageCaptureInputs(replace), imageCaptureResults(keep)),
 		Blocks: map[string]schema.Block{
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{
-				Create: true, Delete: true,
-				CreateDescription: "How long the whole capture may take: seal, shutdown, flatten, digest and restart. Default `30m`.",
-				DeleteDescription: "How long deleting may take. Default `5m`.",
-			}),
+			"timeouts": imageTimeoutsBlock(ctx, "How long the whole capture may take: seal, shutdown, flatten, digest and restart. Default `30m`."),
 		},
 	}
 }
@@ -269,19 +261,9 @@ func (r *imageCaptureResource) Read(ctx context.Context, req resource.ReadReques
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
-	if c == nil {
-		return
-	}
-	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	vol, err := imagelife.Read(ctx, c, pool, name)
-	if errors.Is(err, imagelife.ErrGone) {
-		tflog.Info(ctx, "captured image volume is gone; removing it from state so the next apply captures again", map[string]any{"pool": pool, "name": name})
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	if err != nil {
-		addError(&resp.Diagnostics, fmt.Sprintf("Reading captured image %s/%s", pool, name), err)
+	vol := r.data.readImageVolume(ctx, state.Host.ValueString(), state.Pool.ValueString(), state.Name.ValueString(), "captured image",
+		"captured image volume is gone; removing it from state so the next apply captures again", resp)
+	if vol == nil {
 		return
 	}
 	state.setVolume(vol)
@@ -308,14 +290,53 @@ func (r *imageCaptureResource) Delete(ctx context.Context, req resource.DeleteRe
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	timeout, d := state.Timeouts.Delete(ctx, imageDeleteTimeout)
-	ctx, cancel, c := r.data.open(ctx, state.Host.ValueString(), timeout, d, &resp.Diagnostics)
+	r.data.deleteImage(ctx, state.Host.ValueString(), state.Pool.ValueString(), state.Name.ValueString(), state.Timeouts, &resp.Diagnostics)
+}
+
+// imageTimeoutsBlock is the timeouts block of kohaku_image, its copy and
+// its capture: create as create says, and the delete of the image volume,
+// which all three bound by imageDeleteTimeout.
+func imageTimeoutsBlock(ctx context.Context, create string) schema.Block {
+	return timeouts.Block(ctx, timeouts.Opts{
+		Create: true, Delete: true,
+		CreateDescription: create,
+		DeleteDescription: "How long deleting may take. Default `5m`.",
+	})
+}
+
+// readImageVolume reads the volume of an image resource (kohaku_image, its
+// copy and its capture) for Read: nil after a diagnostic, or with the
+// resource removed from state, logged with gone, when the volume is gone so
+// that the next apply makes it again. what names the image in the error
+// ("image copy").
+func (pd *providerData) readImageVolume(ctx context.Context, host, pool, name, what, gone string, resp *resource.ReadResponse) *imagelife.Volume {
+	c := pd.client(host, &resp.Diagnostics)
+	if c == nil {
+		return nil
+	}
+	vol, err := imagelife.Read(ctx, c, pool, name)
+	if errors.Is(err, imagelife.ErrGone) {
+		tflog.Info(ctx, gone, map[string]any{"pool": pool, "name": name})
+		resp.State.RemoveResource(ctx)
+		return nil
+	}
+	if err != nil {
+		addError(&resp.Diagnostics, fmt.Sprintf("Reading %s %s/%s", what, pool, name), err)
+		return nil
+	}
+	return vol
+}
+
+// deleteImage is the destroy of an image copy or capture: its volume,
+// within the delete timeout, as deleteImageVolume deletes it.
+func (pd *providerData) deleteImage(ctx context.Context, host, pool, name string, t timeouts.Value, diags *diag.Diagnostics) {
+	timeout, d := t.Delete(ctx, imageDeleteTimeout)
+	ctx, cancel, c := pd.open(ctx, host, timeout, d, diags)
 	defer cancel()
 	if c == nil {
 		return
 	}
-	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	deleteImageVolume(ctx, c, pool, name, &resp.Diagnostics)
+	deleteImageVolume(ctx, c, pool, name, diags)
 }
 
 // deleteImageVolume deletes an image's volume unless overlays use it, as

@@ -32,7 +32,7 @@ const imageCopyCreateTimeout = 60 * time.Minute
 func newImageCopyResource() resource.Resource { return &imageCopyResource{} }
 
 type imageCopyResource struct {
-	data *providerData
+	configuredResource
 }
 
 type imageCopyModel struct {
@@ -51,10 +51,6 @@ type imageCopyModel struct {
 
 func (r *imageCopyResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_image_copy"
-}
-
-func (r *imageCopyResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (r *imageCopyResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
@@ -131,11 +127,7 @@ func (r *imageCopyResource) Schema(ctx context.Context, _ resource.SchemaRequest
 			},
 		},
 		Blocks: map[string]schema.Block{
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{
-				Create: true, Delete: true,
-				CreateDescription: "How long the copy and its verification may take. Default `60m`.",
-				DeleteDescription: "How long deleting may take. Default `5m`.",
-			}),
+			"timeouts": imageTimeoutsBlock(ctx, "How long the copy and its verification may take. Default `60m`."),
 		},
 	}
 }
@@ -200,19 +192,9 @@ func (r *imageCopyResource) Read(ctx context.Context, req resource.ReadRequest, 
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
-	if c == nil {
-		return
-	}
-	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	vol, err := imagelife.Read(ctx, c, pool, name)
-	if errors.Is(err, imagelife.ErrGone) {
-		tflog.Info(ctx, "image copy is gone; removing it from state so the next apply copies again", map[string]any{"pool": pool, "name": name})
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	if err != nil {
-		addError(&resp.Diagnostics, fmt.Sprintf("Reading image copy %s/%s", pool, name), err)
+	vol := r.data.readImageVolume(ctx, state.Host.ValueString(), state.Pool.ValueString(), state.Name.ValueString(), "image copy",
+		"image copy is gone; removing it from state so the next apply copies again", resp)
+	if vol == nil {
 		return
 	}
 	state.setVolume(vol)
@@ -237,13 +219,7 @@ func (r *imageCopyResource) Delete(ctx context.Context, req resource.DeleteReque
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	timeout, d := state.Timeouts.Delete(ctx, imageDeleteTimeout)
-	ctx, cancel, c := r.data.open(ctx, state.Host.ValueString(), timeout, d, &resp.Diagnostics)
-	defer cancel()
-	if c == nil {
-		return
-	}
-	deleteImageVolume(ctx, c, state.Pool.ValueString(), state.Name.ValueString(), &resp.Diagnostics)
+	r.data.deleteImage(ctx, state.Host.ValueString(), state.Pool.ValueString(), state.Name.ValueString(), state.Timeouts, &resp.Diagnostics)
 }
 
 // volumeOrHostVolumeID accepts an image id: `<pool>/<volume>` or

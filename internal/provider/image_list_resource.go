@@ -16,7 +16,7 @@ var _ list.ListResourceWithConfigure = (*imageListResource)(nil)
 // kohaku_image could hold, for `terraform query` (Terraform 1.14 and
 // later).
 type imageListResource struct {
-	data *providerData
+	configuredResource
 }
 
 func newImageListResource() list.ListResource { return &imageListResource{} }
@@ -36,10 +36,6 @@ func (l *imageListResource) ListResourceConfigSchema(_ context.Context, _ list.L
 		"block and an import block for each: applying them adopts the volumes without uploading them again. " +
 		"The generated blocks have no `source`, which cannot be read back from a volume; set it before a change " +
 		"that would replace the image.")
-}
-
-func (l *imageListResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	l.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (l *imageListResource) List(ctx context.Context, req list.ListRequest, stream *list.ListResultsStream) {

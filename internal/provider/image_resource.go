@@ -43,7 +43,7 @@ const (
 func newImageResource() resource.Resource { return &imageResource{} }
 
 type imageResource struct {
-	data *providerData
+	configuredResource
 }
 
 type imageResourceModel struct {
@@ -74,10 +74,6 @@ func (r *imageResource) Metadata(_ context.Context, req resource.MetadataRequest
 	resp.TypeName = req.ProviderTypeName + "_image"
 }
 
-func (r *imageResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
-}
-
 var (
 	digestRE      = regexp.MustCompile(`^(sha256:[0-9a-fA-F]{64}|sha512:[0-9a-fA-F]{128})$`)
 	imageSourceRE = regexp.MustCompile(`^(https?://\S+|file://\S+|[^:]+)$`)
@@ -106,11 +102,7 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			imageResultAttributes(keep),
 		),
 		Blocks: map[string]schema.Block{
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{
-				Create: true, Delete: true,
-				CreateDescription: "How long downloading, verifying and uploading may take. Default `60m` (multi-GiB images over slow links).",
-				DeleteDescription: "How long deleting may take. Default `5m`.",
-			}),
+			"timeouts": imageTimeoutsBlock(ctx, "How long downloading, verifying and uploading may take. Default `60m` (multi-GiB images over slow links)."),
 		},
 	}
 }
@@ -507,19 +499,10 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
-	if c == nil {
-		return
-	}
 	pool, name := state.Pool.ValueString(), state.Name.ValueString()
-	vol, err := imagelife.Read(ctx, c, pool, name)
-	if errors.Is(err, imagelife.ErrGone) {
-		tflog.Info(ctx, "image volume is gone; removing it from state so the next apply recreates it", map[string]any{"pool": pool, "name": name})
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	if err != nil {
-		addError(&resp.Diagnostics, fmt.Sprintf("Reading image %s/%s", pool, name), err)
+	vol := r.data.readImageVolume(ctx, state.Host.ValueString(), pool, name, "image",
+		"image volume is gone; removing it from state so the next apply recreates it", resp)
+	if vol == nil {
 		return
 	}
 	if !state.VirtualSize.IsNull() && state.VirtualSize.ValueInt64() != vol.CapacityBytes || !state.Format.IsNull() && vol.Format != "" && state.Format.ValueString() != vol.Format {

@@ -31,7 +31,7 @@ var (
 func newMdevResource() resource.Resource { return &mdevResource{} }
 
 type mdevResource struct {
-	data *providerData
+	configuredResource
 }
 
 type mdevModel struct {
@@ -52,10 +52,6 @@ var mdevUUIDRegexp = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0
 
 func (r *mdevResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_mdev"
-}
-
-func (r *mdevResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (r *mdevResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
@@ -173,13 +169,8 @@ func checkMdev(ctx context.Context, m mdev.Manager, s mdev.Spec, diags *diag.Dia
 
 func (r *mdevResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan mdevModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, mdevTimeout)
+	ctx, cancel, m, ok := r.open(ctx, req.Plan, &plan, &resp.Diagnostics)
 	defer cancel()
-	m, ok := r.manager(plan, &resp.Diagnostics)
 	if !ok {
 		return
 	}
@@ -199,6 +190,20 @@ func (r *mdevResource) Create(ctx context.Context, req resource.CreateRequest, r
 	plan.NodeDevice = types.StringValue(d.Name)
 	setMdevState(&plan, d)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// open is how Create, Update and Delete start: the model from the
+// request's plan or state, the deadline of mdevTimeout, and the manager of
+// the model's host; false after a diagnostic. cancel is always safe to
+// defer.
+func (r *mdevResource) open(ctx context.Context, from modelGetter, m *mdevModel, diags *diag.Diagnostics) (context.Context, context.CancelFunc, mdev.Manager, bool) {
+	diags.Append(from.Get(ctx, m)...)
+	if diags.HasError() {
+		return ctx, func() {}, mdev.Manager{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, mdevTimeout)
+	mgr, ok := r.manager(*m, diags)
+	return ctx, cancel, mgr, ok
 }
 
 // manager is the mediated-device manager of the model's host; false (with
@@ -225,14 +230,7 @@ func (r *mdevResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		return
 	}
 	d, err := m.Find(ctx, state.UUID.ValueString())
-	if err != nil {
-		addError(&resp.Diagnostics, "Reading mediated device "+state.UUID.ValueString(), err)
-		return
-	}
-	if d == nil {
-		resp.Diagnostics.AddWarning("Mediated device "+state.UUID.ValueString()+" is gone",
-			"The host no longer has it, so it was removed from state; the next apply creates it again.")
-		resp.State.RemoveResource(ctx)
+	if !foundOnHost(ctx, resp, "mediated device", state.UUID.ValueString(), d != nil, err) {
 		return
 	}
 	// The parent keeps the spelling of the configuration (a PCI address)
@@ -252,13 +250,8 @@ func (r *mdevResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 // configurable attribute replaces the device instead.
 func (r *mdevResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan mdevModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, mdevTimeout)
+	ctx, cancel, m, ok := r.open(ctx, req.Plan, &plan, &resp.Diagnostics)
 	defer cancel()
-	m, ok := r.manager(plan, &resp.Diagnostics)
 	if !ok {
 		return
 	}
@@ -282,13 +275,8 @@ func (r *mdevResource) Update(ctx context.Context, req resource.UpdateRequest, r
 
 func (r *mdevResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state mdevModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, mdevTimeout)
+	ctx, cancel, m, ok := r.open(ctx, req.State, &state, &resp.Diagnostics)
 	defer cancel()
-	m, ok := r.manager(state, &resp.Diagnostics)
 	if !ok {
 		return
 	}
@@ -309,30 +297,12 @@ func (r *mdevResource) ImportState(ctx context.Context, req resource.ImportState
 			"e.g. 6b6f6861-6b75-4d64-8000-000000000001, or as <host>/<uuid> for a host of the provider's hosts map.", req.ID))
 		return
 	}
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), hostScopedID(host, id))...)
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("uuid"), id)...)
-	if host != "" {
-		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
-	}
+	importHostScoped(ctx, resp, "uuid", host, id)
 }
 
 // parseMdevImportID splits <uuid> or <host>/<uuid>, the UUID in lower case.
 func parseMdevImportID(raw string) (host, id string, ok bool) {
-	id = raw
-	if i := strings.LastIndex(raw, "/"); i >= 0 {
-		host, id = raw[:i], raw[i+1:]
-		if host == "" {
-			return "", "", false
-		}
-	}
+	host, id, ok = parseNameImportID(raw)
 	id = strings.ToLower(id)
-	return host, id, mdevUUIDRegexp.MatchString(id)
-}
-
-// hostScopedID is id, prefixed by the host key when set.
-func hostScopedID(host, id string) string {
-	if host == "" {
-		return id
-	}
-	return host + "/" + id
+	return host, id, ok && mdevUUIDRegexp.MatchString(id)
 }

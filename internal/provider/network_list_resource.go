@@ -15,7 +15,7 @@ var _ list.ListResourceWithConfigure = (*networkListResource)(nil)
 // networkListResource lists the networks of a host, for `terraform query`
 // (Terraform 1.14 and later).
 type networkListResource struct {
-	data *providerData
+	configuredResource
 }
 
 func newNetworkListResource() list.ListResource { return &networkListResource{} }
@@ -34,10 +34,6 @@ func (l *networkListResource) ListResourceConfigSchema(_ context.Context, _ list
 		"adopts the networks as they are, and the next plan is empty. Adoption never redefines a network: what " +
 		"kohaku_network does not model (DNS entries, MTU, port groups, a second address range) stays as it is " +
 		"through every later change; a network found stopped plans a change of `active`, and apply starts it.")
-}
-
-func (l *networkListResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	l.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (l *networkListResource) List(ctx context.Context, req list.ListRequest, stream *list.ListResultsStream) {

@@ -32,7 +32,7 @@ var (
 func newNetworkResource() resource.Resource { return &networkResource{} }
 
 type networkResource struct {
-	data *providerData
+	configuredResource
 }
 
 type networkModel struct {
@@ -62,10 +62,6 @@ var macRegexp = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
 
 func (r *networkResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_network"
-}
-
-func (r *networkResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (r *networkResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
@@ -320,23 +316,23 @@ func (r *networkResource) networkHost(m networkModel, diags *diag.Diagnostics) n
 }
 
 func (r *networkResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	r.apply(ctx, req.Plan.Get, &resp.State, &resp.Diagnostics, "Creating", netpool.CreateNetwork)
+	r.apply(ctx, req.Plan, &resp.State, &resp.Diagnostics, "Creating", netpool.CreateNetwork)
 }
 
 // Update changes the reservations and autostart in place and starts a
 // network found stopped; every other attribute replaces the network.
 func (r *networkResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	r.apply(ctx, req.Plan.Get, &resp.State, &resp.Diagnostics, "Updating", netpool.UpdateNetwork)
+	r.apply(ctx, req.Plan, &resp.State, &resp.Diagnostics, "Updating", netpool.UpdateNetwork)
 }
 
 type stateSetter interface {
 	Set(context.Context, any) diag.Diagnostics
 }
 
-func (r *networkResource) apply(ctx context.Context, get func(context.Context, any) diag.Diagnostics, state stateSetter,
+func (r *networkResource) apply(ctx context.Context, from modelGetter, state stateSetter,
 	diags *diag.Diagnostics, verb string, op func(context.Context, netpool.NetworkHost, netpool.NetworkSpec) (netpool.Network, error)) {
 	var plan networkModel
-	diags.Append(get(ctx, &plan)...)
+	diags.Append(from.Get(ctx, &plan)...)
 	if diags.HasError() {
 		return
 	}
@@ -361,23 +357,12 @@ func (r *networkResource) apply(ctx context.Context, get func(context.Context, a
 
 func (r *networkResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state networkModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	h := r.networkHost(state, &resp.Diagnostics)
+	h := r.data.modelClient(ctx, req.State, &state, &state.Host, &resp.Diagnostics)
 	if h == nil {
 		return
 	}
 	n, err := netpool.ReadNetwork(ctx, h, state.Name.ValueString())
-	if err != nil {
-		addError(&resp.Diagnostics, "Reading network "+state.Name.ValueString(), err)
-		return
-	}
-	if n == nil {
-		resp.Diagnostics.AddWarning("Network "+state.Name.ValueString()+" is gone",
-			"The host no longer has it, so it was removed from state; the next apply creates it again.")
-		resp.State.RemoveResource(ctx)
+	if !foundOnHost(ctx, resp, "network", state.Name.ValueString(), n != nil, err) {
 		return
 	}
 	setNetworkState(ctx, &state, *n, &resp.Diagnostics)
@@ -386,16 +371,12 @@ func (r *networkResource) Read(ctx context.Context, req resource.ReadRequest, re
 
 func (r *networkResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state networkModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
+	h := r.data.modelClient(ctx, req.State, &state, &state.Host, &resp.Diagnostics)
+	if h == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, netpoolTimeout)
 	defer cancel()
-	h := r.networkHost(state, &resp.Diagnostics)
-	if h == nil {
-		return
-	}
 	if err := netpool.DeleteNetwork(ctx, h, state.Name.ValueString()); err != nil {
 		addError(&resp.Diagnostics, "Removing network "+state.Name.ValueString()+" failed", err)
 	}

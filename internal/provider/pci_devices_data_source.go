@@ -22,7 +22,7 @@ var _ datasource.DataSourceWithConfigure = (*pciDevicesDataSource)(nil)
 func newPCIDevicesDataSource() datasource.DataSource { return &pciDevicesDataSource{} }
 
 type pciDevicesDataSource struct {
-	data *providerData
+	configuredDataSource
 }
 
 type pciDevicesModel struct {
@@ -139,17 +139,9 @@ func (d *pciDevicesDataSource) Schema(_ context.Context, _ datasource.SchemaRequ
 	}
 }
 
-func (d *pciDevicesDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	d.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
-}
-
 func (d *pciDevicesDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
 	var m pciDevicesModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	c := d.data.client(m.Host.ValueString(), &resp.Diagnostics)
+	c := d.data.modelClient(ctx, req.Config, &m, &m.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}
@@ -164,12 +156,7 @@ func (d *pciDevicesDataSource) Read(ctx context.Context, req datasource.ReadRequ
 	}
 	m.ID = types.StringValue(fmt.Sprintf("%s/%s/%s", host, m.VendorID.ValueString(), m.ClassPrefix.ValueString()))
 	m.IOMMUEnabled = types.BoolValue(inv.HasIOMMU())
-	m.Devices = []pciDeviceModel{}
-	devs := inv.Filter(m.VendorID.ValueString(), m.ClassPrefix.ValueString())
-	sysfs := readPCISysfs(ctx, c, devs)
-	for _, dev := range devs {
-		m.Devices = append(m.Devices, pciDeviceFrom(dev, sysfs))
-	}
+	m.Devices = pciDevicesFrom(ctx, c, inv.Filter(m.VendorID.ValueString(), m.ClassPrefix.ValueString()))
 	parents, err := mdev.Manager{Host: c}.Parents(ctx)
 	if err != nil {
 		resp.Diagnostics.AddWarning("Cannot list the host's mediated device parents", err.Error()+"\n\nmdev_parents is null.")
@@ -239,6 +226,17 @@ func readPCISysfs(ctx context.Context, c hosts.Host, devs []*vfio.Device) map[vf
 		return nil
 	}
 	return fns
+}
+
+// pciDevicesFrom converts the devices for pciDeviceAttributes, with what
+// the host's sysfs says of them where it can be read; never nil.
+func pciDevicesFrom(ctx context.Context, c hosts.Host, devs []*vfio.Device) []pciDeviceModel {
+	out := []pciDeviceModel{}
+	sysfs := readPCISysfs(ctx, c, devs)
+	for _, dev := range devs {
+		out = append(out, pciDeviceFrom(dev, sysfs))
+	}
+	return out
 }
 
 // pciDeviceFrom converts a parsed node device for pciDeviceAttributes,

@@ -3,7 +3,6 @@ package provider
 import (
 	"context"
 
-	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/list"
 	"github.com/hashicorp/terraform-plugin-framework/list/schema"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -19,7 +18,7 @@ var _ list.ListResourceWithConfigure = (*poolListResource)(nil)
 // poolListResource lists the directory pools of a host, for `terraform
 // query` (Terraform 1.14 and later).
 type poolListResource struct {
-	data *providerData
+	configuredResource
 }
 
 func newPoolListResource() list.ListResource { return &poolListResource{} }
@@ -34,10 +33,7 @@ func hostListSchema(description string) schema.Schema {
 	return schema.Schema{
 		Description: description,
 		Attributes: map[string]schema.Attribute{
-			"host": schema.StringAttribute{
-				Optional:    true,
-				Description: "The key of the provider's `hosts` map to list. Default: the provider's own host.",
-			},
+			"host": listHostAttribute,
 			"name_prefix": schema.StringAttribute{
 				Optional:    true,
 				Description: "Only those whose name starts with this. Default: every one.",
@@ -58,10 +54,6 @@ func (l *poolListResource) ListResourceConfigSchema(_ context.Context, _ list.Li
 		"(host and name), so `terraform query -generate-config-out=FILE` writes a kohaku_pool block and an import " +
 		"block for each: applying them adopts the pools as they are, and the next plan is empty. Adoption never " +
 		"redefines a pool; a pool found stopped plans a change of `active`, and apply starts it.")
-}
-
-func (l *poolListResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	l.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (l *poolListResource) List(ctx context.Context, req list.ListRequest, stream *list.ListResultsStream) {
@@ -88,23 +80,16 @@ func listNamed[T any](ctx context.Context, data *providerData, req list.ListRequ
 	fill func(context.Context, T, *list.ListResult),
 ) {
 	var cfg hostListModel
-	var diags diag.Diagnostics
-	diags.Append(req.Config.Get(ctx, &cfg)...)
-	c := data.client(cfg.Host.ValueString(), &diags)
-	if diags.HasError() {
-		stream.Results = list.ListResultsStreamDiagnostics(diags)
+	c, diags := listConfig(ctx, data, req, stream, &cfg, &cfg.Host)
+	if c == nil {
 		return
 	}
 	items, err := read(ctx, c, cfg.NamePrefix.ValueString())
 	if err != nil {
-		addError(&diags, "Listing the "+what+" of "+c.Endpoint().Redacted(), err)
-		stream.Results = list.ListResultsStreamDiagnostics(diags)
+		listFailed(stream, diags, "Listing the "+what+" of "+c.Endpoint().Redacted(), err)
 		return
 	}
-	host := types.StringNull()
-	if cfg.Host.ValueString() != "" {
-		host = cfg.Host
-	}
+	host := listedHost(cfg.Host)
 	stream.Results = func(push func(list.ListResult) bool) {
 		for i, it := range items {
 			if req.Limit > 0 && int64(i) >= req.Limit {

@@ -30,7 +30,7 @@ var (
 func newPoolResource() resource.Resource { return &poolResource{} }
 
 type poolResource struct {
-	data *providerData
+	configuredResource
 }
 
 type poolModel struct {
@@ -51,10 +51,6 @@ const netpoolTimeout = 2 * time.Minute
 
 func (r *poolResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_pool"
-}
-
-func (r *poolResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (r *poolResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
@@ -130,15 +126,6 @@ func poolSpec(m poolModel) netpool.PoolSpec {
 	return netpool.PoolSpec{Name: m.Name.ValueString(), Path: m.Path.ValueString(), Autostart: m.Autostart.ValueBool()}
 }
 
-// poolHost is the pool host of the model's host; nil (with the error in
-// diags) when the host cannot be reached.
-func (r *poolResource) poolHost(m poolModel, diags *diag.Diagnostics) netpool.PoolHost {
-	if c := r.data.client(m.Host.ValueString(), diags); c != nil {
-		return c
-	}
-	return nil
-}
-
 // setPoolState records what the host has.
 func setPoolState(m *poolModel, p netpool.Pool) {
 	m.ID = types.StringValue(hostScopedID(m.Host.ValueString(), p.Name))
@@ -152,24 +139,20 @@ func setPoolState(m *poolModel, p netpool.Pool) {
 }
 
 func (r *poolResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	r.apply(ctx, req.Plan.Get, &resp.State, &resp.Diagnostics, "Creating", netpool.CreatePool)
+	r.apply(ctx, req.Plan, &resp.State, &resp.Diagnostics, "Creating", netpool.CreatePool)
 }
 
 // apply is Create's and Update's one sequence: the plan, the host, the
 // lifecycle's operation, the state read back from what it returned.
-func (r *poolResource) apply(ctx context.Context, get func(context.Context, any) diag.Diagnostics, state stateSetter,
+func (r *poolResource) apply(ctx context.Context, from modelGetter, state stateSetter,
 	diags *diag.Diagnostics, verb string, op func(context.Context, netpool.PoolHost, netpool.PoolSpec) (netpool.Pool, error)) {
 	var plan poolModel
-	diags.Append(get(ctx, &plan)...)
-	if diags.HasError() {
+	h := r.data.modelClient(ctx, from, &plan, &plan.Host, diags)
+	if h == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, netpoolTimeout)
 	defer cancel()
-	h := r.poolHost(plan, diags)
-	if h == nil {
-		return
-	}
 	p, err := op(ctx, h, poolSpec(plan))
 	if err != nil {
 		addError(diags, verb+" storage pool "+plan.Name.ValueString()+" failed", err)
@@ -181,23 +164,12 @@ func (r *poolResource) apply(ctx context.Context, get func(context.Context, any)
 
 func (r *poolResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state poolModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	h := r.poolHost(state, &resp.Diagnostics)
+	h := r.data.modelClient(ctx, req.State, &state, &state.Host, &resp.Diagnostics)
 	if h == nil {
 		return
 	}
 	p, err := netpool.ReadPool(ctx, h, state.Name.ValueString())
-	if err != nil {
-		addError(&resp.Diagnostics, "Reading storage pool "+state.Name.ValueString(), err)
-		return
-	}
-	if p == nil {
-		resp.Diagnostics.AddWarning("Storage pool "+state.Name.ValueString()+" is gone",
-			"The host no longer has it, so it was removed from state; the next apply creates it again.")
-		resp.State.RemoveResource(ctx)
+	if !foundOnHost(ctx, resp, "storage pool", state.Name.ValueString(), p != nil, err) {
 		return
 	}
 	if !p.Modelled() {
@@ -213,21 +185,17 @@ func (r *poolResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 // Update starts a pool found stopped and sets autostart; force_destroy
 // lives in state only.
 func (r *poolResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	r.apply(ctx, req.Plan.Get, &resp.State, &resp.Diagnostics, "Updating", netpool.UpdatePool)
+	r.apply(ctx, req.Plan, &resp.State, &resp.Diagnostics, "Updating", netpool.UpdatePool)
 }
 
 func (r *poolResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state poolModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
+	h := r.data.modelClient(ctx, req.State, &state, &state.Host, &resp.Diagnostics)
+	if h == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, netpoolTimeout)
 	defer cancel()
-	h := r.poolHost(state, &resp.Diagnostics)
-	if h == nil {
-		return
-	}
 	name := state.Name.ValueString()
 	removed, err := netpool.DeletePool(ctx, h, name, state.ForceDestroy.ValueBool())
 	var notEmpty *netpool.NotEmptyError
@@ -253,11 +221,7 @@ func importByName(ctx context.Context, what, example string, req resource.Import
 			"or as <host>/<name> for a host of the provider's hosts map, e.g. gpu2/%s.", req.ID, what, example, example))
 		return
 	}
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), hostScopedID(host, name))...)
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), name)...)
-	if host != "" {
-		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("host"), host)...)
-	}
+	importHostScoped(ctx, resp, "name", host, name)
 }
 
 // parseNameImportID splits <name> or <host>/<name>; false when a part is

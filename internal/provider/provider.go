@@ -29,13 +29,15 @@ const defaultImageCacheGiB = 20
 
 var _ provider.Provider = (*kohakuProvider)(nil)
 
-// New returns a constructor for the provider at the given version.
-func New(version string) func() provider.Provider {
-	return func() provider.Provider { return &kohakuProvider{version: version} }
+// New returns a constructor for the provider at the given version, whose
+// hosts' connections connect makes (main gives it libvirthost.Connect).
+func New(version string, connect hosts.Connect) func() provider.Provider {
+	return func() provider.Provider { return &kohakuProvider{version: version, connect: connect} }
 }
 
 type kohakuProvider struct {
 	version string
+	connect hosts.Connect
 }
 
 type providerModel struct {
@@ -362,7 +364,7 @@ func (p *kohakuProvider) Configure(ctx context.Context, req provider.ConfigureRe
 			TLS:         h.TLS.settings(),
 		}
 	}
-	fleet, err := hosts.NewFleet(def, named)
+	fleet, err := hosts.NewFleet(p.connect, def, named)
 	if err != nil {
 		resp.Diagnostics.AddError("Invalid libvirt connection settings", err.Error())
 		return

@@ -9,11 +9,13 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts/libvirthost"
 )
 
 // protoV6Providers serves the provider in-process to Terraform in tests.
 var protoV6Providers = map[string]func() (tfprotov6.ProviderServer, error){
-	"kohaku": providerserver.NewProtocol6WithError(New("test")()),
+	"kohaku": providerserver.NewProtocol6WithError(New("test", libvirthost.Connect)()),
 }
 
 // virshVersion returns what `virsh version` reports for the daemon and the

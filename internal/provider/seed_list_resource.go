@@ -15,7 +15,7 @@ var _ list.ListResourceWithConfigure = (*seedListResource)(nil)
 // seedListResource lists the volumes of a host that are cloud-init seeds,
 // for `terraform query` (Terraform 1.14 and later).
 type seedListResource struct {
-	data *providerData
+	configuredResource
 }
 
 func newSeedListResource() list.ListResource { return &seedListResource{} }
@@ -33,10 +33,6 @@ func (l *seedListResource) ListResourceConfigSchema(_ context.Context, _ list.Li
 		"-generate-config-out=FILE` writes a kohaku_seed block and an import block for each: applying them adopts " +
 		"the seeds as they are, without writing them again. A seed's inputs (users, network, user data) cannot be " +
 		"read back from the ISO; the generated blocks carry what can (format, instance ID and report settings).")
-}
-
-func (l *seedListResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	l.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 func (l *seedListResource) List(ctx context.Context, req list.ListRequest, stream *list.ListResultsStream) {

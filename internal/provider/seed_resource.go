@@ -41,15 +41,11 @@ var (
 func newSeedResource() resource.Resource { return &seedResource{} }
 
 type seedResource struct {
-	data *providerData
+	configuredResource
 }
 
 func (r *seedResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_seed"
-}
-
-func (r *seedResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 // contentChange ends the description of every attribute that goes into the
@@ -617,11 +613,7 @@ func (r *seedResource) upload(ctx context.Context, c hosts.Host, plan, cfg *seed
 
 func (r *seedResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state seedResourceModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	c := r.data.modelClient(ctx, req.State, &state, &state.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}
@@ -728,11 +720,7 @@ func (r *seedResource) Update(ctx context.Context, req resource.UpdateRequest, r
 
 func (r *seedResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state seedResourceModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	c := r.data.modelClient(ctx, req.State, &state, &state.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts/libvirthost"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
 )
 
@@ -24,7 +25,7 @@ import (
 func upgradeSeedState(t *testing.T, version int64, attrs []byte) seedResourceModel {
 	t.Helper()
 	ctx := context.Background()
-	srv, err := providerserver.NewProtocol6WithError(New("test")())()
+	srv, err := providerserver.NewProtocol6WithError(New("test", libvirthost.Connect)())()
 	if err != nil {
 		t.Fatal(err)
 	}

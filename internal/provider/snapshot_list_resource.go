@@ -29,7 +29,7 @@ var snapshotIdentity = identitySpec{
 		{"name", "The snapshot's name."},
 	},
 	importID: func(v map[string]string) string {
-		return withHost(v["host"], v["vm_uuid"]+"/"+v["name"])
+		return hostScopedID(v["host"], v["vm_uuid"]+"/"+v["name"])
 	},
 }
 

@@ -24,7 +24,7 @@ var _ datasource.DataSourceWithConfigure = (*vmHealthDataSource)(nil)
 func newVMHealthDataSource() datasource.DataSource { return &vmHealthDataSource{} }
 
 type vmHealthDataSource struct {
-	data *providerData
+	configuredDataSource
 }
 
 // defaultHealthTimeout bounds a read: a reporting guest answers within a
@@ -152,20 +152,13 @@ func (d *vmHealthDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 	}
 }
 
-func (d *vmHealthDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	d.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
-}
-
 func (d *vmHealthDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
 	var m vmHealthModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	bound := defaultHealthTimeout
-	if !m.Timeout.IsNull() {
-		bound, _ = time.ParseDuration(m.Timeout.ValueString()) // validated
-	}
+	bound := validatedDuration(m.Timeout, defaultHealthTimeout)
 	c := d.data.client(m.Host.ValueString(), &resp.Diagnostics)
 	if c == nil {
 		return

@@ -21,7 +21,7 @@ var _ list.ListResourceWithConfigure = (*vmListResource)(nil)
 // 1.14 and later), each with the kohaku_vm identity and, when asked, the
 // state an import of it would read.
 type vmListResource struct {
-	data *providerData
+	configuredResource
 }
 
 func newVMListResource() list.ListResource { return &vmListResource{} }
@@ -44,10 +44,7 @@ func (l *vmListResource) ListResourceConfigSchema(_ context.Context, _ list.List
 			"`terraform query -generate-config-out=FILE` writes a kohaku_vm block and an import block for " +
 			"each: applying them adopts the domains without replacing them.",
 		Attributes: map[string]schema.Attribute{
-			"host": schema.StringAttribute{
-				Optional:    true,
-				Description: "The key of the provider's `hosts` map to list. Default: the provider's own host.",
-			},
+			"host": listHostAttribute,
 			"name_prefix": schema.StringAttribute{
 				Optional:    true,
 				Description: "Only domains whose name starts with this. Default: every domain.",
@@ -65,23 +62,15 @@ func (l *vmListResource) ListResourceConfigSchema(_ context.Context, _ list.List
 	}
 }
 
-func (l *vmListResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	l.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
-}
-
 func (l *vmListResource) List(ctx context.Context, req list.ListRequest, stream *list.ListResultsStream) {
 	var cfg vmListModel
-	var diags diag.Diagnostics
-	diags.Append(req.Config.Get(ctx, &cfg)...)
-	c := l.data.client(cfg.Host.ValueString(), &diags)
-	if diags.HasError() {
-		stream.Results = list.ListResultsStreamDiagnostics(diags)
+	c, diags := listConfig(ctx, l.data, req, stream, &cfg, &cfg.Host)
+	if c == nil {
 		return
 	}
 	doms, err := c.ListDomains(ctx)
 	if err != nil {
-		addError(&diags, "Listing the domains of "+c.Endpoint().Redacted(), err)
-		stream.Results = list.ListResultsStreamDiagnostics(diags)
+		listFailed(stream, diags, "Listing the domains of "+c.Endpoint().Redacted(), err)
 		return
 	}
 	stream.Results = func(push func(list.ListResult) bool) {
@@ -111,10 +100,7 @@ func (l *vmListResource) List(ctx context.Context, req list.ListRequest, stream 
 func (l *vmListResource) result(ctx context.Context, c hosts.Host, cfg vmListModel, d hosts.DomainSummary, req list.ListRequest) (list.ListResult, bool) {
 	r := req.NewListResult(ctx)
 	r.DisplayName = d.Name
-	host := types.StringNull()
-	if cfg.Host.ValueString() != "" {
-		host = cfg.Host
-	}
+	host := listedHost(cfg.Host)
 	r.Diagnostics.Append(r.Identity.SetAttribute(ctx, path.Root("host"), host)...)
 	r.Diagnostics.Append(r.Identity.SetAttribute(ctx, path.Root("uuid"), d.UUID)...)
 	if cfg.MadeByKohaku.IsNull() && !req.IncludeResource {

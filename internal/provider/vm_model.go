@@ -57,6 +57,7 @@ type vmModel struct {
 	Guest             types.Object   `tfsdk:"guest"`
 	Placement         types.Object   `tfsdk:"placement"`
 	PlacedGPUs        types.List     `tfsdk:"placed_gpus"`
+	PinnedCPUs        types.List     `tfsdk:"pinned_cpus"`
 	Timeouts          timeouts.Value `tfsdk:"timeouts"`
 }
 
@@ -542,6 +543,11 @@ func (m *vmModel) fromDomain(ctx context.Context, st *domainView, prior *vmModel
 	if m.PlacedGPUs.IsUnknown() || m.PlacedGPUs.IsNull() {
 		m.PlacedGPUs = types.ListNull(types.StringType)
 	}
+	pins := []attr.Value{}
+	for _, c := range o.CPUPins {
+		pins = append(pins, types.Int64Value(int64(c)))
+	}
+	m.PinnedCPUs = types.ListValueMust(types.Int64Type, pins)
 }
 
 // listOrPrior builds a list, keeping a prior null (or empty) list when there

@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
+	"github.com/kohaku/terraform-provider-kohaku/internal/ready"
+	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
@@ -136,6 +138,9 @@ func (r *vmResource) move(ctx context.Context, plan, state *vmModel, resp *resou
 		Ref:     hosts.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()},
 		Overlay: volumeRef(state.OverlayVolume),
 		Running: plan.Running.ValueBool(), Autostart: plan.Autostart.ValueBool(), Grace: grace,
+		Wait: func(ctx context.Context, _ vmlife.Host, ref hosts.DomainRef) error {
+			return waitAfterMove(ctx, dst, plan, ref, func(note string) { resp.Diagnostics.AddWarning(summary, note) })
+		},
 		ForcedOff: func(g time.Duration) {
 			resp.Diagnostics.AddWarning(summary+": the guest was forced off", vmlife.ForcedOffNote(grace, g))
 		},
@@ -152,8 +157,17 @@ func (r *vmResource) move(ctx context.Context, plan, state *vmModel, resp *resou
 			state.Host = plan.Host
 			resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 		}
+		next := "Apply again to finish the move."
+		switch me.Step {
+		case vmlife.MoveStepStart:
+			next = "Nothing of it is left on the old host. Apply again to start it there and set its autostart."
+		case vmlife.MoveStepWait:
+			next = "It runs there and nothing of it is left on the old host; only the wait for its guest failed."
+		case vmlife.MoveStepCleanup:
+			next = "Delete what is left on the old host (named above) by hand, and apply again to start it on the new one."
+		}
 		addError(&resp.Diagnostics, fmt.Sprintf("%s failed at step %q", summary, me.Step), me.Err,
-			fmt.Sprintf("The VM is whole on %s. Apply again to finish the move.", where))
+			fmt.Sprintf("The VM is whole on %s. %s", where, next))
 		return false
 	case err != nil:
 		addError(&resp.Diagnostics, summary, err)
@@ -161,6 +175,44 @@ func (r *vmResource) move(ctx context.Context, plan, state *vmModel, resp *resou
 	}
 	state.Host = plan.Host
 	return true
+}
+
+// waitAfterMove waits for the guest the move started on its new host, as
+// after a reboot: wait_for = "channel" (or "auto" with a seed that has the
+// reporter) waits for a heartbeat on the report channel, which the
+// reporter's agent writes on every boot when the seed's
+// heartbeat_interval is not 0; "guest_agent" waits until the agent reads
+// cloud-init's result of this boot. The first-boot report is written once
+// per instance, so a seed without heartbeats, phone_home and "none" are
+// not waited for; note says why.
+func waitAfterMove(ctx context.Context, h hosts.Host, plan *vmModel, ref hosts.DomainRef, note func(string)) error {
+	mode := ready.Mode(plan.WaitFor.ValueString())
+	var in *seed.Inspection
+	if pool, vol, ok := parseVolumeID(plan.SeedID.ValueString()); ok && mode != ready.ModeNone {
+		var err error
+		if in, err = vmlife.InspectSeed(ctx, h, pool, vol); err != nil {
+			return fmt.Errorf("reading the seed on the new host to know how to wait for the guest: %w", err)
+		}
+	}
+	if mode == "" || mode == waitAuto {
+		mode = autoWait(in)
+	}
+	switch {
+	case mode == ready.ModeChannel && in != nil && in.ReportToken != "" && in.HeartbeatSeconds > 0:
+		return vmlife.WaitReport(ctx, h, ref.Name, func(line string) { tflog.Info(ctx, line) })
+	case mode == ready.ModeChannel:
+		note("The move did not wait for the guest to come up on the new host: its seed's reporter writes " +
+			"nothing after the first boot (heartbeat_interval = 0). Set a heartbeat_interval on the kohaku_seed, " +
+			"or wait_for = \"guest_agent\", for moves that wait.")
+	case mode == ready.ModeGuestAgent:
+		_, err := ready.PollGuestAgent(ctx, h, ref.Name, agentPollInterval)
+		return err
+	case mode == ready.ModePhoneHome:
+		note("The move did not wait for the guest to come up on the new host: a guest phones home once, on " +
+			"its first boot. Use wait_for = \"channel\" with a seed that has heartbeats, or \"guest_agent\", " +
+			"for moves that wait.")
+	}
+	return nil
 }
 
 // findMoved looks for a VM its state's host no longer has on the other

@@ -26,7 +26,7 @@ import (
 // nested host has the same UUID and MAC and runs, both volumes read back
 // from the nested host hold their markers (the overlay flattened: no
 // backing file), nothing of the VM is left on the local host, and the next
-// plan is empty.
+// plan is empty. Then it moves back, waiting for the guest this time.
 //
 // The seed belongs to its kohaku_seed, which stays on the local host: the
 // move copies it to the nested host (which lacks it), that copy is the
@@ -59,9 +59,9 @@ func TestAccVM_moveCold(t *testing.T) {
 	nested := func(args ...string) (string, error) { return nestedhost.VirshErr(h, args...) }
 	t.Cleanup(func() { _, _ = nested("vol-delete", "--pool", env.Pool, seed) })
 
-	config := func(host string) string {
+	config := func(host, waitFor string) string {
 		at := "local"
-		if host != "" {
+		if strings.Contains(host, "nested") {
 			at = "nested"
 		}
 		return fmt.Sprintf(`
@@ -100,7 +100,7 @@ resource "kohaku_vm" "m" {
   initrd           = %[8]q
   cmdline          = "console=ttyS0 quiet mitigations=off no_timer_check panic=1"
   seed_id          = kohaku_seed.s.id
-  wait_for         = "channel"
+  wait_for         = %[12]q
   shutdown_timeout = "5s"
   disk = {
     image       = kohaku_image.base_%[11]s.id
@@ -114,7 +114,7 @@ resource "kohaku_vm" "m" {
     update = "15m"
   }
 }
-`, env.URI, h.URI, seed, env.Pool, host, name, kernel, initrd, base, baseFile, at)
+`, env.URI, h.URI, seed, env.Pool, host, name, kernel, initrd, base, baseFile, at, waitFor)
 	}
 
 	var uuid, mac, overlay string
@@ -138,7 +138,7 @@ resource "kohaku_vm" "m" {
 		},
 		Steps: []resource.TestStep{
 			{
-				Config: config(""),
+				Config: config("", "channel"),
 				Check: func(s *terraform.State) error {
 					a := s.RootModule().Resources["kohaku_vm.m"].Primary.Attributes
 					uuid, mac, overlay = a["uuid"], a["network_interface.0.mac"], a["overlay_volume"]
@@ -165,7 +165,9 @@ resource "kohaku_vm" "m" {
 						}
 					}
 				},
-				Config: config(`host = "nested"`),
+				// wait_for = "none": the tiny guest boots too slowly under
+				// TCG inside the TCG nested host to be waited for.
+				Config: config(`host = "nested"`, "none"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction("kohaku_vm.m", plancheck.ResourceActionUpdate),
 				}},
@@ -206,7 +208,51 @@ resource "kohaku_vm" "m" {
 					},
 				),
 			},
-			{Config: config(`host = "nested"`), PlanOnly: true},
+			{Config: config(`host = "nested"`, "none"), PlanOnly: true},
+			{
+				// Back to the local host, which has the kohaku_seed's own
+				// seed: the move keeps that one, deletes the VM's copy on
+				// the nested host, and waits for the guest (the seed has
+				// heartbeats), so the apply returns only once the guest
+				// has booted and written to its channel here.
+				Config: config(`host = ""`, "channel"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("kohaku_vm.m", plancheck.ResourceActionUpdate),
+				}},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("kohaku_vm.m", "host", ""),
+					func(s *terraform.State) error {
+						if got := s.RootModule().Resources["kohaku_vm.m"].Primary.Attributes["uuid"]; got != uuid {
+							return fmt.Errorf("back home the VM has UUID %q, want %q", got, uuid)
+						}
+						// Read at once: the boot after the move is on the
+						// console already, because the move waited for it.
+						if n := boots(t, name); n != 2 {
+							return fmt.Errorf("the local console log shows %d boots when the move back returned, want 2 (the move did not wait for the guest)", n)
+						}
+						if out, err := nested("vol-info", "--pool", env.Pool, seed); err == nil {
+							return fmt.Errorf("the VM's seed copy stayed on the nested host it left:\n%s", out)
+						}
+						left, err := acctest.Leftovers(h.URI, prefix, env.Pool)
+						left = slices.DeleteFunc(left, func(l string) bool { return strings.HasSuffix(l, "/"+base) }) // kohaku_image.base_nested
+						if err != nil || len(left) > 0 {
+							return fmt.Errorf("left on the nested host after the move back: %q (%v)", left, err)
+						}
+						if out, err := acctest.Virsh(env.URI, "vol-info", "--pool", env.Pool, seed); err != nil {
+							return fmt.Errorf("the kohaku_seed's own seed is gone from the local host: %v\n%s", err, out)
+						}
+						for _, v := range vols {
+							if "/"+v != strings.TrimPrefix(overlay, env.Pool) {
+								if err := checkVolumeStartsWith(t, func(args ...string) (string, error) { return acctest.Virsh(env.URI, args...) }, env.Pool, v, dataMarker); err != nil {
+									return fmt.Errorf("the data disk back home: %w", err)
+								}
+							}
+						}
+						return nil
+					},
+				),
+			},
+			{Config: config(`host = ""`, "channel"), PlanOnly: true},
 		},
 	})
 }

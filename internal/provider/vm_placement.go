@@ -41,6 +41,7 @@ var (
 	vmPlacementAttrTypes = map[string]attr.Type{
 		"gpu":        types.ObjectType{AttrTypes: vmPlacementGPUAttrTypes},
 		"numa_local": types.BoolType,
+		"pin_cpus":   types.BoolType,
 		"hosts":      types.ListType{ElemType: types.StringType},
 		"policy":     types.StringType,
 	}
@@ -49,6 +50,7 @@ var (
 type vmPlacementModel struct {
 	GPU       types.Object `tfsdk:"gpu"`
 	NUMALocal types.Bool   `tfsdk:"numa_local"`
+	PinCPUs   types.Bool   `tfsdk:"pin_cpus"`
 	Hosts     types.List   `tfsdk:"hosts"`
 	Policy    types.String `tfsdk:"policy"`
 }
@@ -70,6 +72,13 @@ func vmPlacementAttributes() map[string]schema.Attribute {
 			ElementType:   types.StringType,
 			Description:   "The PCI addresses of the GPUs `placement` chose on `host`, sorted; known after apply and kept from then on. Null without `placement`.",
 			PlanModifiers: []planmodifier.List{placedGPUs{}},
+		},
+		"pinned_cpus": schema.ListAttribute{
+			Computed:    true,
+			ElementType: types.Int64Type,
+			Description: "The host CPUs vCPU 0, 1, ... are pinned to, one to one (`placement`'s `pin_cpus`), " +
+				"read back from the domain; known after apply and kept from then on. Empty when the vCPUs are not pinned.",
+			PlanModifiers: []planmodifier.List{placedGPUs{elem: types.Int64Type}},
 		},
 	}
 }
@@ -110,7 +119,18 @@ func vmPlacementBlock() schema.Block {
 				Description: "Put all the GPUs, the vCPUs and the memory (and huge pages) on one NUMA node: a " +
 					"host is a candidate only when one node holds it all. Default `false` (the GPUs still " +
 					"share a node where one has enough; the VM is bound to its GPUs' nodes as " +
-					"`numa_placement` says). Refused at plan when no node of any allowed host has that many GPUs.",
+					"`numa_placement` says). A VM without GPUs is bound to the node chosen for it, on a host " +
+					"with more than one node (`numa_nodes` says which), and stays on it through updates. " +
+					"Refused at plan when no node of any allowed host has that many GPUs.",
+			},
+			"pin_cpus": schema.BoolAttribute{
+				Optional: true,
+				Description: "Pin each vCPU to its own host CPU on the VM's NUMA node, one to one, that no " +
+					"other VM of the host has pinned, with QEMU's emulator threads on the node's last CPU, " +
+					"which no vCPU is pinned to (`pinned_cpus` shows the choice; `data.kohaku_capacity` " +
+					"counts them as pinned). Needs `numa_local = true`. A host is a candidate only when the " +
+					"node has that many CPUs free; create fails naming what each host is short of. Changing " +
+					"it, or `vcpu` while it is set, places the VM anew (a replacement). Default `false`.",
 			},
 			"hosts": schema.ListAttribute{
 				Optional:    true,
@@ -193,7 +213,7 @@ func (m *vmModel) placementRequest(ctx context.Context, diags *diag.Diagnostics)
 			return nil, true
 		}
 	}
-	r = &placement.Request{Name: m.Name.ValueString(), NUMALocal: p.NUMALocal.ValueBool(),
+	r = &placement.Request{Name: m.Name.ValueString(), NUMALocal: p.NUMALocal.ValueBool(), PinCPUs: p.PinCPUs.ValueBool(),
 		VCPUs: vmDefaultVCPU, MemoryMiB: vmDefaultMemoryMiB, Policy: placement.Policy(p.Policy.ValueString())}
 	// null in a configuration: the defaults the plan will have
 	if !m.VCPU.IsNull() {
@@ -365,23 +385,30 @@ func (placedHost) PlanModifyString(ctx context.Context, req planmodifier.StringR
 }
 
 // placedGPUs plans placed_gpus as placedHost plans host.
-type placedGPUs struct{}
+// placedGPUs plans a placed list (placed_gpus, pinned_cpus) as the state
+// has it: chosen at create, then kept (elem: the list's element type;
+// nil means strings).
+type placedGPUs struct{ elem attr.Type }
 
 func (placedGPUs) Description(context.Context) string {
 	return "chosen at create when placement is set, then kept"
 }
 func (m placedGPUs) MarkdownDescription(ctx context.Context) string { return m.Description(ctx) }
 
-func (placedGPUs) PlanModifyList(ctx context.Context, req planmodifier.ListRequest, resp *planmodifier.ListResponse) {
+func (m placedGPUs) PlanModifyList(ctx context.Context, req planmodifier.ListRequest, resp *planmodifier.ListResponse) {
+	elem := m.elem
+	if elem == nil {
+		elem = types.StringType
+	}
 	var pl types.Object
 	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("placement"), &pl)...)
 	switch {
-	case pl.IsNull():
-		resp.PlanValue = types.ListNull(types.StringType)
+	case pl.IsNull() && elem == types.StringType:
+		resp.PlanValue = types.ListNull(elem)
 	case !req.StateValue.IsNull() && !req.StateValue.IsUnknown():
 		resp.PlanValue = req.StateValue
 	default:
-		resp.PlanValue = types.ListUnknown(types.StringType)
+		resp.PlanValue = types.ListUnknown(elem)
 	}
 }
 
@@ -419,6 +446,11 @@ func validatePlacement(ctx context.Context, cfg *vmModel, diags *diag.Diagnostic
 	}
 	if err := placement.ValidateRequest(r); err != nil {
 		addPlacementError(diags, "", err, "")
+	}
+	if r.PinCPUs && !r.NUMALocal {
+		diags.AddAttributeError(path.Root("placement").AtName("pin_cpus"), "pin_cpus needs numa_local",
+			"The vCPUs are pinned one to one on the NUMA node that holds the VM (its GPUs, vCPUs and memory), "+
+				"so pin_cpus = true needs numa_local = true in the same placement block.")
 	}
 }
 
@@ -464,7 +496,7 @@ func (r *vmResource) planPlacement(ctx context.Context, plan, state *vmModel, re
 	if state != nil && state.PlacedGPUs.IsNull() {
 		// A VM that named its host (or was imported) and now asks: it is
 		// placed anew, as a new VM.
-		plan.Host, plan.PlacedGPUs = types.StringUnknown(), types.ListUnknown(types.StringType)
+		plan.Host, plan.PlacedGPUs, plan.PinnedCPUs = types.StringUnknown(), types.ListUnknown(types.StringType), types.ListUnknown(types.Int64Type)
 		plan.ID, plan.UUID = types.StringUnknown(), types.StringUnknown()
 		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("placement"))
 	}
@@ -497,11 +529,42 @@ func (r *vmResource) planPlacement(ctx context.Context, plan, state *vmModel, re
 	if v == nil || v.Keep {
 		return
 	}
-	plan.Host, plan.PlacedGPUs = types.StringUnknown(), types.ListUnknown(types.StringType)
+	plan.Host, plan.PlacedGPUs, plan.PinnedCPUs = types.StringUnknown(), types.ListUnknown(types.StringType), types.ListUnknown(types.Int64Type)
 	plan.ID, plan.UUID = types.StringUnknown(), types.StringUnknown()
 	resp.RequiresReplace = append(resp.RequiresReplace, path.Root("placement"))
 	resp.Diagnostics.AddAttributeWarning(path.Root("placement"), "VM "+plan.Name.ValueString()+" is placed anew",
 		fmt.Sprintf("The plan replaces the VM: on %s, %s. Placement is otherwise kept as it was made.", hostPhrase(state.Host.ValueString()), v))
+}
+
+// placedNodes are the NUMA nodes a placed NUMA-local VM without GPUs is
+// bound to, as its state records them: an update keeps the node the
+// placement chose (a VM with GPUs follows its GPUs' nodes instead).
+func (m *vmModel) placedNodes(ctx context.Context, diags *diag.Diagnostics) []int {
+	p := m.placementOf(ctx, diags)
+	if p == nil || !p.NUMALocal.ValueBool() || len(placedAddresses(m.PlacedGPUs)) > 0 || m.NUMANodes.IsNull() || m.NUMANodes.IsUnknown() {
+		return nil
+	}
+	var ids []int64
+	diags.Append(m.NUMANodes.ElementsAs(ctx, &ids, false)...)
+	out := make([]int, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, int(id))
+	}
+	return out
+}
+
+// pinnedCPUs reads pinned_cpus; nil when unknown, null or empty.
+func (m *vmModel) pinnedCPUs(ctx context.Context, diags *diag.Diagnostics) []int {
+	if m.PinnedCPUs.IsNull() || m.PinnedCPUs.IsUnknown() {
+		return nil
+	}
+	var ids []int64
+	diags.Append(m.PinnedCPUs.ElementsAs(ctx, &ids, false)...)
+	var out []int
+	for _, id := range ids {
+		out = append(out, int(id))
+	}
+	return out
 }
 
 // judgePlacement says whether a placed VM stays where it is under the
@@ -514,8 +577,17 @@ func judgePlacement(ctx context.Context, state, plan *vmModel, req *placement.Re
 		state.Hugepages.Equal(plan.Hugepages) {
 		return nil
 	}
+	// Pins are made for a vCPU count and only at create: a change of
+	// either is a new placement.
+	pins := state.pinnedCPUs(ctx, diags)
+	switch {
+	case req.PinCPUs != (len(pins) > 0):
+		return &placement.Verdict{Reasons: []string{fmt.Sprintf("pin_cpus changes to %t", req.PinCPUs)}}
+	case req.PinCPUs && len(pins) != req.VCPUs:
+		return &placement.Verdict{Reasons: []string{fmt.Sprintf("its %d vCPUs are pinned one to one and vcpu changes to %d", len(pins), req.VCPUs)}}
+	}
 	cur := &placement.Placement{Host: state.Host.ValueString(), NUMANode: -1, GPUs: placedAddresses(state.PlacedGPUs),
-		MemoryMiB: map[int]int64{}}
+		MemoryMiB: map[int]int64{}, CPUs: pins}
 	var nodes []int64
 	if !state.NUMANodes.IsNull() && !state.NUMANodes.IsUnknown() {
 		diags.Append(state.NUMANodes.ElementsAs(ctx, &nodes, false)...)

@@ -121,8 +121,9 @@ func requireNoLocalStandIn(t *testing.T) {
 }
 
 // A VM asking for a GPU lands on l1 with the stand-in, claimed and bound;
-// a CPU-only VM lands on either host; the plan after is empty; destroy
-// gives the stand-in back and releases its claim.
+// a CPU-only VM lands on either host; the plan after is empty, and stays
+// empty for both when a third host joins the fleet and another VM takes
+// capacity there; destroy gives the stand-in back and releases its claim.
 func TestAccGPUPlacement_landsWhereTheGPUIs(t *testing.T) {
 	h := nestedhost.Require(t)
 	requireNoLocalStandIn(t)
@@ -140,12 +141,36 @@ func TestAccGPUPlacement_landsWhereTheGPUIs(t *testing.T) {
 		}
 	})
 	removeNestedDomainAfter(t, h, "kohaku-acc-place-cpu")
-	cfg := placementFleet(h) + placedVMConfig("gpu", "kohaku-acc-place-gpu", 1, "") + placedVMConfig("cpu", "kohaku-acc-place-cpu", 0, "")
+	h2 := nestedhost.RequireNoIOMMU(t)
+	removeNestedDomainAfter(t, h2, "kohaku-acc-place-late")
+	removeNestedDomainAfter(t, h, "kohaku-acc-place-numa")
+	numa := func(mib int) string {
+		return strings.Replace(strings.Replace(placedVMConfig("numa", "kohaku-acc-place-numa", 0, `["l1"]`),
+			"placement {\n", "placement {\n    numa_local = true\n", 1), "memory_mib = 128", fmt.Sprintf("memory_mib = %d", mib), 1)
+	}
+	vms := placedVMConfig("gpu", "kohaku-acc-place-gpu", 1, "") + placedVMConfig("cpu", "kohaku-acc-place-cpu", 0, "") + numa(128)
+	cfg := placementFleet(h) + vms
+	grown := placementFleet3(h, h2) + vms + placedVMConfig("late", "kohaku-acc-place-late", 0, `["l2"]`)
+	// The NUMA-local VM without GPUs is bound to the one node placement
+	// chose for it (l1 has two), as its numa_nodes says.
+	numaBound := func(s *terraform.State) error {
+		a := s.RootModule().Resources["kohaku_vm.numa"].Primary.Attributes
+		if a["numa_nodes.#"] != "1" {
+			return fmt.Errorf("numa_nodes = %q nodes, want 1", a["numa_nodes.#"])
+		}
+		out := nestedhost.Virsh(t, h, "dumpxml", "kohaku-acc-place-numa")
+		if want := fmt.Sprintf("<memory mode='strict' nodeset='%s'/>", a["numa_nodes.0"]); !strings.Contains(out, want) {
+			return fmt.Errorf("the domain is not bound to node %s (%s):\n%s", a["numa_nodes.0"], want, out)
+		}
+		return nil
+	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: protoV6Providers,
 		CheckDestroy: resource.ComposeTestCheckFunc(
 			nestedDomainGone(h, "kohaku-acc-place-gpu"),
 			nestedDomainGone(h, "kohaku-acc-place-cpu"),
+			nestedDomainGone(h2, "kohaku-acc-place-late"),
+			nestedDomainGone(h, "kohaku-acc-place-numa"),
 			standInGiven(t, h),
 		),
 		Steps: []resource.TestStep{
@@ -160,6 +185,7 @@ func TestAccGPUPlacement_landsWhereTheGPUIs(t *testing.T) {
 					statecheck.ExpectKnownValue("kohaku_vm.cpu", tfjsonpath.New("placed_gpus"), knownvalue.ListExact([]knownvalue.Check{})),
 				},
 				Check: resource.ComposeTestCheckFunc(
+					numaBound,
 					expectDrivers(h, map[string]string{h.GPU: vfio.DriverVFIO, h.GPUAudio: vfio.DriverVFIO}),
 					func(s *terraform.State) error {
 						recs, err := l1Claims(t, h)
@@ -188,8 +214,47 @@ func TestAccGPUPlacement_landsWhereTheGPUIs(t *testing.T) {
 					PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
 			},
+			{
+				// sticky while the fleet changes: a third host (the second
+				// nested host, l2) joins the provider and another VM takes
+				// capacity there; the two placed VMs are not touched.
+				Config: grown,
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction("kohaku_vm.gpu", plancheck.ResourceActionNoop),
+						plancheck.ExpectResourceAction("kohaku_vm.cpu", plancheck.ResourceActionNoop),
+						plancheck.ExpectResourceAction("kohaku_vm.late", plancheck.ResourceActionCreate),
+					},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("kohaku_vm.gpu", tfjsonpath.New("host"), knownvalue.StringExact("l1")),
+					statecheck.ExpectKnownValue("kohaku_vm.gpu", tfjsonpath.New("placed_gpus"), knownvalue.ListExact([]knownvalue.Check{knownvalue.StringExact(h.GPU)})),
+					statecheck.ExpectKnownValue("kohaku_vm.late", tfjsonpath.New("host"), knownvalue.StringExact("l2")),
+				},
+			},
+			{
+				Config: grown,
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+			},
+			{
+				// An update that redefines the NUMA-local VM keeps it on
+				// its node.
+				Config: strings.Replace(grown, numa(128), numa(160), 1),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("kohaku_vm.numa", plancheck.ResourceActionUpdate),
+				}},
+				Check: numaBound,
+			},
 		},
 	})
+}
+
+// placementFleet3 is placementFleet with a third host, l2 (the second
+// nested host).
+func placementFleet3(h, h2 *nestedhost.Host) string {
+	return fmt.Sprintf("provider \"kohaku\" {\n  uri   = %q\n  hosts = {\n    l1 = { uri = %q }\n    l2 = { uri = %q }\n  }\n}\n", accURI(), h.URI, h2.URI)
 }
 
 // A request no host can satisfy fails at plan (more GPUs than any host

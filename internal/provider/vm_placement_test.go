@@ -235,7 +235,7 @@ func placementObject(count int64, numaLocal bool) types.Object {
 		"vendor_id": types.StringNull(), "device_id": types.StringNull(), "min_memory_gib": types.Int64Null(),
 	})
 	return types.ObjectValueMust(vmPlacementAttrTypes, map[string]attr.Value{
-		"gpu": gpu, "numa_local": types.BoolValue(numaLocal),
+		"gpu": gpu, "numa_local": types.BoolValue(numaLocal), "pin_cpus": types.BoolNull(),
 		"hosts": types.ListNull(types.StringType), "policy": types.StringNull(),
 	})
 }
@@ -307,6 +307,39 @@ func TestJudgePlacement(t *testing.T) {
 				t.Errorf("verdict %v, want keep %v saying %q", v, tc.keep, tc.why)
 			}
 		})
+	}
+	// Pins are made for a vCPU count, at create: a vCPU change of a pinned
+	// VM, and pin_cpus turned on or off, place it anew without a read.
+	pinnedVM := func(vcpu int64, pin bool, pins ...int64) *vmModel {
+		m := placedVM(2, true, 4096, "0000:18:00.0", "0000:2a:00.0")
+		m.VCPU = types.Int64Value(vcpu)
+		attrs := m.Placement.Attributes()
+		attrs["pin_cpus"] = types.BoolValue(pin)
+		m.Placement = types.ObjectValueMust(vmPlacementAttrTypes, attrs)
+		vals := []attr.Value{}
+		for _, c := range pins {
+			vals = append(vals, types.Int64Value(c))
+		}
+		m.PinnedCPUs = types.ListValueMust(types.Int64Type, vals)
+		return m
+	}
+	for name, tc := range map[string]struct {
+		state, plan *vmModel
+		why         string
+	}{
+		"vcpu of a pinned VM": {pinnedVM(4, true, 0, 1, 2, 3), pinnedVM(6, true), "its 4 vCPUs are pinned one to one and vcpu changes to 6"},
+		"pin_cpus turned on":  {pinnedVM(4, false), pinnedVM(4, true), "pin_cpus changes to true"},
+		"pin_cpus turned off": {pinnedVM(4, true, 0, 1, 2, 3), pinnedVM(4, false), "pin_cpus changes to false"},
+	} {
+		req, _ := tc.plan.placementRequest(ctx, &diag.Diagnostics{})
+		var diags diag.Diagnostics
+		v := judgePlacement(ctx, tc.state, tc.plan, req, func(string) *placement.Host {
+			t.Errorf("%s: read the host", name)
+			return gpu1Now()
+		}, &diags)
+		if diags.HasError() || v == nil || v.Keep || !strings.Contains(v.String(), tc.why) {
+			t.Errorf("%s: verdict %v (%v), want a new placement saying %q", name, v, diags, tc.why)
+		}
 	}
 	// A host that cannot be read moves nothing for what cannot be seen.
 	v := judgePlacement(ctx, state, placedVM(2, false, 1<<20), func() *placement.Request {

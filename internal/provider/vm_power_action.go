@@ -23,7 +23,7 @@ var (
 // vmPowerAction starts, shuts down, reboots or resets a VM (Terraform 1.14
 // and later), through vmlife.RunPower.
 type vmPowerAction struct {
-	data *providerData
+	configuredAction
 }
 
 func newVMPowerAction() action.Action { return &vmPowerAction{} }
@@ -115,25 +115,13 @@ func (a *vmPowerAction) ValidateConfig(ctx context.Context, req action.ValidateC
 	}
 }
 
-func (a *vmPowerAction) Configure(_ context.Context, req action.ConfigureRequest, resp *action.ConfigureResponse) {
-	a.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
-}
-
 func (a *vmPowerAction) Invoke(ctx context.Context, req action.InvokeRequest, resp *action.InvokeResponse) {
 	var m vmPowerModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	c := a.data.client(m.Host.ValueString(), &resp.Diagnostics)
+	c := a.data.modelClient(ctx, req.Config, &m, &m.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}
-	timeout := defaultPowerTimeout
-	if !m.Timeout.IsNull() {
-		timeout, _ = time.ParseDuration(m.Timeout.ValueString()) // validated
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, validatedDuration(m.Timeout, defaultPowerTimeout))
 	defer cancel()
 	op := vmlife.PowerOp(m.Operation.ValueString())
 	res, err := vmlife.RunPower(ctx, c, vmlife.PowerRequest{

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts/libvirthost"
 )
 
 // applyRecorder keeps, for each ApplyResourceChange the provider served,
@@ -52,7 +53,7 @@ func (s recordingServer) ApplyResourceChange(ctx context.Context, req *tfprotov6
 func (r *applyRecorder) providers() map[string]func() (tfprotov6.ProviderServer, error) {
 	return map[string]func() (tfprotov6.ProviderServer, error){
 		"kohaku": func() (tfprotov6.ProviderServer, error) {
-			s, err := providerserver.NewProtocol6WithError(New("test")())()
+			s, err := providerserver.NewProtocol6WithError(New("test", libvirthost.Connect)())()
 			return recordingServer{ProviderServer: s, rec: r}, err
 		},
 	}

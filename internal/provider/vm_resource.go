@@ -53,15 +53,11 @@ var objectAsOptions = basetypes.ObjectAsOptions{}
 func newVMResource() resource.Resource { return &vmResource{} }
 
 type vmResource struct {
-	data *providerData
+	configuredResource
 }
 
 func (r *vmResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_vm"
-}
-
-func (r *vmResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	r.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
 
 // planDomainDefaults fills what the configuration leaves unset: the value
@@ -245,6 +241,9 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	}
 	if acq != nil {
 		in.Spec.UUID = acq.Holder.UUID
+		if len(acq.Placement.CPUs) > 0 {
+			in.Spec.CPUPins, in.Spec.EmulatorCPUs = acq.Placement.CPUs, domain.FormatCPUSet(acq.Placement.EmulatorCPUs)
+		}
 	}
 	// Checked at plan time when the image's id was known then.
 	if d := plan.disk(ctx, &resp.Diagnostics); d != nil && !d.Image.IsNull() {
@@ -255,7 +254,11 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	}
 	gpus := plan.gpuEntries()
 	waits := plan.Running.ValueBool() && plan.WaitFor.ValueString() != string(ready.ModeNone)
-	res, err := vmlife.Resolve(ctx, c, vmlife.Want{Spec: in.Spec, GPUs: gpus, DiskMode: in.DiskMode, InspectSeed: waits, NUMAPlacement: plan.placement()}, nil, true)
+	var nodes []int
+	if acq != nil && len(acq.Placement.GPUs) == 0 && acq.Placement.NUMANode >= 0 {
+		nodes = []int{acq.Placement.NUMANode} // numa_local without GPUs: the node placement chose
+	}
+	res, err := vmlife.Resolve(ctx, c, vmlife.Want{Spec: in.Spec, GPUs: gpus, DiskMode: in.DiskMode, InspectSeed: waits, NUMAPlacement: plan.placement(), Nodes: nodes}, nil, true)
 	addGPUWarnings(&resp.Diagnostics, summary, res.Warnings)
 	if err != nil {
 		addStepError(&resp.Diagnostics, summary, err, "Nothing was created.")
@@ -272,6 +275,9 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	defer wait.close()
 	p := vmlife.Plan{Spec: res.Spec, NewDisks: in.NewDisks, Autostart: plan.Autostart.ValueBool(), Running: plan.Running.ValueBool(),
 		KeepOnReadyFailure: plan.OnReadyFailure.ValueString() != deleteOnFailure, Timeout: timeout}
+	if acq != nil {
+		p.BeforeDefine = acq.Confirm
+	}
 	if disk := plan.disk(ctx, &resp.Diagnostics); in.DiskMode == "base_volume" && disk != nil {
 		p.Base = disk.base()
 		p.SizeBytes = disk.SizeGiB.ValueInt64() << 30
@@ -409,6 +415,9 @@ func (m *vmModel) fillUnknowns(defined *hosts.DomainRef, overlay *domain.VolumeR
 	if m.NUMANodes.IsUnknown() {
 		m.NUMANodes = types.ListNull(types.Int64Type)
 	}
+	if m.PinnedCPUs.IsUnknown() {
+		m.PinnedCPUs = types.ListNull(types.Int64Type)
+	}
 	if !m.NetworkInterfaces.IsNull() && !m.NetworkInterfaces.IsUnknown() {
 		var elems []attr.Value
 		for _, e := range m.NetworkInterfaces.Elements() {
@@ -425,11 +434,7 @@ func (m *vmModel) fillUnknowns(defined *hosts.DomainRef, overlay *domain.VolumeR
 
 func (r *vmResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state vmModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	c := r.data.client(state.Host.ValueString(), &resp.Diagnostics)
+	c := r.data.modelClient(ctx, req.State, &state, &state.Host, &resp.Diagnostics)
 	if c == nil {
 		return
 	}
@@ -560,9 +565,12 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 	summary := "Updating VM " + state.Name.ValueString()
 	gpus := plan.gpuEntries()
 	grace, _ := time.ParseDuration(plan.ShutdownTimeout.ValueString())
+	// A placement's NUMA node and vCPU pins were chosen at create: kept.
+	keep := vmlife.Want{Spec: want.Spec, GPUs: gpus, NUMAPlacement: plan.placement(),
+		Nodes: state.placedNodes(ctx, &resp.Diagnostics), KeepPins: len(state.pinnedCPUs(ctx, &resp.Diagnostics)) > 0}
 	view, err := vmlife.Update(ctx, c, vmlife.Change{
 		Ref:     hosts.DomainRef{UUID: state.UUID.ValueString(), Name: state.Name.ValueString()},
-		Want:    vmlife.Want{Spec: want.Spec, GPUs: gpus, NUMAPlacement: plan.placement()},
+		Want:    keep,
 		Prior:   prior.Spec,
 		Overlay: volumeRef(state.OverlayVolume), Recorded: gpuGroupsFromPrivate(recorded),
 		DiskBytes: plannedDiskBytes(ctx, &plan, &resp.Diagnostics), NewDisks: want.NewDisks,
@@ -624,8 +632,8 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 		grace, _ = time.ParseDuration(vmDefaultShutdownTimeout)
 	}
 	done, err := vmlife.Delete(ctx, c, vmlife.Doomed{Ref: ref, Overlay: volumeRef(state.OverlayVolume),
-		Protected: protectedVolumes(ctx, &state, &resp.Diagnostics),
-		Mode:      vmlife.DestroyMode(state.DestroyShutdown.ValueString()), ShutdownTimeout: grace})
+		Protected: protectedVolumes(ctx, &state, &resp.Diagnostics), Seed: seedVolume(&state),
+		Mode: vmlife.DestroyMode(state.DestroyShutdown.ValueString()), ShutdownTimeout: grace})
 	if done.Why != "" {
 		tflog.Info(ctx, "stopping the guest for destroy", map[string]any{"name": ref.Name, "grace": done.Grace.String(), "why": done.Why})
 	}
@@ -662,7 +670,8 @@ func volumeRef(v types.String) *domain.VolumeRef {
 }
 
 // protectedVolumes are the volumes destroy must never delete whatever the
-// metadata says: the base image and the seed.
+// metadata says: the base image and an existing boot volume (the seed's
+// rule is seedVolume's).
 func protectedVolumes(ctx context.Context, m *vmModel, diags *diag.Diagnostics) []domain.VolumeRef {
 	var out []domain.VolumeRef
 	if d := m.disk(ctx, diags); d != nil {
@@ -673,10 +682,16 @@ func protectedVolumes(ctx context.Context, m *vmModel, diags *diag.Diagnostics) 
 			out = append(out, domain.VolumeRef{Pool: d.Pool.ValueString(), Volume: d.Volume.ValueString()})
 		}
 	}
-	if pool, vol, ok := parseVolumeID(m.SeedID.ValueString()); ok {
-		out = append(out, domain.VolumeRef{Pool: pool, Volume: vol})
-	}
 	return out
+}
+
+// seedVolume is the volume of the VM's kohaku_seed, which its destroy
+// never deletes (vmlife.Doomed.Seed says when it does).
+func seedVolume(m *vmModel) *domain.VolumeRef {
+	if pool, vol, ok := parseVolumeID(m.SeedID.ValueString()); ok {
+		return &domain.VolumeRef{Pool: pool, Volume: vol}
+	}
+	return nil
 }
 
 // ImportState accepts a domain name or UUID, optionally after a host key:

@@ -107,8 +107,9 @@ func vmMachineAttributes(replace, keep, keepOrReplace []planmodifier.String) map
 				"image), the data disks this resource made and its seed are copied to the new host through the " +
 				"libvirt connections and verified by SHA-256 (the seed only when the new host lacks it; that " +
 				"copy is then the VM's, deleted with it), the domain is defined there from its own XML " +
-				"(everything Kohaku does not model comes along), started if it runs, and only then removed " +
-				"from the old host. Pools keep their names: the new host needs pools of the same names. An " +
+				"(everything Kohaku does not model comes along), removed from the old host, then started if it " +
+				"ran and waited for as after a reboot (a heartbeat on the report channel, or cloud-init's " +
+				"result through the guest agent, as `wait_for` says; see the fleets guide). Pools keep their names: the new host needs pools of the same names. An " +
 				"interrupted move leaves the VM whole on one host, and the next apply finishes it. The plan " +
 				"refuses a move of a VM with disks Kohaku did not make (an existing `disk.volume` or data disk " +
 				"`volume`) or with `gpus`, `hostdevs`, `mdevs` or placed GPUs, and when the old host cannot be " +

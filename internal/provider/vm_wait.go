@@ -84,7 +84,10 @@ func waitSchema() map[string]schema.Attribute {
 				"does not wait. A report of cloud-init errors fails the create, naming each failing module; a " +
 				"degraded boot is a warning, and so is a guest that lacks something its seed declared (see " +
 				"`on_config_mismatch`). " +
-				"Only create waits: a change is stored without touching the VM.",
+				"Create waits, and so does a move to another host (`host_change`), as after a reboot: " +
+				"`channel` for a heartbeat (the seed's `heartbeat_interval`, not `0`), `guest_agent` as " +
+				"at create; `phone_home` and `none` do not wait there. A change of `wait_for` itself is " +
+				"stored without touching the VM.",
 			Validators: []validator.String{stringvalidator.OneOf(waitAuto, string(ready.ModeChannel), string(ready.ModePhoneHome), string(ready.ModeGuestAgent), string(ready.ModeNone))},
 		},
 		"on_ready_failure": schema.StringAttribute{

@@ -30,10 +30,7 @@ func volumeListSchema(what string) schema.Schema {
 	return schema.Schema{
 		Description: what,
 		Attributes: map[string]schema.Attribute{
-			"host": schema.StringAttribute{
-				Optional:    true,
-				Description: "The key of the provider's `hosts` map to list. Default: the provider's own host.",
-			},
+			"host": listHostAttribute,
 			"pool": schema.StringAttribute{
 				Optional:    true,
 				Description: "Only volumes of this storage pool. Default: every active pool of the host.",
@@ -55,19 +52,15 @@ type volumeResult func(ctx context.Context, c hosts.Host, v hosts.VolumeHead, r 
 // has as a writable disk are left out: they are that VM's.
 func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, stream *list.ListResultsStream, kind volkind.Kind, skipDisks bool, fill volumeResult) {
 	var cfg volumeListModel
-	var diags diag.Diagnostics
-	diags.Append(req.Config.Get(ctx, &cfg)...)
-	c := data.client(cfg.Host.ValueString(), &diags)
-	if diags.HasError() {
-		stream.Results = list.ListResultsStreamDiagnostics(diags)
+	c, diags := listConfig(ctx, data, req, stream, &cfg, &cfg.Host)
+	if c == nil {
 		return
 	}
 	pools := []string{cfg.Pool.ValueString()}
 	if cfg.Pool.ValueString() == "" {
 		var err error
 		if pools, err = c.ActivePoolNames(ctx); err != nil {
-			addError(&diags, "Listing the storage pools of "+c.Endpoint().Redacted(), err)
-			stream.Results = list.ListResultsStreamDiagnostics(diags)
+			listFailed(stream, diags, "Listing the storage pools of "+c.Endpoint().Redacted(), err)
 			return
 		}
 	}
@@ -75,8 +68,7 @@ func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, 
 	if skipDisks {
 		uses, err := c.WritableDisks(ctx)
 		if err != nil {
-			addError(&diags, "Listing the disks of the domains of "+c.Endpoint().Redacted(), err)
-			stream.Results = list.ListResultsStreamDiagnostics(diags)
+			listFailed(stream, diags, "Listing the disks of the domains of "+c.Endpoint().Redacted(), err)
 			return
 		}
 		for _, u := range uses {
@@ -84,10 +76,7 @@ func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, 
 			disks["volume "+u.Pool+"/"+u.Volume] = u.Volume != ""
 		}
 	}
-	host := types.StringNull()
-	if cfg.Host.ValueString() != "" {
-		host = cfg.Host
-	}
+	host := listedHost(cfg.Host)
 	stream.Results = func(push func(list.ListResult) bool) {
 		sent := int64(0)
 		for _, pool := range pools {

@@ -207,6 +207,55 @@ func renderCloudConfig(pl *plan) ([]byte, error) {
 		m.set("locale", ystr(s.Locale))
 	}
 
+	files := writeFiles(pl)
+	if len(files.Content) > 0 {
+		m.set("write_files", files)
+	}
+
+	if pk := packageList(s); len(pk.Content) > 0 {
+		m.set("packages", pk)
+	}
+	if s.PackageUpdate {
+		m.set("package_update", ybool(true))
+	}
+	if s.PackageUpgrade {
+		m.set("package_upgrade", ybool(true))
+	}
+
+	boot := append(mountCommands(s.Mounts), resolvConfCommands(pl.nics)...)
+	if len(boot) > 0 {
+		m.set("bootcmd", ystrs(boot))
+	}
+
+	if run := runCommands(s); len(run) > 0 {
+		m.set("runcmd", ystrs(run))
+	}
+
+	if ph := s.PhoneHome; ph != nil && !ph.Reporter {
+		tries := ph.Tries
+		if tries == 0 {
+			tries = DefaultPhoneHomeTries
+		}
+		m.set("phone_home", newMap().
+			set("url", ystr(ph.URL)).
+			set("post", ystrs(PhoneHomePost)).
+			set("tries", yint(tries)).node())
+	}
+
+	if m.empty() {
+		return nil, nil
+	}
+	body, err := encodeYAML(m.node())
+	if err != nil {
+		return nil, fmt.Errorf("encoding cloud-config: %w", err)
+	}
+	return append([]byte("#cloud-config\n"), body...), nil
+}
+
+// writeFiles is the write_files list: the Spec's files, then the
+// reporter's and the sshd drop-in that lets root log in with a key.
+func writeFiles(pl *plan) *yaml.Node {
+	s := pl.spec
 	files := yseq()
 	loginUser := ""
 	if s.User != nil {
@@ -258,25 +307,12 @@ func renderCloudConfig(pl *plan) ([]byte, error) {
 			set("content", ystr("# Written by kohaku: root may log in with a key, never a password.\nPermitRootLogin prohibit-password\n")).
 			set("permissions", ystr("0644")).node())
 	}
-	if len(files.Content) > 0 {
-		m.set("write_files", files)
-	}
+	return files
+}
 
-	if pk := packageList(s); len(pk.Content) > 0 {
-		m.set("packages", pk)
-	}
-	if s.PackageUpdate {
-		m.set("package_update", ybool(true))
-	}
-	if s.PackageUpgrade {
-		m.set("package_upgrade", ybool(true))
-	}
-
-	boot := append(mountCommands(s.Mounts), resolvConfCommands(pl.nics)...)
-	if len(boot) > 0 {
-		m.set("bootcmd", ystrs(boot))
-	}
-
+// runCommands is the runcmd list: the guest agent, sshd's reload for root,
+// the NVIDIA driver, then the reporter.
+func runCommands(s *Spec) []string {
 	var run []string
 	if s.QEMUGuestAgent {
 		run = append(run, QEMUGuestAgentCommands...)
@@ -290,29 +326,7 @@ func renderCloudConfig(pl *plan) ([]byte, error) {
 	if s.reporter() != nil {
 		run = append(run, ReporterCommands...)
 	}
-	if len(run) > 0 {
-		m.set("runcmd", ystrs(run))
-	}
-
-	if ph := s.PhoneHome; ph != nil && !ph.Reporter {
-		tries := ph.Tries
-		if tries == 0 {
-			tries = DefaultPhoneHomeTries
-		}
-		m.set("phone_home", newMap().
-			set("url", ystr(ph.URL)).
-			set("post", ystrs(PhoneHomePost)).
-			set("tries", yint(tries)).node())
-	}
-
-	if m.empty() {
-		return nil, nil
-	}
-	body, err := encodeYAML(m.node())
-	if err != nil {
-		return nil, fmt.Errorf("encoding cloud-config: %w", err)
-	}
-	return append([]byte("#cloud-config\n"), body...), nil
+	return run
 }
 
 // accountNode is one cloud-init users entry; defaultSudo applies when the

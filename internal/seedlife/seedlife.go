@@ -7,18 +7,16 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // Host is what a seed's life needs from a libvirt host. *virt.Client is one.
 type Host interface {
-	UploadVolume(ctx context.Context, pool, name string, data []byte) (*virt.Volume, error)
-	ReadVolumeAt(ctx context.Context, pool, name string, offset, limit int64) (*virt.Volume, []byte, error)
-	DeleteVolume(ctx context.Context, pool, name string) error
+	UploadVolume(ctx context.Context, pool, name string, data []byte) (*hostapi.VolumeDetail, error)
+	ReadVolumeAt(ctx context.Context, pool, name string, offset, limit int64) (*hostapi.VolumeDetail, []byte, error)
+	RemoveVolume(ctx context.Context, pool, name string) error
 }
-
-var _ Host = (*virt.Client)(nil)
 
 // ErrGone is a seed whose volume is no longer on the host.
 var ErrGone = errors.New("seed volume is gone")
@@ -41,7 +39,7 @@ func Store(ctx context.Context, h Host, pool, name string, iso []byte) (*Stored,
 
 // Delete deletes the seed's volume.
 func Delete(ctx context.Context, h Host, pool, name string) error {
-	return h.DeleteVolume(ctx, pool, name)
+	return h.RemoveVolume(ctx, pool, name)
 }
 
 // Read is a seed as read back from its volume.
@@ -68,7 +66,7 @@ func ReadBack(ctx context.Context, h Host, pool, name string, whole bool) (*Read
 		skip = seed.SystemAreaBytes
 	}
 	vol, iso, err := h.ReadVolumeAt(ctx, pool, name, skip, seed.MaxVolumeBytes)
-	if errors.Is(err, virt.ErrNotFound) {
+	if errors.Is(err, hostapi.ErrNotFound) {
 		return nil, fmt.Errorf("%s/%s: %w", pool, name, ErrGone)
 	}
 	if err != nil {

@@ -17,7 +17,7 @@ type fakeHost struct {
 	fail  error
 }
 
-func (h *fakeHost) UploadVolume(_ context.Context, pool, name string, data []byte) (*virt.Volume, error) {
+func (h *fakeHost) UploadVolume(_ context.Context, pool, name string, data []byte) (*virt.VolumeDetail, error) {
 	if h.fail != nil {
 		return nil, h.fail
 	}
@@ -29,12 +29,12 @@ func (h *fakeHost) UploadVolume(_ context.Context, pool, name string, data []byt
 	return h.volume(pool, name), nil
 }
 
-func (h *fakeHost) volume(pool, name string) *virt.Volume {
-	return &virt.Volume{Pool: pool, Name: name, Key: "/pools/" + pool + "/" + name, Path: "/pools/" + pool + "/" + name,
+func (h *fakeHost) volume(pool, name string) *virt.VolumeDetail {
+	return &virt.VolumeDetail{Pool: pool, Name: name, Key: "/pools/" + pool + "/" + name, Path: "/pools/" + pool + "/" + name,
 		CapacityBytes: int64(len(h.vols[pool+"/"+name]))}
 }
 
-func (h *fakeHost) ReadVolumeAt(_ context.Context, pool, name string, offset, limit int64) (*virt.Volume, []byte, error) {
+func (h *fakeHost) ReadVolumeAt(_ context.Context, pool, name string, offset, limit int64) (*virt.VolumeDetail, []byte, error) {
 	data, ok := h.vols[pool+"/"+name]
 	if !ok {
 		return nil, nil, fmt.Errorf("volume %s/%s %w", pool, name, virt.ErrNotFound)
@@ -50,7 +50,7 @@ func (h *fakeHost) ReadVolumeAt(_ context.Context, pool, name string, offset, li
 	return h.volume(pool, name), data, nil
 }
 
-func (h *fakeHost) DeleteVolume(_ context.Context, pool, name string) error {
+func (h *fakeHost) RemoveVolume(_ context.Context, pool, name string) error {
 	if _, ok := h.vols[pool+"/"+name]; !ok {
 		return fmt.Errorf("volume %s/%s %w", pool, name, virt.ErrNotFound)
 	}

@@ -9,30 +9,28 @@ import (
 	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
 // Host is what snapshots and reverts need from a libvirt host.
-// *virt.Client is one.
+// internal/hosts/libvirthost checks that *virt.Client is one.
 type Host interface {
 	vmlife.PowerHost
-	ReadDomain(ctx context.Context, ref virt.DomainRef) (*virt.DomainStatus, error)
-	VolumeInfo(ctx context.Context, pool, name string) (*virt.VolumeDetail, error)
+	ReadDomain(ctx context.Context, ref hostapi.DomainRef) (*hostapi.DomainStatus, error)
+	VolumeInfo(ctx context.Context, pool, name string) (*hostapi.VolumeDetail, error)
 	VolumeExists(ctx context.Context, pool, name string) (bool, error)
-	FlattenVolume(ctx context.Context, srcPool, srcName, pool, name string) (*virt.VolumeDetail, error)
-	HashVolume(ctx context.Context, pool, name string) (virt.ImageDigest, error)
-	DeleteVolume(ctx context.Context, pool, name string) error
+	FlattenVolume(ctx context.Context, srcPool, srcName, pool, name string) (*hostapi.VolumeDetail, error)
+	HashVolume(ctx context.Context, pool, name string) (hostapi.ImageDigest, error)
+	RemoveVolume(ctx context.Context, pool, name string) error
 	ListVolumeNames(ctx context.Context, pool string) ([]string, error)
 	// A running VM's disks are copied by libvirt's backup job, with the
 	// guest's file systems frozen through its agent as the job begins.
-	FreezeFilesystems(ctx context.Context, ref virt.DomainRef) (int, error)
-	ThawFilesystems(ctx context.Context, ref virt.DomainRef) error
-	BeginBackup(ctx context.Context, ref virt.DomainRef, targets []virt.BackupTarget) error
-	WaitBackup(ctx context.Context, ref virt.DomainRef, targets []virt.BackupTarget, progress func(done, total uint64)) ([]*virt.VolumeDetail, error)
+	FreezeFilesystems(ctx context.Context, ref hostapi.DomainRef) (int, error)
+	ThawFilesystems(ctx context.Context, ref hostapi.DomainRef) error
+	BeginBackup(ctx context.Context, ref hostapi.DomainRef, targets []hostapi.BackupTarget) error
+	WaitBackup(ctx context.Context, ref hostapi.DomainRef, targets []hostapi.BackupTarget, progress func(done, total uint64)) ([]*hostapi.VolumeDetail, error)
 }
-
-var _ Host = (*virt.Client)(nil)
 
 // ErrNotSnapshottable is wrapped by the errors of a VM with a disk Kohaku
 // cannot snapshot: one it did not make (an existing volume, a kept data
@@ -73,7 +71,7 @@ type Disk struct {
 
 // Target is a VM whose every disk Kohaku can snapshot.
 type Target struct {
-	VM    virt.DomainRef
+	VM    hostapi.DomainRef
 	State string
 	Disks []Disk
 	// Agent is whether the domain has a guest agent channel.

@@ -199,7 +199,7 @@ func (h *fakeHost) HashVolume(ctx context.Context, pool, name string) (virt.Imag
 	return virt.ImageDigest{SHA256: "sha-of-" + h.vols[pool+"/"+name], Bytes: 1}, nil
 }
 
-func (h *fakeHost) DeleteVolume(ctx context.Context, pool, name string) error {
+func (h *fakeHost) RemoveVolume(ctx context.Context, pool, name string) error {
 	if err := h.step(ctx, "delete "+name); err != nil {
 		return err
 	}

@@ -167,7 +167,7 @@ func Revert(ctx context.Context, h Host, req RevertRequest) (*RevertResult, erro
 	}
 	for i, d := range t.Disks {
 		say(req.Progress, fmt.Sprintf("deleting %s's old %s disk %s/%s", name, d.Disk, d.Pool, d.Volume))
-		err := h.DeleteVolume(cctx, d.Pool, d.Volume)
+		err := h.RemoveVolume(cctx, d.Pool, d.Volume)
 		if err == nil {
 			continue
 		}
@@ -195,7 +195,7 @@ func Revert(ctx context.Context, h Host, req RevertRequest) (*RevertResult, erro
 		}
 	}
 	for _, d := range t.Disks {
-		if err := h.DeleteVolume(cctx, d.Pool, StagingVolume(d.Volume)); err != nil {
+		if err := h.RemoveVolume(cctx, d.Pool, StagingVolume(d.Volume)); err != nil {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("The disks of %s are reverted, but deleting the staged copy "+
 				"%s/%s failed: %v. Delete it by hand (virsh vol-delete --pool %s %s); it holds a copy of the snapshot.",
 				name, d.Pool, StagingVolume(d.Volume), err, d.Pool, StagingVolume(d.Volume)))
@@ -237,7 +237,7 @@ func stage(ctx context.Context, h Host, t *Target, req RevertRequest) error {
 	var err error
 	for _, d := range t.Disks {
 		staging := StagingVolume(d.Volume)
-		if err = h.DeleteVolume(ctx, d.Pool, staging); err != nil {
+		if err = h.RemoveVolume(ctx, d.Pool, staging); err != nil {
 			break
 		}
 		say(req.Progress, fmt.Sprintf("copying the snapshot %s of %s's %s disk into %s", req.Name, t.VM.Name, d.Disk, staging))
@@ -258,7 +258,7 @@ func dropStaged(ctx context.Context, h Host, t *Target, err error) error {
 	defer cancel()
 	var errs []error
 	for _, d := range t.Disks {
-		if derr := h.DeleteVolume(cctx, d.Pool, StagingVolume(d.Volume)); derr != nil {
+		if derr := h.RemoveVolume(cctx, d.Pool, StagingVolume(d.Volume)); derr != nil {
 			errs = append(errs, derr)
 		}
 	}

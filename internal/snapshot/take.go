@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // How consistent a snapshot's copies are.
@@ -46,12 +46,12 @@ type Copy struct {
 	Snapshot      string
 	Path          string
 	CapacityBytes int64
-	Digest        virt.ImageDigest
+	Digest        hostapi.ImageDigest
 }
 
 // Snapshot is a snapshot as made.
 type Snapshot struct {
-	VM          virt.DomainRef
+	VM          hostapi.DomainRef
 	Name        string
 	Copies      []Copy
 	Consistency string
@@ -86,6 +86,19 @@ func Take(ctx context.Context, h Host, req TakeRequest) (*Snapshot, error) {
 	if err != nil {
 		return nil, &StepError{Step: "find the VM's disks", Err: err}
 	}
+	for _, d := range t.Disks {
+		name := SnapVolume(d.Volume, req.Name)
+		taken, err := h.VolumeExists(ctx, d.Pool, name)
+		if err != nil {
+			return nil, &StepError{Step: "check the copies' names are free", Err: err}
+		}
+		if taken {
+			return nil, &StepError{Step: "check the copies' names are free", Err: fmt.Errorf("the volume %s/%s exists "+
+				"already, and Kohaku never overwrites it: another snapshot named %q of this disk, or one left behind. "+
+				"Choose another name, or delete it (virsh vol-delete --pool %s %s) if it is stale", d.Pool, name,
+				req.Name, d.Pool, name)}
+		}
+	}
 	if t.Running() {
 		return takeRunning(ctx, h, t, req)
 	}
@@ -102,12 +115,6 @@ func Take(ctx context.Context, h Host, req TakeRequest) (*Snapshot, error) {
 		name := SnapVolume(d.Volume, req.Name)
 		say(req.Progress, fmt.Sprintf("copying %s's %s disk %s/%s into %s", t.VM.Name, d.Disk, d.Pool, d.Volume, name))
 		vol, err := h.FlattenVolume(ctx, d.Pool, d.Volume, d.Pool, name)
-		var exists *virt.VolumeExistsError
-		if errors.As(err, &exists) {
-			return fail("copy the "+d.Disk+" disk", fmt.Errorf("the volume %s/%s exists already, and Kohaku never overwrites "+
-				"it: another snapshot named %q of this disk, or one left behind. Choose another name, or delete it "+
-				"(virsh vol-delete --pool %s %s) if it is stale", d.Pool, name, req.Name, d.Pool, name))
-		}
 		if err != nil {
 			return fail("copy the "+d.Disk+" disk", err)
 		}
@@ -140,9 +147,9 @@ func Take(ctx context.Context, h Host, req TakeRequest) (*Snapshot, error) {
 // job and deletes the copies.
 func takeRunning(ctx context.Context, h Host, t *Target, req TakeRequest) (*Snapshot, error) {
 	out := &Snapshot{VM: t.VM, Name: req.Name, Consistency: ConsistencyCrash}
-	targets := make([]virt.BackupTarget, 0, len(t.Disks))
+	targets := make([]hostapi.BackupTarget, 0, len(t.Disks))
 	for _, d := range t.Disks {
-		targets = append(targets, virt.BackupTarget{SourcePool: d.Pool, SourceVolume: d.Volume, Pool: d.Pool, Name: SnapVolume(d.Volume, req.Name)})
+		targets = append(targets, hostapi.BackupTarget{SourcePool: d.Pool, SourceVolume: d.Volume, Pool: d.Pool, Name: SnapVolume(d.Volume, req.Name)})
 	}
 	frozen := false
 	switch {
@@ -183,13 +190,8 @@ func takeRunning(ctx context.Context, h Host, t *Target, req TakeRequest) (*Snap
 		}
 		out.Consistency = ConsistencyQuiesced
 	}
-	var exists *virt.VolumeExistsError
 	switch {
-	case errors.As(berr, &exists):
-		return nil, &StepError{Step: "begin the backup", Err: fmt.Errorf("the volume %s/%s exists already, and Kohaku "+
-			"never overwrites it: another snapshot named %q, or one left behind. Choose another name, or delete it "+
-			"if it is stale", exists.Pool, exists.Name, req.Name)}
-	case berr != nil && virt.Unsupported(berr):
+	case berr != nil && hostapi.Unsupported(berr):
 		return nil, &StepError{Step: "begin the backup", Err: fmt.Errorf("%w: the host's libvirt or QEMU cannot copy "+
 			"a running VM's disks (backup API); snapshot the VM shut off instead (running = false)", berr)}
 	case berr != nil:
@@ -222,7 +224,7 @@ func takeRunning(ctx context.Context, h Host, t *Target, req TakeRequest) (*Snap
 
 // abortBackup ends a backup job that began, and deletes its copies, after
 // err; WaitBackup does both when its context has ended.
-func abortBackup(ctx context.Context, h Host, t *Target, targets []virt.BackupTarget, err error) error {
+func abortBackup(ctx context.Context, h Host, t *Target, targets []hostapi.BackupTarget, err error) error {
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cancel()
 	if _, werr := h.WaitBackup(cctx, t.VM, targets, nil); werr != nil {
@@ -251,7 +253,7 @@ func Missing(ctx context.Context, h Host, copies []Copy) ([]Copy, error) {
 func Delete(ctx context.Context, h Host, copies []Copy) error {
 	var errs []error
 	for _, c := range copies {
-		if err := h.DeleteVolume(ctx, c.Pool, c.Snapshot); err != nil {
+		if err := h.RemoveVolume(ctx, c.Pool, c.Snapshot); err != nil {
 			errs = append(errs, fmt.Errorf("deleting %s/%s: %w", c.Pool, c.Snapshot, err))
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
 
@@ -133,7 +134,7 @@ func stateName(s libvirt.DomainState) string {
 // connected but slow, and the connection stays usable after (the late
 // answer is dropped).
 func (c *Client) GuestInterfaces(ctx context.Context, ref DomainRef) ([]guestaddr.Interface, error) {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return nil, err
 	}
@@ -163,4 +164,83 @@ func (c *Client) GuestInterfaces(ctx context.Context, ref DomainRef) ([]guestadd
 		return nil, err
 	}
 	return <-got, nil
+}
+
+// AgentExec runs path with args in a running guest through the QEMU guest
+// agent's guest-exec, and waits (up to wait) for it to exit. An agent that
+// does not answer gives an error wrapping ErrAgentUnavailable; an agent that
+// refuses guest-exec (some distributions block it) gives its own error.
+func (c *Client) AgentExec(ctx context.Context, domain, path string, args []string, wait time.Duration) (*AgentExecResult, error) {
+	op := fmt.Sprintf("run %s in domain %s through the guest agent", path, domain)
+	agent := func(cmd string, cargs any, reply any) error {
+		req := map[string]any{"execute": cmd}
+		if cargs != nil {
+			req["arguments"] = cargs
+		}
+		doc, err := json.Marshal(req)
+		if err != nil {
+			return err
+		}
+		return c.Call(ctx, op, func(l *libvirt.Libvirt) error {
+			dom, err := l.DomainLookupByName(domain)
+			if err != nil {
+				return err
+			}
+			res, err := l.QEMUDomainAgentCommand(dom, string(doc), agentTimeout, 0)
+			if err != nil {
+				var le libvirt.Error
+				if errors.As(err, &le) && (libvirt.ErrorNumber(le.Code) == libvirt.ErrAgentUnresponsive || libvirt.ErrorNumber(le.Code) == libvirt.ErrOperationInvalid) {
+					return fmt.Errorf("%w: %v", ErrAgentUnavailable, err)
+				}
+				return err
+			}
+			if len(res) == 0 {
+				return fmt.Errorf("guest agent gave no answer to %s", cmd)
+			}
+			var env struct {
+				Return json.RawMessage `json:"return"`
+			}
+			if err := json.Unmarshal([]byte(res[0]), &env); err != nil {
+				return fmt.Errorf("guest agent answer to %s: %w", cmd, err)
+			}
+			if reply == nil {
+				return nil
+			}
+			return json.Unmarshal(env.Return, reply)
+		})
+	}
+	if err := agent("guest-ping", nil, nil); err != nil {
+		return nil, err
+	}
+	var started struct {
+		PID int64 `json:"pid"`
+	}
+	if err := agent("guest-exec", map[string]any{"path": path, "arg": args, "capture-output": true}, &started); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		var st struct {
+			Exited   bool   `json:"exited"`
+			ExitCode int    `json:"exitcode"`
+			Out      string `json:"out-data"`
+			Err      string `json:"err-data"`
+		}
+		if err := agent("guest-exec-status", map[string]any{"pid": started.PID}, &st); err != nil {
+			return nil, err
+		}
+		if st.Exited {
+			o, _ := base64.StdEncoding.DecodeString(st.Out)
+			e, _ := base64.StdEncoding.DecodeString(st.Err)
+			return &AgentExecResult{ExitCode: st.ExitCode, Output: string(o) + string(e)}, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s: still running after %s", op, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s: %w", op, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

@@ -9,17 +9,14 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
 
 // BackupTarget is one disk of a running domain to copy, and the new qcow2
 // volume to copy it into.
-type BackupTarget struct {
-	// SourcePool and SourceVolume are the volume of the domain's disk to
-	// copy (a disk given by volume, or by its file's path).
-	SourcePool, SourceVolume string
-	// Pool and Name are the copy's.
-	Pool, Name string
-}
+type BackupTarget = hostapi.BackupTarget
 
 // FreezeFilesystems asks the guest agent to freeze the guest's file
 // systems (guest-fsfreeze-freeze) and returns how many it froze. Every
@@ -176,7 +173,7 @@ var BackupPoll = 500 * time.Millisecond
 // files deleted.
 func (c *Client) WaitBackup(ctx context.Context, ref DomainRef, targets []BackupTarget, progress func(done, total uint64)) ([]*VolumeDetail, error) {
 	fail := func(err error) ([]*VolumeDetail, error) {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), Unreachable+c.settings.CallTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostconn.Unreachable+c.settings.CallTimeout)
 		defer cancel()
 		_ = c.Call(cctx, "abort the backup of "+ref.Name, func(l *libvirt.Libvirt) error {
 			d, err := domainOf(l, ref)

@@ -12,6 +12,9 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
 
 // Defaults for Settings fields left zero.
@@ -19,33 +22,6 @@ const (
 	DefaultDialTimeout = 15 * time.Second
 	DefaultCallTimeout = 2 * time.Minute
 )
-
-// TLSSettings are the options of the tls transport; they win over the URI's
-// pkipath and no_verify parameters.
-type TLSSettings struct {
-	// PKIPath is a directory holding cacert.pem, clientcert.pem and clientkey.pem.
-	PKIPath string
-	// NoVerify skips verification of the server certificate (insecure).
-	NoVerify bool
-	// NoVerifySet says NoVerify was given explicitly: then it wins over
-	// the URI's no_verify, false included.
-	NoVerifySet bool
-	// CACert, ClientCert and ClientKey are PEM text; each set one is used
-	// instead of its file (tls.go). ClientKey is never logged.
-	CACert, ClientCert, ClientKey string
-}
-
-// Settings describe one libvirt host connection.
-type Settings struct {
-	URI string
-	// DialTimeout bounds dialing and the libvirt handshake.
-	DialTimeout time.Duration
-	// CallTimeout bounds each libvirt call. A call that exceeds it means the
-	// daemon is hung: the connection is dropped and the next call redials.
-	CallTimeout time.Duration
-	SSH         SSHSettings
-	TLS         TLSSettings
-}
 
 // Client is one connection to one libvirt host, shared by every resource placed
 // on that host. It dials lazily, bounds every call with a deadline (go-libvirt
@@ -63,7 +39,7 @@ type Client struct {
 
 // New validates the settings and returns a client that connects on first use.
 func New(s Settings) (*Client, error) {
-	ep, err := ParseURI(s.URI)
+	ep, err := hostconn.ParseURI(s.URI)
 	if err != nil {
 		return nil, err
 	}
@@ -212,52 +188,6 @@ func (c *Client) Close() error {
 	}
 }
 
-// Unreachable bounds how long an undo waits for a host that cannot be
-// reached (WhileUnreachable): long enough for a restarting libvirtd.
-const Unreachable = 30 * time.Second
-
-// WhileUnreachable runs fn again as long as it fails because the host
-// cannot be reached (a *ConnectionError: refused, lost or hung), backing
-// off from 200 ms to 2 s, for up to window or until ctx ends. Undo steps
-// after a failed create use it: a libvirtd restarted mid-apply is back in a
-// few seconds, and an undo that waits for it leaves the host as it was
-// instead of an object whose fate nobody knows. fn's own errors are
-// returned at once.
-func WhileUnreachable(ctx context.Context, window time.Duration, fn func() error) error {
-	deadline := time.Now().Add(window)
-	wait := 200 * time.Millisecond
-	for {
-		err := fn()
-		var ce *ConnectionError
-		if err == nil || !errors.As(err, &ce) || time.Now().Add(wait).After(deadline) {
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		wait = min(2*wait, 2*time.Second)
-	}
-}
-
-// ConnectionError says the host could not be reached, refused us, or stopped
-// answering. It names the URI and the transport so a user knows which host.
-type ConnectionError struct {
-	Endpoint Endpoint
-	Op       string
-	Err      error
-}
-
-func (e *ConnectionError) Error() string {
-	return fmt.Sprintf("%s: libvirt host %s (transport %s, %s): %v%s",
-		e.Op, e.Endpoint.Redacted(), e.Endpoint.Transport, e.Endpoint.Address(), e.Err, hint(e.Endpoint, e.Err))
-}
-
-func (e *ConnectionError) Unwrap() error { return e.Err }
-
 // CallError is an error libvirt itself returned for an operation.
 type CallError struct {
 	Op  string
@@ -267,30 +197,11 @@ type CallError struct {
 func (e *CallError) Error() string { return e.Op + ": " + e.Err.Error() }
 func (e *CallError) Unwrap() error { return e.Err }
 
-// hint adds what to check for the common ways a connection fails.
-func hint(ep Endpoint, err error) string {
-	var opErr *net.OpError
-	var unknown *UnknownHostKeyError
-	var mismatch *HostKeyMismatchError
-	var auth *AuthError
-	var tlsErr *TLSError
-	switch {
-	case errors.As(err, &unknown), errors.As(err, &mismatch), errors.As(err, &auth), errors.As(err, &tlsErr):
-		return "" // these errors already say what to do
-	case errors.As(err, &opErr):
-		switch ep.Transport {
-		case TransportUnix:
-			return fmt.Sprintf(". Is libvirtd running on this machine, and may this user open %s? (For another machine use qemu+ssh://user@host/system.)", ep.Socket)
-		case TransportTCP:
-			return fmt.Sprintf(". Is libvirtd on %s listening for TCP (listen_tcp = 1 in libvirtd.conf and "+
-				"libvirtd started with --listen, or the libvirtd-tcp socket enabled), and is port %s open?", ep.Host, ep.Port)
-		case TransportTLS:
-			return fmt.Sprintf(". Is libvirtd on %s listening for TLS on port %s, and are the client certificates in place?", ep.Host, ep.Port)
-		case TransportSSH:
-			return fmt.Sprintf(". Is sshd running on %s port %s and reachable from here?", ep.Host, ep.Port)
-		}
-	}
-	return ""
+// Is makes a call that libvirt refused as not supported by the host's
+// driver match hostapi.ErrUnsupported, which the lifecycle packages test
+// for without knowing libvirt's error codes.
+func (e *CallError) Is(target error) bool {
+	return target == hostapi.ErrUnsupported && Unsupported(e.Err)
 }
 
 // trackingDialer remembers the last connection it made so a hung one can be

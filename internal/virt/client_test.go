@@ -16,6 +16,8 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/libvirttest"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
 
 // mockClient returns a client talking to go-libvirt's in-memory mock daemon.
@@ -24,7 +26,7 @@ import (
 // libvirtd looks from the client side.
 func mockClient(t *testing.T, callTimeout time.Duration) (*Client, *mockDaemon) {
 	t.Helper()
-	ep, err := ParseURI("qemu:///system")
+	ep, err := hostconn.ParseURI("qemu:///system")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +328,7 @@ func TestWhileUnreachable(t *testing.T) {
 	// Unreachable twice, then answered: fn runs three times, nil comes back.
 	n := 0
 	start := time.Now()
-	err := WhileUnreachable(context.Background(), 10*time.Second, func() error {
+	err := hostconn.WhileUnreachable(context.Background(), 10*time.Second, func() error {
 		if n++; n < 3 {
 			return lost
 		}
@@ -341,14 +343,14 @@ func TestWhileUnreachable(t *testing.T) {
 
 	// libvirt's own error is not retried.
 	n = 0
-	if err := WhileUnreachable(context.Background(), 10*time.Second, func() error { n++; return own }); !errors.Is(err, own) || n != 1 {
+	if err := hostconn.WhileUnreachable(context.Background(), 10*time.Second, func() error { n++; return own }); !errors.Is(err, own) || n != 1 {
 		t.Errorf("own error: err = %v after %d runs, want it at once", err, n)
 	}
 
 	// A host that stays away: the last connection error once the window ends.
 	n = 0
 	start = time.Now()
-	err = WhileUnreachable(context.Background(), time.Second, func() error { n++; return lost })
+	err = hostconn.WhileUnreachable(context.Background(), time.Second, func() error { n++; return lost })
 	if !errors.Is(err, lost) || time.Since(start) > 8*time.Second || n < 3 {
 		t.Errorf("window: err = %v after %d runs in %s", err, n, time.Since(start))
 	}
@@ -357,7 +359,15 @@ func TestWhileUnreachable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start = time.Now()
-	if err := WhileUnreachable(ctx, time.Minute, func() error { return lost }); !errors.Is(err, lost) || time.Since(start) > 8*time.Second {
+	if err := hostconn.WhileUnreachable(ctx, time.Minute, func() error { return lost }); !errors.Is(err, lost) || time.Since(start) > 8*time.Second {
 		t.Errorf("cancel: err = %v after %s", err, time.Since(start))
 	}
+}
+
+// hint is what a ConnectionError adds after its cause: the advice for
+// err's kind of failure on ep's transport.
+func hint(ep Endpoint, err error) string {
+	full := (&ConnectionError{Endpoint: ep, Op: "op", Err: err}).Error()
+	plain := (&ConnectionError{Endpoint: ep, Op: "op", Err: errors.New(err.Error())}).Error()
+	return strings.TrimPrefix(full, plain)
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
 
 // sshKeyText returns a new ed25519 key as OpenSSH PEM text, encrypted when
@@ -70,7 +72,7 @@ func TestParsePrivateKeyValue(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			s, err := ParsePrivateKey("ssh.private_key", tc.text, tc.pass)
+			s, err := hostconn.ParsePrivateKey("ssh.private_key", tc.text, tc.pass)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -101,7 +103,7 @@ func TestSSHPrivateKeyValueWinsOverFiles(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 	t.Setenv("SSH_AUTH_SOCK", "")
 	text, pub := sshKeyText(t, "")
-	ep, err := ParseURI("qemu+ssh://ops@gpu1/system?keyfile=/does/not/exist")
+	ep, err := hostconn.ParseURI("qemu+ssh://ops@gpu1/system?keyfile=/does/not/exist")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +125,7 @@ func TestPinnedHostKey(t *testing.T) {
 	auth := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))
 	known := "# pinned\n[gpu1.example.com]:22 " + auth + "\n"
 	for name, text := range map[string]string{"public key": auth + " root@gpu1", "known_hosts lines": known, "several keys": string(ssh.MarshalAuthorizedKey(other)) + auth} {
-		keys, err := ParseHostKeys("ssh.host_key", text)
+		keys, err := hostconn.ParseHostKeys("ssh.host_key", text)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -131,7 +133,7 @@ func TestPinnedHostKey(t *testing.T) {
 			t.Errorf("%s: the pinned key is refused: %v", name, err)
 		}
 	}
-	keys, _ := ParseHostKeys("ssh.host_key", auth)
+	keys, _ := hostconn.ParseHostKeys("ssh.host_key", auth)
 	err := pinnedHostKey("ssh.host_key", keys)("127.0.0.1:2222", remote, other)
 	var mismatch *HostKeyMismatchError
 	if !errors.As(err, &mismatch) {
@@ -146,7 +148,7 @@ func TestPinnedHostKey(t *testing.T) {
 		t.Error("a mismatch already says what to do")
 	}
 	for _, bad := range []string{"", "# only a comment", "not a key at all"} {
-		if _, err := ParseHostKeys("ssh.host_key", bad); err == nil || !strings.Contains(err.Error(), "ssh.host_key") {
+		if _, err := hostconn.ParseHostKeys("ssh.host_key", bad); err == nil || !strings.Contains(err.Error(), "ssh.host_key") {
 			t.Errorf("ParseHostKeys(%q) error = %v", bad, err)
 		}
 	}
@@ -158,7 +160,7 @@ func TestPinnedHostKeyTouchesNoFile(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	key := newHostKey(t)
-	ep, _ := ParseURI("qemu+ssh://root@127.0.0.1:2222/system?known_hosts_verify=auto")
+	ep, _ := hostconn.ParseURI("qemu+ssh://root@127.0.0.1:2222/system?known_hosts_verify=auto")
 	d, err := newSSHDialer(ep, SSHSettings{HostKey: string(ssh.MarshalAuthorizedKey(key)), DisableAgent: true}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +213,7 @@ func TestParseTLSMaterial(t *testing.T) {
 	ca := newTestCA(t, "test CA")
 	cert, key := ca.issue(t, "c", x509.ExtKeyUsageClientAuth)
 	_, otherKey := ca.issue(t, "d", x509.ExtKeyUsageClientAuth)
-	if err := ParseTLSMaterial("tls.", string(ca.pem), string(cert), string(key)); err != nil {
+	if err := hostconn.ParseTLSMaterial("tls.", string(ca.pem), string(cert), string(key)); err != nil {
 		t.Fatal(err)
 	}
 	cases := map[string]struct{ ca, cert, key, want string }{
@@ -221,7 +223,7 @@ func TestParseTLSMaterial(t *testing.T) {
 		"key of another": {cert: string(cert), key: string(otherKey), want: "tls.client_cert and tls.client_key cannot be used together"},
 	}
 	for name, tc := range cases {
-		err := ParseTLSMaterial("tls.", tc.ca, tc.cert, tc.key)
+		err := hostconn.ParseTLSMaterial("tls.", tc.ca, tc.cert, tc.key)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error = %v, want %q", name, err, tc.want)
 			continue

@@ -10,34 +10,10 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
-	"libvirt.org/go/libvirtxml"
 )
 
-// Sentinel errors of the domain and overlay-volume operations. Errors that
-// wrap them also say which object and what to do.
-var (
-	ErrDomainNotFound = errors.New("domain not found")
-	ErrPoolNotFound   = fmt.Errorf("storage pool %w", ErrNotFound)
-	ErrVolumeNotFound = fmt.Errorf("volume %w", ErrNotFound)
-)
-
-// DomainRef names a domain by UUID; Name is used in messages only. libvirt
-// finds a domain by the UUID of the handle, so calls through a DomainRef need
-// no lookup round trip.
-type DomainRef struct {
-	UUID string
-	Name string
-}
-
-func (r DomainRef) String() string {
-	if r.Name == "" {
-		return r.UUID
-	}
-	return fmt.Sprintf("%s (%s)", r.Name, r.UUID)
-}
-
-// handle builds the go-libvirt domain handle for r.
-func (r DomainRef) handle() (libvirt.Domain, error) {
+// domainHandle builds the go-libvirt domain handle for r.
+func domainHandle(r DomainRef) (libvirt.Domain, error) {
 	u, err := ParseUUID(r.UUID)
 	if err != nil {
 		return libvirt.Domain{}, err
@@ -77,23 +53,11 @@ func libvirtCode(err error, code libvirt.ErrorNumber) bool {
 	return errors.As(err, &e) && e.Code == uint32(code)
 }
 
-// DomainStatus is a domain as Read needs it.
-type DomainStatus struct {
-	DomainRef
-	// XML is the persistent (inactive) definition: what was defined, with what
-	// libvirt filled in (MACs, addresses, controllers).
-	XML string
-	// State is libvirt's run state; Active is true for every state but shut off.
-	State     libvirt.DomainState
-	Active    bool
-	Autostart bool
-}
-
 // ReadDomain returns a domain's definition, run state and autostart flag in
 // three libvirt calls (no lookup: the UUID addresses the domain). A domain that
 // does not exist yields an error wrapping ErrDomainNotFound.
 func (c *Client) ReadDomain(ctx context.Context, ref DomainRef) (*DomainStatus, error) {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return nil, err
 	}
@@ -111,8 +75,8 @@ func (c *Client) ReadDomain(ctx context.Context, ref DomainRef) (*DomainStatus, 
 		if err != nil {
 			return err
 		}
-		out.XML, out.State, out.Autostart = doc, libvirt.DomainState(state), auto == 1
-		out.Active = out.State != libvirt.DomainShutoff && out.State != libvirt.DomainNostate
+		out.XML, out.State, out.Autostart = doc, DomainState(state), auto == 1
+		out.Active = out.State != DomainState(libvirt.DomainShutoff) && out.State != DomainState(libvirt.DomainNostate)
 		return nil
 	})
 	if libvirtCode(err, libvirt.ErrNoDomain) {
@@ -161,7 +125,7 @@ func (c *Client) DefineDomain(ctx context.Context, name, xml string) (DomainRef,
 
 // StartDomain starts a defined domain; one that is already running is fine.
 func (c *Client) StartDomain(ctx context.Context, ref DomainRef) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}
@@ -178,7 +142,7 @@ func (c *Client) StartDomain(ctx context.Context, ref DomainRef) error {
 
 // SetAutostart turns starting the domain with the host on or off.
 func (c *Client) SetAutostart(ctx context.Context, ref DomainRef, on bool) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}
@@ -191,24 +155,8 @@ func (c *Client) SetAutostart(ctx context.Context, ref DomainRef, on bool) error
 	})
 }
 
-// StopResult says how a domain stopped.
-type StopResult int
-
-const (
-	// StopNotRunning means the domain was already shut off.
-	StopNotRunning StopResult = iota
-	// StopGraceful means the guest powered off after the ACPI request.
-	StopGraceful
-	// StopForced means the grace period ran out and the domain was forced off.
-	StopForced
-)
-
 // stopPoll is how often StopDomain checks whether the guest has powered off.
 const stopPoll = 250 * time.Millisecond
-
-// StopForceMargin is what StopDomain keeps of its context's time for the
-// forced stop: the wait for the guest ends that long before the deadline.
-const StopForceMargin = 10 * time.Second
 
 // stopResend is how often StopDomain repeats its shutdown request while it
 // waits: a request that reaches a guest before it listens (still booting,
@@ -223,7 +171,7 @@ const stopResend = 5 * time.Second
 // deadline so the forced stop still fits. A domain that is gone or already off
 // is not an error.
 func (c *Client) StopDomain(ctx context.Context, ref DomainRef, grace time.Duration) (StopResult, error) {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return StopNotRunning, err
 	}
@@ -293,7 +241,7 @@ func (c *Client) StopDomain(ctx context.Context, ref DomainRef, grace time.Durat
 // file, managed save image and snapshot and checkpoint metadata. The domain
 // must be shut off. A domain that is already gone is not an error.
 func (c *Client) UndefineDomain(ctx context.Context, ref DomainRef) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}
@@ -305,12 +253,6 @@ func (c *Client) UndefineDomain(ctx context.Context, ref DomainRef) error {
 		}
 		return err
 	})
-}
-
-// DomainSummary is one entry of ListDomains.
-type DomainSummary struct {
-	DomainRef
-	Active bool
 }
 
 // ListDomains lists every domain of the host, active or not, sorted by name.
@@ -328,253 +270,4 @@ func (c *Client) ListDomains(ctx context.Context) ([]DomainSummary, error) {
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, err
-}
-
-// VolumeDetail is a storage volume with what an overlay needs to know.
-type VolumeDetail struct {
-	Pool          string
-	Name          string
-	Path          string
-	Format        string // qcow2, raw, ...; empty when libvirt does not say
-	CapacityBytes int64
-	// BackingPath is the backing file of an overlay; empty for other volumes.
-	BackingPath string
-}
-
-// lookupVolume finds a volume in a pool, saying which volumes the pool has
-// when it is missing.
-func lookupVolume(l *libvirt.Libvirt, pool libvirt.StoragePool, name string) (libvirt.StorageVol, error) {
-	v, err := l.StorageVolLookupByName(pool, name)
-	if err == nil || !libvirtCode(err, libvirt.ErrNoStorageVol) {
-		return v, err
-	}
-	have := "it is empty"
-	if vols, _, lerr := l.StoragePoolListAllVolumes(pool, 1, 0); lerr == nil && len(vols) > 0 {
-		names := make([]string, 0, len(vols))
-		for _, x := range vols {
-			names = append(names, x.Name)
-		}
-		sort.Strings(names)
-		if len(names) > 20 {
-			names = append(names[:20], "...")
-		}
-		have = "it has " + strings.Join(names, ", ")
-	}
-	return v, fmt.Errorf("pool %q has no volume %q (%s): %w", pool.Name, name, have, ErrVolumeNotFound)
-}
-
-func volumeDetail(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*VolumeDetail, error) {
-	doc, err := l.StorageVolGetXMLDesc(v, 0)
-	if err != nil {
-		return nil, err
-	}
-	var x libvirtxml.StorageVolume
-	if err := x.Unmarshal(doc); err != nil {
-		return nil, fmt.Errorf("parse the XML of volume %s/%s: %w", pool, v.Name, err)
-	}
-	d := &VolumeDetail{Pool: pool, Name: v.Name}
-	if x.Target != nil {
-		d.Path = x.Target.Path
-		if x.Target.Format != nil {
-			d.Format = x.Target.Format.Type
-		}
-	}
-	if x.Capacity != nil {
-		d.CapacityBytes = int64(sizeInBytes(x.Capacity))
-	}
-	if x.BackingStore != nil {
-		d.BackingPath = x.BackingStore.Path
-	}
-	return d, nil
-}
-
-func sizeInBytes(s *libvirtxml.StorageVolumeSize) uint64 { return s.Value * unitBytes(s.Unit) }
-
-// VolumeInfo describes a volume: path, format, capacity and backing file.
-func (c *Client) VolumeInfo(ctx context.Context, pool, name string) (*VolumeDetail, error) {
-	var out *VolumeDetail
-	err := c.Call(ctx, fmt.Sprintf("look up volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
-		p, err := poolByName(l, pool)
-		if err != nil {
-			return err
-		}
-		v, err := lookupVolume(l, p, name)
-		if err != nil {
-			return err
-		}
-		out, err = volumeDetail(l, pool, v)
-		return err
-	})
-	return out, err
-}
-
-// VolumeByPath finds the pool and name of the volume at a host path.
-func (c *Client) VolumeByPath(ctx context.Context, path string) (pool, name string, err error) {
-	err = c.Call(ctx, "look up volume at "+path, func(l *libvirt.Libvirt) error {
-		v, err := l.StorageVolLookupByPath(path)
-		if libvirtCode(err, libvirt.ErrNoStorageVol) {
-			return fmt.Errorf("no storage pool holds %s: %w", path, ErrVolumeNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		p, err := l.StoragePoolLookupByVolume(v)
-		if err != nil {
-			return err
-		}
-		pool, name = p.Name, v.Name
-		return nil
-	})
-	return pool, name, err
-}
-
-// OverlayExistsError refuses to reuse a volume the caller did not create.
-type OverlayExistsError struct{ Pool, Name string }
-
-func (e *OverlayExistsError) Error() string {
-	return fmt.Sprintf("pool %q already has a volume named %q, which this resource did not create; Kohaku never "+
-		"reuses or overwrites it. Delete it if it is stale (virsh vol-delete --pool %s %s) or choose another VM "+
-		"name", e.Pool, e.Name, e.Pool, e.Name)
-}
-
-// CreateOverlay creates a qcow2 volume name in pool backed by the volume
-// basePool/baseName, so the base stays untouched. capacity is the virtual size
-// in bytes; 0 means the base's size, and a smaller one is refused (qcow2
-// overlays cannot shrink their backing image).
-func (c *Client) CreateOverlay(ctx context.Context, pool, name, basePool, baseName string, capacity int64) (*VolumeDetail, error) {
-	var out *VolumeDetail
-	err := c.Call(ctx, fmt.Sprintf("create overlay volume %s/%s on %s/%s", pool, name, basePool, baseName), func(l *libvirt.Libvirt) error {
-		bp, err := poolByName(l, basePool)
-		if err != nil {
-			return err
-		}
-		bv, err := lookupVolume(l, bp, baseName)
-		if err != nil {
-			return err
-		}
-		base, err := volumeDetail(l, basePool, bv)
-		if err != nil {
-			return err
-		}
-		p, err := poolByName(l, pool)
-		if err != nil {
-			return err
-		}
-		if err := volumeAbsent(l, p, pool, name); err != nil {
-			return err
-		}
-		if capacity == 0 {
-			capacity = base.CapacityBytes
-		}
-		if capacity < base.CapacityBytes {
-			return fmt.Errorf("the overlay would be %d bytes, smaller than its base %s/%s (%d bytes); a qcow2 "+
-				"overlay cannot be smaller than its backing image: leave size_gib unset or make it at least %d", capacity, basePool, baseName, base.CapacityBytes, (base.CapacityBytes+(1<<30)-1)>>30)
-		}
-		format := base.Format
-		if format == "" {
-			format = "raw"
-		}
-		out, err = createVolumeXML(l, p, pool, &libvirtxml.StorageVolume{
-			Name:     name,
-			Capacity: &libvirtxml.StorageVolumeSize{Value: uint64(capacity), Unit: "bytes"},
-			Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: "qcow2"}},
-			BackingStore: &libvirtxml.StorageVolumeBackingStore{
-				Path:   base.Path,
-				Format: &libvirtxml.StorageVolumeTargetFormat{Type: format},
-			},
-		})
-		return err
-	})
-	return out, err
-}
-
-// volumeAbsent is nil when pool p has no volume name; one that exists is an
-// *OverlayExistsError (Kohaku never takes over a volume it did not make).
-func volumeAbsent(l *libvirt.Libvirt, p libvirt.StoragePool, pool, name string) error {
-	if _, err := l.StorageVolLookupByName(p, name); err == nil {
-		return &OverlayExistsError{Pool: pool, Name: name}
-	} else if !libvirtCode(err, libvirt.ErrNoStorageVol) {
-		return err
-	}
-	return nil
-}
-
-// createVolumeXML creates vol in pool p and returns what libvirt made.
-func createVolumeXML(l *libvirt.Libvirt, p libvirt.StoragePool, pool string, vol *libvirtxml.StorageVolume) (*VolumeDetail, error) {
-	doc, err := vol.Marshal()
-	if err != nil {
-		return nil, err
-	}
-	v, err := l.StorageVolCreateXML(p, doc, 0)
-	if err != nil {
-		return nil, err
-	}
-	return volumeDetail(l, pool, v)
-}
-
-// RemoveVolume deletes a volume; one that (or whose pool) is already gone is
-// not an error.
-func (c *Client) RemoveVolume(ctx context.Context, pool, name string) error {
-	return c.Call(ctx, fmt.Sprintf("delete volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
-		p, err := l.StoragePoolLookupByName(pool)
-		if libvirtCode(err, libvirt.ErrNoStoragePool) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		v, err := l.StorageVolLookupByName(p, name)
-		if libvirtCode(err, libvirt.ErrNoStorageVol) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := l.StorageVolDelete(v, 0); err != nil && !libvirtCode(err, libvirt.ErrNoStorageVol) {
-			return err
-		}
-		return nil
-	})
-}
-
-// VolumeExists reports whether pool has a volume name. A missing pool is false.
-func (c *Client) VolumeExists(ctx context.Context, pool, name string) (bool, error) {
-	var ok bool
-	err := c.Call(ctx, fmt.Sprintf("look up volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
-		p, err := l.StoragePoolLookupByName(pool)
-		if libvirtCode(err, libvirt.ErrNoStoragePool) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		_, err = l.StorageVolLookupByName(p, name)
-		if libvirtCode(err, libvirt.ErrNoStorageVol) {
-			return nil
-		}
-		ok = err == nil
-		return err
-	})
-	return ok, err
-}
-
-// ListVolumeNames lists the volume names of a pool, sorted.
-func (c *Client) ListVolumeNames(ctx context.Context, pool string) ([]string, error) {
-	var names []string
-	err := c.Call(ctx, "list volumes of pool "+pool, func(l *libvirt.Libvirt) error {
-		p, err := poolByName(l, pool)
-		if err != nil {
-			return err
-		}
-		vols, _, err := l.StoragePoolListAllVolumes(p, 1, 0)
-		if err != nil {
-			return err
-		}
-		for _, v := range vols {
-			names = append(names, v.Name)
-		}
-		return nil
-	})
-	sort.Strings(names)
-	return names, err
 }

@@ -10,56 +10,6 @@ import (
 	"libvirt.org/go/libvirtxml"
 )
 
-// HostInfo is what a libvirt host says about itself.
-type HostInfo struct {
-	UUID              string
-	Hostname          string
-	LibvirtVersion    string
-	HypervisorType    string
-	HypervisorVersion string
-	Arch              string
-	CPUModel          string
-	CPUs              int64
-	MemoryMiB         int64
-	// DomainTypes are the domain types libvirt offers for the host's own
-	// architecture, e.g. ["qemu"] or ["kvm", "qemu"].
-	DomainTypes []string
-	// NUMANodes are the host's NUMA cells, by id, with free memory and free
-	// huge pages read at the same time.
-	NUMANodes []NUMANode
-	Pools     []PoolInfo
-	Networks  []NetworkInfo
-}
-
-// KVM reports whether libvirt offers kvm domains on this host.
-func (h *HostInfo) KVM() bool {
-	for _, t := range h.DomainTypes {
-		if t == "kvm" {
-			return true
-		}
-	}
-	return false
-}
-
-// PoolInfo describes one storage pool.
-type PoolInfo struct {
-	Name            string
-	Type            string
-	Path            string
-	Active          bool
-	CapacityBytes   int64
-	AllocationBytes int64
-	AvailableBytes  int64
-}
-
-// NetworkInfo describes one libvirt network.
-type NetworkInfo struct {
-	Name    string
-	Bridge  string
-	Forward string
-	Active  bool
-}
-
 // HostInfo reads versions, capabilities, NUMA cells, pools and networks from
 // the host. It makes a fixed number of calls (versions, node info and the
 // capabilities; one free-memory call; one free-pages call per run of
@@ -98,7 +48,7 @@ func (c *Client) HostInfo(ctx context.Context) (*HostInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := h.fromCapabilities(capsXML); err != nil {
+	if err := capabilitiesInto(h, capsXML); err != nil {
 		return nil, err
 	}
 	if err := c.numaFree(ctx, h.NUMANodes); err != nil {
@@ -113,7 +63,7 @@ func (c *Client) HostInfo(ctx context.Context) (*HostInfo, error) {
 	return h, nil
 }
 
-func (h *HostInfo) fromCapabilities(doc string) error {
+func capabilitiesInto(h *HostInfo, doc string) error {
 	var caps libvirtxml.Caps
 	if err := caps.Unmarshal(doc); err != nil {
 		return fmt.Errorf("parsing host capabilities: %w", err)

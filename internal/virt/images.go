@@ -13,22 +13,9 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
-)
 
-// ImageUpload describes a disk image to stream into a new volume.
-type ImageUpload struct {
-	Pool, Name string
-	// Format is the volume's format: "qcow2" or "raw".
-	Format string
-	// Capacity is the image's virtual size in bytes.
-	Capacity uint64
-	// Length is the number of bytes Source delivers (the image file's size).
-	Length int64
-	Source io.Reader
-	// Progress, when set, is called with the bytes sent so far, at most
-	// about once a second.
-	Progress func(sent int64)
-}
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
+)
 
 // UploadImage creates a volume and streams an image into it over a libvirt
 // connection of its own (so a multi-GiB upload neither holds the shared
@@ -148,9 +135,9 @@ wait:
 	if !created.Load() {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), Unreachable+c.settings.CallTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostconn.Unreachable+c.settings.CallTimeout)
 	defer cancel()
-	if derr := WhileUnreachable(cctx, Unreachable, func() error { return c.deleteUnused(cctx, up.Pool, up.Name) }); derr != nil {
+	if derr := hostconn.WhileUnreachable(cctx, hostconn.Unreachable, func() error { return c.deleteUnused(cctx, up.Pool, up.Name) }); derr != nil {
 		return nil, fmt.Errorf("%w (deleting the partial volume failed: %v; delete %s/%s by hand)", err, derr, up.Pool, up.Name)
 	}
 	return nil, fmt.Errorf("%w (the partial volume was deleted)", err)

@@ -61,12 +61,6 @@ func (c *Client) UndefineNodeDevice(ctx context.Context, name string) error {
 	return c.nodeDeviceCall(ctx, "undefine node device "+name, name, func(l *libvirt.Libvirt) error { return l.NodeDeviceUndefine(name, 0) })
 }
 
-// NodeDeviceState is whether a node device is active, persistent and
-// autostarted.
-type NodeDeviceState struct {
-	Active, Persistent, Autostart bool
-}
-
 // NodeDeviceState reads a node device's state; a device that does not exist
 // yields an error wrapping ErrNotFound.
 func (c *Client) NodeDeviceState(ctx context.Context, name string) (NodeDeviceState, error) {

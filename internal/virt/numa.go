@@ -12,35 +12,6 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
 )
 
-// NUMANode is one NUMA cell of a host: its CPUs, its memory and its huge
-// pages, as the host's capabilities and libvirt's free-memory and free-pages
-// calls report them.
-type NUMANode struct {
-	ID int
-	// CPUs are the host CPU ids of the node, sorted.
-	CPUs []int
-	// MemoryMiB is the node's memory; FreeMemoryMiB what the kernel has free
-	// on it now (huge pages reserved but unused do not count as free).
-	MemoryMiB     int64
-	FreeMemoryMiB int64
-	// FreeKnown says FreeMemoryMiB and the pools' Free were read; false
-	// when the host's driver does not report them.
-	FreeKnown bool
-	// HugePages lists the node's huge page pools by size, smallest first.
-	HugePages []HugePages
-}
-
-// HugePages is one huge page pool of a NUMA node.
-type HugePages struct {
-	SizeKiB uint64
-	// Total is the number of pages reserved on the node; Free those not in use.
-	Total uint64
-	Free  uint64
-}
-
-// CPUSet is the node's CPUs in libvirt's cpuset syntax, e.g. "0-7,16-23".
-func (n *NUMANode) CPUSet() string { return CPUSet(n.CPUs) }
-
 // CPUSet writes CPU ids as ranges, e.g. [0 1 2 3 8] -> "0-3,8", the syntax
 // of libvirt's cpuset attributes and of /sys/.../cpulist.
 func CPUSet(cpus []int) string { return domain.FormatCPUSet(cpus) }

@@ -14,7 +14,7 @@ func capsFixture(t *testing.T, name string) *HostInfo {
 		t.Fatal(err)
 	}
 	h := &HostInfo{}
-	if err := h.fromCapabilities(string(doc)); err != nil {
+	if err := capabilitiesInto(h, string(doc)); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -75,11 +75,11 @@ func TestNUMAFromCapabilities_singleNode(t *testing.T) {
 func TestNUMAFromCapabilities_edges(t *testing.T) {
 	t.Parallel()
 	h := &HostInfo{}
-	if err := h.fromCapabilities(`<capabilities><host><cpu><arch>x86_64</arch></cpu></host></capabilities>`); err != nil || h.NUMANodes != nil {
+	if err := capabilitiesInto(h, `<capabilities><host><cpu><arch>x86_64</arch></cpu></host></capabilities>`); err != nil || h.NUMANodes != nil {
 		t.Errorf("no topology: %v %v", h.NUMANodes, err)
 	}
 	h = &HostInfo{}
-	err := h.fromCapabilities(`<capabilities><host><topology><cells num='2'>
+	err := capabilitiesInto(h, `<capabilities><host><topology><cells num='2'>
 <cell id='1'><memory unit='KiB'>2097152</memory></cell>
 <cell id='0'><memory unit='KiB'>1048576</memory><pages unit='KiB' size='4'>262144</pages><cpus num='1'><cpu id='0'/></cpus></cell>
 </cells></topology></host></capabilities>`)
@@ -94,7 +94,7 @@ func TestNUMAFromCapabilities_edges(t *testing.T) {
 		t.Errorf("got  %+v\nwant %+v", h.NUMANodes, want)
 	}
 	h = &HostInfo{}
-	err = h.fromCapabilities(`<capabilities><host><topology><cells num='1'><cell id='0'><pages unit='KiB' size='x'>1</pages></cell></cells></topology></host></capabilities>`)
+	err = capabilitiesInto(h, `<capabilities><host><topology><cells num='1'><cell id='0'><pages unit='KiB' size='x'>1</pages></cell></cells></topology></host></capabilities>`)
 	if err == nil {
 		t.Error("a page size that is not a number was accepted")
 	}

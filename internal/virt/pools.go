@@ -8,14 +8,6 @@ import (
 	"github.com/digitalocean/go-libvirt"
 )
 
-// Definition is a libvirt network's or storage pool's XML as the host
-// reports it, with whether it runs and starts with the host.
-type Definition struct {
-	XML       string
-	Active    bool
-	Autostart bool
-}
-
 // PoolDefinition reads a storage pool; nil when the host has no pool of
 // that name.
 func (c *Client) PoolDefinition(ctx context.Context, name string) (*Definition, error) {

@@ -6,23 +6,10 @@ import (
 	"github.com/digitalocean/go-libvirt"
 )
 
-// PowerVia is how a guest is asked to shut down or reboot.
-type PowerVia string
-
-const (
-	// ViaGuestAgent asks the QEMU guest agent in the guest; it fails at
-	// once when the domain has no agent channel or the agent does not
-	// answer.
-	ViaGuestAgent PowerVia = "guest agent"
-	// ViaACPI presses the virtual power button; a guest with nothing that
-	// handles the button ignores it.
-	ViaACPI PowerVia = "ACPI"
-)
-
 // AskShutdown asks the guest once to power off, through via. It returns
 // when the request is delivered, not when the guest is off.
 func (c *Client) AskShutdown(ctx context.Context, ref DomainRef, via PowerVia) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}
@@ -39,7 +26,7 @@ func (c *Client) AskShutdown(ctx context.Context, ref DomainRef, via PowerVia) e
 // libvirt presses the power button and starts the guest again once it
 // has powered off.
 func (c *Client) AskReboot(ctx context.Context, ref DomainRef, via PowerVia) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}
@@ -55,7 +42,7 @@ func (c *Client) AskReboot(ctx context.Context, ref DomainRef, via PowerVia) err
 // ResetDomain resets the domain like a reset button: the guest restarts at
 // once, without shutting down, in the same QEMU process.
 func (c *Client) ResetDomain(ctx context.Context, ref DomainRef) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}
@@ -67,7 +54,7 @@ func (c *Client) ResetDomain(ctx context.Context, ref DomainRef) error {
 // ForceOffDomain stops the domain at once, like pulling the plug. A domain
 // already off is not an error.
 func (c *Client) ForceOffDomain(ctx context.Context, ref DomainRef) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package virt
 import (
 	"bytes"
 	"crypto/ed25519"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -18,113 +17,9 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
-
-// Host key policies, named as libvirt names its known_hosts_verify URI parameter.
-const (
-	// HostKeyNormal refuses hosts that are not in known_hosts (the default).
-	HostKeyNormal = "normal"
-	// HostKeyAuto trusts a host on first use and records its key.
-	HostKeyAuto = "auto"
-	// HostKeyIgnore skips host key checks entirely (insecure, explicit opt-out).
-	HostKeyIgnore = "ignore"
-)
-
-// SSHSettings are the options of the ssh transport. Values set here win over
-// the URI's query parameters of the same meaning.
-type SSHSettings struct {
-	// KeyFile is a private key to offer (URI parameter keyfile). When empty,
-	// the usual ~/.ssh/id_* files that exist are offered.
-	KeyFile string
-	// KnownHostsFile is checked for the host's key (URI parameter known_hosts).
-	// Default ~/.ssh/known_hosts.
-	KnownHostsFile string
-	// KnownHostsVerify is normal, auto or ignore (URI parameter known_hosts_verify).
-	KnownHostsVerify string
-	// DisableAgent stops Kohaku from asking the agent at SSH_AUTH_SOCK for keys.
-	DisableAgent bool
-	// Password is tried after keys when set. It is never logged.
-	Password string
-	// PrivateKey is a private key as text (PEM or OpenSSH format). When set,
-	// it is offered instead of any key file; it is never logged.
-	PrivateKey string
-	// PrivateKeyPassphrase decrypts PrivateKey when it is encrypted.
-	PrivateKeyPassphrase string
-	// HostKey pins the host's key: public key or known_hosts lines as text.
-	// When set, no known_hosts file is read or written.
-	HostKey string
-}
-
-// ParsePrivateKey parses a private key given as text, decrypting it with
-// passphrase when it is encrypted. Its errors name attr (the setting the
-// key came from) and never contain key material.
-func ParsePrivateKey(attr, text, passphrase string) (ssh.Signer, error) {
-	b := []byte(strings.TrimSpace(text) + "\n")
-	var signer ssh.Signer
-	var err error
-	if passphrase != "" {
-		signer, err = ssh.ParsePrivateKeyWithPassphrase(b, []byte(passphrase))
-	} else {
-		signer, err = ssh.ParsePrivateKey(b)
-	}
-	var missing *ssh.PassphraseMissingError
-	switch {
-	case err == nil:
-		return signer, nil
-	case errors.As(err, &missing):
-		return nil, fmt.Errorf("%s is encrypted: set private_key_passphrase (or KOHAKU_SSH_PRIVATE_KEY_PASSPHRASE) to its passphrase", attr)
-	case errors.Is(err, x509.IncorrectPasswordError) || strings.Contains(err.Error(), "decryption password incorrect"):
-		return nil, fmt.Errorf("%s cannot be decrypted: private_key_passphrase is not its passphrase", attr)
-	case passphrase != "" && (strings.Contains(err.Error(), "not encrypted") || strings.Contains(err.Error(), "not password protected")):
-		return nil, fmt.Errorf("%s is not encrypted, but private_key_passphrase is set: remove the passphrase", attr)
-	}
-	return nil, fmt.Errorf("%s is not a private key Kohaku can read (%s): give the whole key text, from "+
-		"\"-----BEGIN OPENSSH PRIVATE KEY-----\" (or \"-----BEGIN ... PRIVATE KEY-----\") to the matching END "+
-		"line", attr, keyParseReason(err))
-}
-
-// keyParseReason is the parser's error without anything taken from the input.
-func keyParseReason(err error) string {
-	msg := err.Error()
-	if strings.Contains(msg, "no key found") {
-		return "no PEM block found"
-	}
-	if strings.Contains(msg, "unsupported key type") {
-		return "unsupported key type"
-	}
-	return "the key data is malformed"
-}
-
-// ParseHostKeys parses pinned host keys given as text: each non-empty line
-// is a public key ("ssh-ed25519 AAAA... comment") or a known_hosts line
-// ("host ssh-ed25519 AAAA..."); "#" lines are comments. Errors name attr.
-func ParseHostKeys(attr, text string) ([]ssh.PublicKey, error) {
-	var keys []ssh.PublicKey
-	for i, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line)); err == nil {
-			keys = append(keys, k)
-			continue
-		}
-		marker, _, k, _, _, err := ssh.ParseKnownHosts([]byte(line))
-		if err != nil {
-			return nil, fmt.Errorf("%s line %d is neither a public key nor a known_hosts line; give e.g. "+
-				"\"ssh-ed25519 AAAAC3Nz...\" (the host's /etc/ssh/ssh_host_ed25519_key.pub) or the output of "+
-				"ssh-keyscan", attr, i+1)
-		}
-		if marker == "revoked" {
-			continue
-		}
-		keys = append(keys, k)
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("%s holds no public key; give e.g. \"ssh-ed25519 AAAAC3Nz...\" (the host's /etc/ssh/ssh_host_ed25519_key.pub) or the output of ssh-keyscan", attr)
-	}
-	return keys, nil
-}
 
 // pinnedHostKey accepts only the given keys; it reads and writes no file.
 func pinnedHostKey(attr string, keys []ssh.PublicKey) ssh.HostKeyCallback {
@@ -136,56 +31,6 @@ func pinnedHostKey(attr string, keys []ssh.PublicKey) ssh.HostKeyCallback {
 		}
 		return &HostKeyMismatchError{Host: hostname, Pinned: attr, Fingerprint: ssh.FingerprintSHA256(key), KeyType: key.Type()}
 	}
-}
-
-// UnknownHostKeyError says the SSH server's key is not in known_hosts.
-type UnknownHostKeyError struct {
-	Host, File, Fingerprint, KeyType, Line string
-}
-
-func (e *UnknownHostKeyError) Error() string {
-	return fmt.Sprintf("the SSH host key of %s (%s %s) is not in %s. If that fingerprint is the host's, add "+
-		"this line to %s:\n  %s\nor set known_hosts_verify = \"auto\" to trust the host on first use "+
-		"(\"ignore\" skips the check and is insecure)",
-		e.Host, e.KeyType, e.Fingerprint, e.File, e.File, e.Line)
-}
-
-// HostKeyMismatchError says the SSH server presented a key other than the recorded one.
-type HostKeyMismatchError struct {
-	Host, File, Fingerprint string
-	// Pinned names the setting the expected key came from (ssh.host_key)
-	// when it was not a known_hosts file; KeyType is then the key's type.
-	Pinned, KeyType string
-}
-
-func (e *HostKeyMismatchError) Error() string {
-	if e.Pinned != "" {
-		return fmt.Sprintf("the SSH host key of %s (%s %s) does NOT match %s: the host was reinstalled, %s "+
-			"holds another host's key, or someone is intercepting the connection. If that fingerprint is the "+
-			"host's, set %s to its public key (/etc/ssh/ssh_host_*_key.pub on the host)",
-			e.Host, e.KeyType, e.Fingerprint, e.Pinned, e.Pinned, e.Pinned)
-	}
-	return fmt.Sprintf("the SSH host key of %s (%s) does NOT match the one recorded in %s: the host was "+
-		"reinstalled or someone is intercepting the connection. Check the host, then remove its old line from %s",
-		e.Host, e.Fingerprint, e.File, e.File)
-}
-
-// AuthError says the SSH server refused every credential we offered.
-type AuthError struct {
-	User    string
-	Offered []string
-	Err     error
-}
-
-func (e *AuthError) Error() string {
-	offered := "nothing"
-	if len(e.Offered) > 0 {
-		offered = strings.Join(e.Offered, ", ")
-	}
-	return fmt.Sprintf("the SSH server refused user %q (offered: %s): %v. Set ssh.key_file to a key in the "+
-		"user's authorized_keys, load the key into ssh-agent, or put the user in the URI "+
-		"(qemu+ssh://USER@host/system)",
-		e.User, offered, e.Err)
 }
 
 // sshDialer reaches libvirtd's unix socket on the remote host through an SSH
@@ -273,12 +118,12 @@ func newSSHDialer(ep Endpoint, s SSHSettings, timeout time.Duration) (*sshDialer
 		verify = HostKeyIgnore
 	}
 	d.verify = verify
-	password := firstNonEmpty(s.Password, ep.password)
+	password := firstNonEmpty(s.Password, ep.Password())
 
 	var signers []ssh.Signer
 	var keyFiles []string
 	if s.PrivateKey != "" {
-		signer, err := ParsePrivateKey("ssh.private_key", s.PrivateKey, s.PrivateKeyPassphrase)
+		signer, err := hostconn.ParsePrivateKey("ssh.private_key", s.PrivateKey, s.PrivateKeyPassphrase)
 		if err != nil {
 			return nil, err
 		}
@@ -331,7 +176,7 @@ func newSSHDialer(ep Endpoint, s SSHSettings, timeout time.Duration) (*sshDialer
 	}
 
 	if s.HostKey != "" {
-		keys, err := ParseHostKeys("ssh.host_key", s.HostKey)
+		keys, err := hostconn.ParseHostKeys("ssh.host_key", s.HostKey)
 		if err != nil {
 			return nil, err
 		}

@@ -22,6 +22,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
 
 func newHostKey(t *testing.T) ssh.PublicKey {
@@ -82,7 +84,7 @@ func TestAutoRecordsFirstKeyAndRefusesAChangedOne(t *testing.T) {
 
 func TestSSHSettingsWinOverURI(t *testing.T) {
 	t.Parallel()
-	ep, err := ParseURI("qemu+ssh://ops@gpu1/system?keyfile=/does/not/exist&known_hosts_verify=ignore")
+	ep, err := hostconn.ParseURI("qemu+ssh://ops@gpu1/system?keyfile=/does/not/exist&known_hosts_verify=ignore")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +464,7 @@ func TestSSHHostKeyOfTheKnownType(t *testing.T) {
 			if err := os.WriteFile(file, []byte(lines), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			ep, err := ParseURI("qemu+ssh://test@127.0.0.1:" + port + "/system?known_hosts=" + file)
+			ep, err := hostconn.ParseURI("qemu+ssh://test@127.0.0.1:" + port + "/system?known_hosts=" + file)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -513,7 +515,7 @@ func mustRSAWire(t *testing.T) []byte {
 // win over the URI) says.
 func TestSSHExplicitVerifyWinsOverURINoVerify(t *testing.T) {
 	t.Parallel()
-	ep, err := ParseURI("qemu+ssh://ops@gpu1/system?no_verify=1&known_hosts_verify=normal")
+	ep, err := hostconn.ParseURI("qemu+ssh://ops@gpu1/system?no_verify=1&known_hosts_verify=normal")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,23 +67,6 @@ func newTLSDialer(ep Endpoint, s Settings) *tlsDialer {
 	return d
 }
 
-// TLSError says why a TLS session with libvirtd failed, naming the files
-// involved and what to change. It already says what to do, so connection
-// errors add no hint of their own.
-type TLSError struct {
-	Msg string
-	Err error
-}
-
-func (e *TLSError) Error() string {
-	if e.Err == nil {
-		return e.Msg
-	}
-	return e.Msg + " (" + e.Err.Error() + ")"
-}
-
-func (e *TLSError) Unwrap() error { return e.Err }
-
 // firstFile returns the first of paths that exists.
 func (d *tlsDialer) firstFile(what string, paths []string) (string, error) {
 	for _, p := range paths {
@@ -163,39 +146,6 @@ func (d *tlsDialer) material(what, attr, value string, paths []string) ([]byte, 
 // keyPairReason is crypto/tls's key pair error: its messages name what is
 // wrong and never contain the key's bytes.
 func keyPairReason(err error) string { return err.Error() }
-
-// ParseTLSMaterial checks TLS values given as text before any dial; its
-// errors name the attribute (prefix + "ca_cert" ...) and contain no key
-// material. Empty values are not checked.
-func ParseTLSMaterial(prefix, caCert, clientCert, clientKey string) error {
-	if caCert != "" && !x509.NewCertPool().AppendCertsFromPEM([]byte(caCert)) {
-		return fmt.Errorf("%sca_cert holds no PEM certificate: give the CA certificate's text, from -----BEGIN CERTIFICATE----- to -----END CERTIFICATE-----", prefix)
-	}
-	if clientCert != "" {
-		blk, _ := pem.Decode([]byte(clientCert))
-		if blk == nil || blk.Type != "CERTIFICATE" {
-			return fmt.Errorf("%sclient_cert holds no PEM certificate: give the client certificate's text, from -----BEGIN CERTIFICATE----- to -----END CERTIFICATE-----", prefix)
-		}
-		if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
-			return fmt.Errorf("%sclient_cert cannot be parsed: %v", prefix, err)
-		}
-	}
-	if clientKey != "" {
-		blk, _ := pem.Decode([]byte(clientKey))
-		if blk == nil || !strings.HasSuffix(blk.Type, "PRIVATE KEY") {
-			return fmt.Errorf("%sclient_key holds no PEM private key: give the key's text, from -----BEGIN PRIVATE KEY----- (or RSA/EC PRIVATE KEY) to the matching END line", prefix)
-		}
-		if x509.IsEncryptedPEMBlock(blk) { //nolint:staticcheck // only to name the problem
-			return fmt.Errorf("%sclient_key is encrypted: libvirt's client keys are not, give the decrypted key", prefix)
-		}
-	}
-	if clientCert != "" && clientKey != "" {
-		if _, err := tls.X509KeyPair([]byte(clientCert), []byte(clientKey)); err != nil {
-			return fmt.Errorf("%sclient_cert and %sclient_key cannot be used together: %s", prefix, prefix, keyPairReason(err))
-		}
-	}
-	return nil
-}
 
 // describeCert names a PEM certificate's subject and issuer.
 func describeCert(b []byte) string {

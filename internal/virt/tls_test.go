@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
 
 // testCA is a throwaway CA for the TLS dialer's tests.
@@ -142,7 +144,7 @@ func fakeTLSLibvirtd(t *testing.T, ca *testCA, silent bool) string {
 func tlsEndpoint(t *testing.T, addr, pki string) (Endpoint, Settings) {
 	t.Helper()
 	host, port, _ := net.SplitHostPort(addr)
-	ep, err := ParseURI("qemu+tls://" + host + ":" + port + "/system")
+	ep, err := hostconn.ParseURI("qemu+tls://" + host + ":" + port + "/system")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +239,7 @@ func TestTLSDialerSilentPortIsBounded(t *testing.T) {
 
 // Without pkipath the dialer looks where libvirt's client looks.
 func TestTLSDialerDefaultPaths(t *testing.T) {
-	ep, err := ParseURI("qemu+tls://gpu1.example.com/system")
+	ep, err := hostconn.ParseURI("qemu+tls://gpu1.example.com/system")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +251,7 @@ func TestTLSDialerDefaultPaths(t *testing.T) {
 	if last(d.caPaths) != "/etc/pki/CA/cacert.pem" || last(d.certPaths) != "/etc/pki/libvirt/clientcert.pem" || last(d.keyPaths) != "/etc/pki/libvirt/private/clientkey.pem" {
 		t.Errorf("system paths: %v %v %v", d.caPaths, d.certPaths, d.keyPaths)
 	}
-	ep, _ = ParseURI("qemu+tls://h/system?pkipath=/srv/pki&no_verify=1")
+	ep, _ = hostconn.ParseURI("qemu+tls://h/system?pkipath=/srv/pki&no_verify=1")
 	d = newTLSDialer(ep, Settings{})
 	if !d.noVerify || d.caPaths[0] != "/srv/pki/cacert.pem" || len(d.certPaths) != 1 {
 		t.Errorf("URI parameters: noVerify=%v ca=%v cert=%v", d.noVerify, d.caPaths, d.certPaths)

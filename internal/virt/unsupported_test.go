@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/digitalocean/go-libvirt"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // A driver's "not supported" answers, wrapped as calls wrap them, are told
@@ -24,5 +26,19 @@ func TestUnsupported(t *testing.T) {
 		if got := Unsupported(tc.err); got != tc.want {
 			t.Errorf("Unsupported(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// A call libvirt refused as unsupported matches hostapi.ErrUnsupported,
+// however it is wrapped; other failures do not.
+func TestCallErrorUnsupported(t *testing.T) {
+	t.Parallel()
+	refused := &CallError{Op: "list node devices", Err: libvirt.Error{Code: uint32(libvirt.ErrNoSupport)}}
+	if !hostapi.Unsupported(fmt.Errorf("reading: %w", refused)) {
+		t.Error("an unsupported call does not match hostapi.ErrUnsupported")
+	}
+	failed := &CallError{Op: "list node devices", Err: libvirt.Error{Code: uint32(libvirt.ErrInternalError)}}
+	if hostapi.Unsupported(failed) || hostapi.Unsupported(errors.New("x")) {
+		t.Error("a failed call matches hostapi.ErrUnsupported")
 	}
 }

@@ -11,15 +11,6 @@ import (
 	"libvirt.org/go/libvirtxml"
 )
 
-// VolumeHead is a volume with the first bytes of its content, as libvirt
-// stores it (a qcow2 volume's container, not the disk it describes).
-type VolumeHead struct {
-	VolumeDetail
-	// Head is the start of the volume's content: as many bytes as asked
-	// for, or the whole volume when it is smaller.
-	Head []byte
-}
-
 // ActivePoolNames returns the names of the host's active storage pools,
 // sorted.
 func (c *Client) ActivePoolNames(ctx context.Context) ([]string, error) {
@@ -80,13 +71,6 @@ func (c *Client) VolumeHeads(ctx context.Context, pool, prefix string, n int64) 
 		return nil
 	})
 	return out, err
-}
-
-// DiskUse is a writable disk of a domain: a file, or a volume of a pool.
-type DiskUse struct {
-	Domain       string
-	Path         string // the file, for a file disk
-	Pool, Volume string // for a volume disk
 }
 
 // WritableDisks lists the writable disks (not CD-ROMs, not read-only) of

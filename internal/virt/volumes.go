@@ -12,28 +12,21 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
-
-// ErrNotFound is wrapped by errors about a pool or volume that does not exist.
-var ErrNotFound = errors.New("not found")
-
-// Volume is a storage volume as Kohaku tracks it.
-type Volume struct {
-	Pool            string
-	Name            string
-	Key             string
-	Path            string
-	CapacityBytes   int64
-	AllocationBytes int64
-}
 
 // VolumeExistsError refuses to overwrite a volume Kohaku did not create.
 type VolumeExistsError struct{ Pool, Name, Path string }
 
 func (e *VolumeExistsError) Error() string {
-	return fmt.Sprintf("pool %q already has a volume named %q (%s), which this resource did not create; Kohaku "+
+	at := ""
+	if e.Path != "" { // the host may not have said where
+		at = " (" + e.Path + ")"
+	}
+	return fmt.Sprintf("pool %q already has a volume named %q%s, which this resource did not create; Kohaku "+
 		"never overwrites it. Choose another name, delete the volume if it is stale, or import it with "+
-		"terraform import", e.Pool, e.Name, e.Path)
+		"terraform import", e.Pool, e.Name, at)
 }
 
 // poolByName looks a pool up, and when it is missing says which pools exist.
@@ -60,16 +53,19 @@ func poolByName(l *libvirt.Libvirt, name string) (libvirt.StoragePool, error) {
 		"/var/lib/libvirt/images/%s; virsh pool-build/pool-start/pool-autostart) or use one of these", ErrPoolNotFound, name, have, name, name)
 }
 
-func volumeInfo(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*Volume, error) {
+// volumeInfo is a volume's key, path and capacity, what a seed's volume
+// needs, in two calls; Format and BackingPath are left empty (volumeDetail
+// reads them from the volume's XML).
+func volumeInfo(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*VolumeDetail, error) {
 	path, err := l.StorageVolGetPath(v)
 	if err != nil {
 		return nil, err
 	}
-	_, capacity, alloc, err := l.StorageVolGetInfo(v)
+	_, capacity, _, err := l.StorageVolGetInfo(v)
 	if err != nil {
 		return nil, err
 	}
-	return &Volume{Pool: pool, Name: v.Name, Key: v.Key, Path: path, CapacityBytes: int64(capacity), AllocationBytes: int64(alloc)}, nil
+	return &VolumeDetail{Pool: pool, Name: v.Name, Key: v.Key, Path: path, CapacityBytes: int64(capacity)}, nil
 }
 
 // UploadVolume creates a raw volume holding data, through libvirt's stream
@@ -78,8 +74,8 @@ func volumeInfo(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*Volume,
 // the connection is lost after the name was found free, whether the volume
 // was made is unknown: it is deleted once libvirt answers again
 // (WhileUnreachable), so a libvirtd restart leaves no partial volume.
-func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byte) (*Volume, error) {
-	var out *Volume
+func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byte) (*VolumeDetail, error) {
+	var out *VolumeDetail
 	var nameFree atomic.Bool
 	var used atomic.Pointer[libvirt.Libvirt]
 	err := c.Call(ctx, fmt.Sprintf("upload volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
@@ -126,9 +122,9 @@ func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byt
 			// delete, and libvirtd lets go of the volume.
 			c.abandon(l)
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), Unreachable+c.settings.CallTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostconn.Unreachable+c.settings.CallTimeout)
 		defer cancel()
-		if derr := WhileUnreachable(cctx, Unreachable, func() error { return c.deleteUnused(cctx, pool, name) }); derr != nil {
+		if derr := hostconn.WhileUnreachable(cctx, hostconn.Unreachable, func() error { return c.deleteUnused(cctx, pool, name) }); derr != nil {
 			return nil, fmt.Errorf("%w (the volume may have been made before the upload was cut off, and deleting it failed: %v; delete %s/%s by hand if it is there)", err, derr, pool, name)
 		}
 		if interrupted {
@@ -145,7 +141,7 @@ func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byt
 func (c *Client) deleteUnused(ctx context.Context, pool, name string) error {
 	deadline := time.Now().Add(volumeInUseWait)
 	for {
-		err := c.DeleteVolume(ctx, pool, name)
+		err := c.RemoveVolume(ctx, pool, name)
 		if err == nil || !strings.Contains(err.Error(), "in use") || time.Now().After(deadline) {
 			return err
 		}
@@ -169,16 +165,16 @@ func (c *Client) DownloadVolume(ctx context.Context, pool, name string, limit in
 
 // ReadVolume returns a volume's description and its whole content, in one
 // call on the connection. Volumes larger than limit bytes are refused.
-func (c *Client) ReadVolume(ctx context.Context, pool, name string, limit int64) (*Volume, []byte, error) {
+func (c *Client) ReadVolume(ctx context.Context, pool, name string, limit int64) (*VolumeDetail, []byte, error) {
 	return c.ReadVolumeAt(ctx, pool, name, 0, limit)
 }
 
 // ReadVolumeAt is ReadVolume from byte offset on: the volume's info and its
 // bytes from offset to its end (none when offset is past it). Only those
 // bytes cross the connection.
-func (c *Client) ReadVolumeAt(ctx context.Context, pool, name string, offset, limit int64) (*Volume, []byte, error) {
+func (c *Client) ReadVolumeAt(ctx context.Context, pool, name string, offset, limit int64) (*VolumeDetail, []byte, error) {
 	var buf bytes.Buffer
-	var vol *Volume
+	var vol *VolumeDetail
 	err := c.Call(ctx, fmt.Sprintf("download volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
 		p, err := poolByName(l, pool)
 		if err != nil {
@@ -204,30 +200,6 @@ func (c *Client) ReadVolumeAt(ctx context.Context, pool, name string, offset, li
 		return nil, nil, err
 	}
 	return vol, buf.Bytes(), nil
-}
-
-// DeleteVolume deletes a volume; one that is already gone is not an error.
-func (c *Client) DeleteVolume(ctx context.Context, pool, name string) error {
-	return c.Call(ctx, fmt.Sprintf("delete volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
-		p, err := l.StoragePoolLookupByName(pool)
-		if notFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		v, err := l.StorageVolLookupByName(p, name)
-		if notFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := l.StorageVolDelete(v, 0); err != nil && !notFound(err) {
-			return err
-		}
-		return nil
-	})
 }
 
 // notFound reports whether libvirt said the object does not exist: a domain,
@@ -263,4 +235,273 @@ func unitBytes(unit string) uint64 {
 		return 1e12
 	}
 	return 1 // "", "b", "bytes"
+}
+
+// lookupVolume finds a volume in a pool, saying which volumes the pool has
+// when it is missing.
+func lookupVolume(l *libvirt.Libvirt, pool libvirt.StoragePool, name string) (libvirt.StorageVol, error) {
+	v, err := l.StorageVolLookupByName(pool, name)
+	if err == nil || !libvirtCode(err, libvirt.ErrNoStorageVol) {
+		return v, err
+	}
+	have := "it is empty"
+	if vols, _, lerr := l.StoragePoolListAllVolumes(pool, 1, 0); lerr == nil && len(vols) > 0 {
+		names := make([]string, 0, len(vols))
+		for _, x := range vols {
+			names = append(names, x.Name)
+		}
+		sort.Strings(names)
+		if len(names) > 20 {
+			names = append(names[:20], "...")
+		}
+		have = "it has " + strings.Join(names, ", ")
+	}
+	return v, fmt.Errorf("pool %q has no volume %q (%s): %w", pool.Name, name, have, ErrVolumeNotFound)
+}
+
+func volumeDetail(l *libvirt.Libvirt, pool string, v libvirt.StorageVol) (*VolumeDetail, error) {
+	doc, err := l.StorageVolGetXMLDesc(v, 0)
+	if err != nil {
+		return nil, err
+	}
+	var x libvirtxml.StorageVolume
+	if err := x.Unmarshal(doc); err != nil {
+		return nil, fmt.Errorf("parse the XML of volume %s/%s: %w", pool, v.Name, err)
+	}
+	d := &VolumeDetail{Pool: pool, Name: v.Name, Key: v.Key}
+	if x.Target != nil {
+		d.Path = x.Target.Path
+		if x.Target.Format != nil {
+			d.Format = x.Target.Format.Type
+		}
+	}
+	if x.Capacity != nil {
+		d.CapacityBytes = int64(sizeInBytes(x.Capacity))
+	}
+	if x.BackingStore != nil {
+		d.BackingPath = x.BackingStore.Path
+	}
+	return d, nil
+}
+
+func sizeInBytes(s *libvirtxml.StorageVolumeSize) uint64 { return s.Value * unitBytes(s.Unit) }
+
+// VolumeInfo describes a volume: path, format, capacity and backing file.
+func (c *Client) VolumeInfo(ctx context.Context, pool, name string) (*VolumeDetail, error) {
+	var out *VolumeDetail
+	err := c.Call(ctx, fmt.Sprintf("look up volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		v, err := lookupVolume(l, p, name)
+		if err != nil {
+			return err
+		}
+		out, err = volumeDetail(l, pool, v)
+		return err
+	})
+	return out, err
+}
+
+// VolumeByPath finds the pool and name of the volume at a host path.
+func (c *Client) VolumeByPath(ctx context.Context, path string) (pool, name string, err error) {
+	err = c.Call(ctx, "look up volume at "+path, func(l *libvirt.Libvirt) error {
+		v, err := l.StorageVolLookupByPath(path)
+		if libvirtCode(err, libvirt.ErrNoStorageVol) {
+			return fmt.Errorf("no storage pool holds %s: %w", path, ErrVolumeNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		p, err := l.StoragePoolLookupByVolume(v)
+		if err != nil {
+			return err
+		}
+		pool, name = p.Name, v.Name
+		return nil
+	})
+	return pool, name, err
+}
+
+// CreateOverlay creates a qcow2 volume name in pool backed by the volume
+// basePool/baseName, so the base stays untouched. capacity is the virtual size
+// in bytes; 0 means the base's size, and a smaller one is refused (qcow2
+// overlays cannot shrink their backing image).
+func (c *Client) CreateOverlay(ctx context.Context, pool, name, basePool, baseName string, capacity int64) (*VolumeDetail, error) {
+	var out *VolumeDetail
+	err := c.Call(ctx, fmt.Sprintf("create overlay volume %s/%s on %s/%s", pool, name, basePool, baseName), func(l *libvirt.Libvirt) error {
+		bp, err := poolByName(l, basePool)
+		if err != nil {
+			return err
+		}
+		bv, err := lookupVolume(l, bp, baseName)
+		if err != nil {
+			return err
+		}
+		base, err := volumeDetail(l, basePool, bv)
+		if err != nil {
+			return err
+		}
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		if err := volumeAbsent(l, p, pool, name); err != nil {
+			return err
+		}
+		if capacity == 0 {
+			capacity = base.CapacityBytes
+		}
+		if capacity < base.CapacityBytes {
+			return fmt.Errorf("the overlay would be %d bytes, smaller than its base %s/%s (%d bytes); a qcow2 "+
+				"overlay cannot be smaller than its backing image: leave size_gib unset or make it at least %d", capacity, basePool, baseName, base.CapacityBytes, (base.CapacityBytes+(1<<30)-1)>>30)
+		}
+		format := base.Format
+		if format == "" {
+			format = "raw"
+		}
+		out, err = createVolumeXML(l, p, pool, &libvirtxml.StorageVolume{
+			Name:     name,
+			Capacity: &libvirtxml.StorageVolumeSize{Value: uint64(capacity), Unit: "bytes"},
+			Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: "qcow2"}},
+			BackingStore: &libvirtxml.StorageVolumeBackingStore{
+				Path:   base.Path,
+				Format: &libvirtxml.StorageVolumeTargetFormat{Type: format},
+			},
+		})
+		return err
+	})
+	return out, err
+}
+
+// volumeAbsent is nil when pool p has no volume name; one that exists is an
+// *OverlayExistsError (Kohaku never takes over a volume it did not make).
+func volumeAbsent(l *libvirt.Libvirt, p libvirt.StoragePool, pool, name string) error {
+	if _, err := l.StorageVolLookupByName(p, name); err == nil {
+		return &OverlayExistsError{Pool: pool, Name: name}
+	} else if !libvirtCode(err, libvirt.ErrNoStorageVol) {
+		return err
+	}
+	return nil
+}
+
+// createVolumeXML creates vol in pool p and returns what libvirt made.
+func createVolumeXML(l *libvirt.Libvirt, p libvirt.StoragePool, pool string, vol *libvirtxml.StorageVolume) (*VolumeDetail, error) {
+	doc, err := vol.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	v, err := l.StorageVolCreateXML(p, doc, 0)
+	if err != nil {
+		return nil, err
+	}
+	return volumeDetail(l, pool, v)
+}
+
+// RemoveVolume deletes a volume; one that (or whose pool) is already gone is
+// not an error.
+func (c *Client) RemoveVolume(ctx context.Context, pool, name string) error {
+	return c.Call(ctx, fmt.Sprintf("delete volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := l.StoragePoolLookupByName(pool)
+		if libvirtCode(err, libvirt.ErrNoStoragePool) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		v, err := l.StorageVolLookupByName(p, name)
+		if libvirtCode(err, libvirt.ErrNoStorageVol) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := l.StorageVolDelete(v, 0); err != nil && !libvirtCode(err, libvirt.ErrNoStorageVol) {
+			return err
+		}
+		return nil
+	})
+}
+
+// VolumeExists reports whether pool has a volume name. A missing pool is false.
+func (c *Client) VolumeExists(ctx context.Context, pool, name string) (bool, error) {
+	var ok bool
+	err := c.Call(ctx, fmt.Sprintf("look up volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := l.StoragePoolLookupByName(pool)
+		if libvirtCode(err, libvirt.ErrNoStoragePool) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		_, err = l.StorageVolLookupByName(p, name)
+		if libvirtCode(err, libvirt.ErrNoStorageVol) {
+			return nil
+		}
+		ok = err == nil
+		return err
+	})
+	return ok, err
+}
+
+// ListVolumeNames lists the volume names of a pool, sorted.
+func (c *Client) ListVolumeNames(ctx context.Context, pool string) ([]string, error) {
+	var names []string
+	err := c.Call(ctx, "list volumes of pool "+pool, func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		vols, _, err := l.StoragePoolListAllVolumes(p, 1, 0)
+		if err != nil {
+			return err
+		}
+		for _, v := range vols {
+			names = append(names, v.Name)
+		}
+		return nil
+	})
+	sort.Strings(names)
+	return names, err
+}
+
+// GrowVolume resizes a volume that no running domain uses to capacity bytes.
+// It only grows: libvirt refuses a smaller capacity without the shrink flag,
+// which Kohaku never passes, so no data is ever cut off.
+func (c *Client) GrowVolume(ctx context.Context, pool, name string, capacity int64) error {
+	return c.Call(ctx, fmt.Sprintf("resize volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		v, err := lookupVolume(l, p, name)
+		if err != nil {
+			return err
+		}
+		return l.StorageVolResize(v, uint64(capacity), 0)
+	})
+}
+
+// CreateVolume creates an empty volume of capacity bytes in format (qcow2
+// or raw) in pool. A volume of that name that exists already is an
+// *OverlayExistsError, and is left as it is.
+func (c *Client) CreateVolume(ctx context.Context, pool, name, format string, capacity int64) (*VolumeDetail, error) {
+	var out *VolumeDetail
+	err := c.Call(ctx, fmt.Sprintf("create volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
+		}
+		if err := volumeAbsent(l, p, pool, name); err != nil {
+			return err
+		}
+		out, err = createVolumeXML(l, p, pool, &libvirtxml.StorageVolume{
+			Name:     name,
+			Capacity: &libvirtxml.StorageVolumeSize{Value: uint64(capacity), Unit: "bytes"},
+			Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: format}},
+		})
+		return err
+	})
+	return out, err
 }

@@ -40,7 +40,7 @@ func TestAccVolumeDownloadsNeverHang(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := c.DeleteVolume(context.Background(), pool, name); err != nil {
+		if err := c.RemoveVolume(context.Background(), pool, name); err != nil {
 			t.Logf("cleanup: %v", err)
 		}
 	})

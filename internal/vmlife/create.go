@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
 
 // CleanupTimeout bounds the rollback of a failed create, which runs even
@@ -42,6 +43,10 @@ type Plan struct {
 	Running   bool
 	// Ready waits for the started guest, bounded by ctx; nil does not wait.
 	Ready func(ctx context.Context) error
+	// BeforeDefine runs right before the domain is defined; an error ends
+	// the create there, rolling back what was made. A placed VM confirms
+	// its GPU claims with it (Acquired.Confirm).
+	BeforeDefine func(ctx context.Context) error
 	// KeepOnReadyFailure keeps a VM whose readiness wait failed, for
 	// inspection, instead of rolling it back.
 	KeepOnReadyFailure bool
@@ -64,7 +69,7 @@ type CreateError struct {
 	View *View
 	// Defined and Overlay are what the create made that may still be on
 	// the host: set when Left is not empty or the VM was kept.
-	Defined *virt.DomainRef
+	Defined *hostapi.DomainRef
 	Overlay *domain.VolumeRef
 }
 
@@ -78,7 +83,7 @@ type creation struct {
 	overlay *domain.VolumeRef
 	// volumes are the data disk volumes made.
 	volumes []domain.VolumeRef
-	defined *virt.DomainRef
+	defined *hostapi.DomainRef
 	// maybeDefined is set when defining failed in a way that leaves its
 	// outcome unknown (the connection was lost mid-call): rollback then looks
 	// the domain up by name, which was checked to be free before.
@@ -110,13 +115,13 @@ func (vc *creation) rollback(ctx context.Context) (done []string, left []string)
 	defer cancel()
 	// A host that cannot be reached (libvirtd restarting) is waited for:
 	// each undo step runs again until libvirt answers, for a while.
-	retry := func(fn func() error) error { return virt.WhileUnreachable(ctx, virt.Unreachable, fn) }
+	retry := func(fn func() error) error { return hostconn.WhileUnreachable(ctx, hostconn.Unreachable, fn) }
 	if vc.defined == nil && vc.maybeDefined {
-		var ref virt.DomainRef
+		var ref hostapi.DomainRef
 		err := retry(func() (err error) { ref, err = vc.h.LookupDomain(ctx, vc.name); return err })
 		if err == nil {
 			vc.defined = &ref
-		} else if !errors.Is(err, virt.ErrDomainNotFound) {
+		} else if !errors.Is(err, hostapi.ErrDomainNotFound) {
 			left = append(left, fmt.Sprintf("domain %s may have been defined (%v): virsh undefine --nvram %s", vc.name, err, vc.name))
 		}
 	}
@@ -171,7 +176,7 @@ func Create(ctx context.Context, h Host, p Plan) (*View, error) {
 		return nil, vc.fail(ctx, StepCheckName, fmt.Errorf("a domain named %s already exists (UUID %s) and this "+
 			"resource did not create it. Choose another name, remove that domain (virsh undefine --nvram %s), "+
 			"or bring it under Terraform with terraform import", spec.Name, ref.UUID, spec.Name))
-	} else if !errors.Is(err, virt.ErrDomainNotFound) {
+	} else if !errors.Is(err, hostapi.ErrDomainNotFound) {
 		return nil, vc.fail(ctx, StepCheckName, err)
 	}
 
@@ -220,6 +225,11 @@ func Create(ctx context.Context, h Host, p Plan) (*View, error) {
 	}
 	if err := expired(); err != nil {
 		return nil, vc.fail(ctx, StepDefine, err)
+	}
+	if p.BeforeDefine != nil {
+		if err := p.BeforeDefine(steady); err != nil {
+			return nil, vc.fail(ctx, StepDefine, err)
+		}
 	}
 	ref, err := h.DefineDomain(steady, spec.Name, xml)
 	if err != nil {
@@ -294,7 +304,7 @@ func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 // made it: the connection was lost, or the timeout ended the wait for its
 // answer.
 func outcomeUnknown(err error) bool {
-	var lost *virt.ConnectionError
+	var lost *hostconn.ConnectionError
 	return errors.As(err, &lost) || errors.Is(err, context.DeadlineExceeded)
 }
 

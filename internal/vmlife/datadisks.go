@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // NewDisk is a data disk whose volume Kohaku creates (when it is not there
@@ -84,11 +84,11 @@ func createDataVolumes(ctx context.Context, h Host, disks []NewDisk) ([]domain.V
 		if err == nil {
 			continue
 		}
-		if !errors.Is(err, virt.ErrNotFound) {
+		if !errors.Is(err, hostapi.ErrNotFound) {
 			return made, err
 		}
 		if _, err := h.CreateVolume(ctx, d.Volume.Pool, d.Volume.Volume, string(d.Format), d.SizeBytes); err != nil {
-			var exists *virt.OverlayExistsError
+			var exists *hostapi.OverlayExistsError
 			if !errors.As(err, &exists) {
 				return made, err
 			}
@@ -115,7 +115,7 @@ func unattached(made []domain.VolumeRef, obs domain.Observed) []domain.VolumeRef
 // hotplug attaches the added data disks to a running domain and detaches
 // the removed ones, live and in its persistent definition, so nothing
 // restarts.
-func hotplug(ctx context.Context, h Host, ref virt.DomainRef, xml string, diff diskDiff) error {
+func hotplug(ctx context.Context, h Host, ref hostapi.DomainRef, xml string, diff diskDiff) error {
 	for _, d := range diff.removed {
 		target, err := domain.DataDiskTarget(xml, d.Serial)
 		if err != nil {

@@ -4,20 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // Doomed is a VM to delete.
 type Doomed struct {
-	Ref virt.DomainRef
+	Ref hostapi.DomainRef
 	// Overlay is the overlay volume the state records, if any.
 	Overlay *domain.VolumeRef
 	// Protected are volumes never to delete whatever the domain's metadata
-	// says: the base image, an existing boot volume, the seed.
+	// says: the base image, an existing boot volume.
 	Protected []domain.VolumeRef
+	// Seed is the kohaku_seed's volume the VM boots with: never deleted,
+	// unless the domain's metadata records it as the VM's own copy, which
+	// only a move that brought it to this host writes.
+	Seed *domain.VolumeRef
 	// Mode and ShutdownTimeout decide how long a running guest gets to
 	// power off before it is forced (see DestroyGrace).
 	Mode            DestroyMode
@@ -50,13 +55,17 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 	steady, cancel := bounded(ctx)
 	defer cancel()
 	var owned []domain.VolumeRef
+	protected := d.Protected
+	if d.Seed != nil {
+		protected = append(slices.Clone(protected), *d.Seed)
+	}
 	if d.Overlay != nil {
 		owned = append(owned, *d.Overlay)
 	}
 	if d.Ref.UUID != "" {
 		view, err := Read(ctx, h, d.Ref, d.Overlay, false)
 		switch {
-		case errors.Is(err, virt.ErrDomainNotFound):
+		case errors.Is(err, hostapi.ErrDomainNotFound):
 			// Already gone: only its volumes may be left.
 		case err != nil:
 			return out, stepErr("read the domain", err)
@@ -66,20 +75,23 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 					owned = append(owned, v)
 				}
 			}
+			if d.Seed != nil && view.Observed.Metadata != nil && ContainsVolume(view.Observed.Metadata.Owner.Volumes, *d.Seed) {
+				protected = d.Protected // the seed's copy a move brought: the VM's own
+			}
 			out.Grace, out.Why = DestroyGrace(d.Mode, d.ShutdownTimeout, Survivors(view.Observed.Spec, owned))
 			out.Waited = StopGrace(ctx, out.Grace)
 			how, err := h.StopDomain(ctx, d.Ref, out.Grace)
 			if err != nil {
 				return out, stepErr("shut down", err)
 			}
-			out.Forced = how == virt.StopForced && out.Grace > 0
+			out.Forced = how == hostapi.StopForced && out.Grace > 0
 			if err := h.UndefineDomain(steady, d.Ref); err != nil {
 				return out, stepErr("undefine", err)
 			}
 		}
 	}
 	for _, v := range owned {
-		if ContainsVolume(d.Protected, v) {
+		if ContainsVolume(protected, v) {
 			out.Spared = append(out.Spared, v)
 			continue
 		}
@@ -94,7 +106,7 @@ func Delete(ctx context.Context, h Host, d Doomed) (*Deleted, error) {
 // under ctx: grace, or less when ctx ends sooner.
 func StopGrace(ctx context.Context, grace time.Duration) time.Duration {
 	if dl, ok := ctx.Deadline(); ok {
-		if left := time.Until(dl) - virt.StopForceMargin; left < grace {
+		if left := time.Until(dl) - hostapi.StopForceMargin; left < grace {
 			return max(left, 0)
 		}
 	}

@@ -100,9 +100,9 @@ func (h *fakeHost) ReadDomain(_ context.Context, ref virt.DomainRef) (*virt.Doma
 	if d == nil {
 		return nil, fmt.Errorf("domain %s: %w", ref, virt.ErrDomainNotFound)
 	}
-	st := &virt.DomainStatus{DomainRef: d.ref, XML: d.xml, Active: d.active, Autostart: d.autostart, State: libvirt.DomainShutoff}
+	st := &virt.DomainStatus{DomainRef: d.ref, XML: d.xml, Active: d.active, Autostart: d.autostart, State: virt.DomainState(libvirt.DomainShutoff)}
 	if d.active {
-		st.State = libvirt.DomainRunning
+		st.State = virt.DomainState(libvirt.DomainRunning)
 	}
 	return st, nil
 }

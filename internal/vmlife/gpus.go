@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // GPUGroups maps the canonical PCI address of a gpus entry to the functions
@@ -17,7 +17,7 @@ import (
 type GPUGroups map[string][]string
 
 // PCIDeviceReader reads one PCI function's node device; a function the host
-// does not have yields an error wrapping virt.ErrNotFound.
+// does not have yields an error wrapping hostapi.ErrNotFound.
 type PCIDeviceReader func(ctx context.Context, a vfio.Address) (*vfio.Device, error)
 
 // HostPCIReader reads PCI functions through a host's node devices.
@@ -98,7 +98,7 @@ func ExpandGPUs(ctx context.Context, entries []string, read PCIDeviceReader) (GP
 		}
 		dev, err := get(a)
 		switch {
-		case errors.Is(err, virt.ErrNotFound):
+		case errors.Is(err, hostapi.ErrNotFound):
 			return nil, nil, &GPUEntryError{Entry: e, Err: fmt.Errorf("the host has no PCI function %s. gpus "+
 				"takes the id of a kohaku_gpu_binding, which binds the device and its IOMMU group to vfio-pci; "+
 				"list the host's devices with the kohaku_pci_devices data source", a)}
@@ -118,7 +118,7 @@ func ExpandGPUs(ctx context.Context, entries []string, read PCIDeviceReader) (GP
 			md := dev
 			if m != a {
 				if md, err = get(m); err != nil {
-					if errors.Is(err, virt.ErrNotFound) {
+					if errors.Is(err, hostapi.ErrNotFound) {
 						return nil, nil, &GPUEntryError{Entry: e, Err: fmt.Errorf("IOMMU group %d of %s lists "+
 							"%s, which libvirt does not show as a PCI node device; check the host with `ls "+
 							"/sys/kernel/iommu_groups/%d/devices` and retry", dev.Group, a, m, dev.Group)}

@@ -4,13 +4,13 @@ import (
 	"context"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/guestaddr"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // GuestAgent asks a domain's QEMU guest agent for the guest's interfaces;
 // *virt.Client is one.
 type GuestAgent interface {
-	GuestInterfaces(ctx context.Context, ref virt.DomainRef) ([]guestaddr.Interface, error)
+	GuestInterfaces(ctx context.Context, ref hostapi.DomainRef) ([]guestaddr.Interface, error)
 }
 
 // GuestAddresses reads the guest's addresses fresh through its agent, for a

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // PassedFunctions lists the host functions a VM will pass through, whether
@@ -28,7 +28,7 @@ func PassedFunctions(ctx context.Context, read PCIDeviceReader, gpus, hostdevs [
 			return nil, &GPUEntryError{Entry: e, Err: err}
 		}
 		dev, err := read(ctx, a)
-		if errors.Is(err, virt.ErrNotFound) {
+		if errors.Is(err, hostapi.ErrNotFound) {
 			return nil, &GPUEntryError{Entry: e, Err: fmt.Errorf("the host has no PCI function %s", a)}
 		}
 		if err != nil {

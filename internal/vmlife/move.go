@@ -12,21 +12,19 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // MoveHost is what a cold move needs from each of its two hosts: a VM's
-// life, and volumes as byte streams. *virt.Client is one.
+// life, and volumes as byte streams. *hostapi.Client is one.
 type MoveHost interface {
 	Host
 	VolumeLength(ctx context.Context, pool, name string) (int64, error)
 	StreamVolume(ctx context.Context, pool, name string, length int64, w io.Writer) error
-	UploadImage(ctx context.Context, up virt.ImageUpload) (*virt.VolumeDetail, error)
-	FlattenVolume(ctx context.Context, srcPool, srcName, pool, name string) (*virt.VolumeDetail, error)
-	HostInfo(ctx context.Context) (*virt.HostInfo, error)
+	UploadImage(ctx context.Context, up hostapi.ImageUpload) (*hostapi.VolumeDetail, error)
+	FlattenVolume(ctx context.Context, srcPool, srcName, pool, name string) (*hostapi.VolumeDetail, error)
+	HostInfo(ctx context.Context) (*hostapi.HostInfo, error)
 }
-
-var _ MoveHost = (*virt.Client)(nil)
 
 // MovedVolume is a volume a move brings to the target, under the same pool
 // and name (the domain's XML names its disks by pool and volume, so it
@@ -47,7 +45,7 @@ type MovedVolume struct {
 
 // Moving is a VM to move cold from one host to another.
 type Moving struct {
-	Ref virt.DomainRef
+	Ref hostapi.DomainRef
 	// Overlay is the boot disk's overlay the state records, if any.
 	Overlay *domain.VolumeRef
 	// Volumes, when nil, are read from the domain (MovedVolumes).
@@ -59,7 +57,7 @@ type Moving struct {
 	Grace time.Duration
 	// Wait, when set, waits for the started guest on the target, as after a
 	// reboot.
-	Wait func(ctx context.Context, h Host, ref virt.DomainRef) error
+	Wait func(ctx context.Context, h Host, ref hostapi.DomainRef) error
 	// ForcedOff is told when the guest did not power off within Grace.
 	ForcedOff func(waited time.Duration)
 	// Progress is told each step as it starts.
@@ -85,8 +83,9 @@ const (
 	MoveStepShutdown = "shut down on the source"
 	MoveStepCopy     = "copy the volumes"
 	MoveStepDefine   = "define on the target"
-	MoveStepStart    = "start on the target"
 	MoveStepCleanup  = "remove from the source"
+	MoveStepStart    = "start on the target"
+	MoveStepWait     = "wait for the guest on the target"
 )
 
 // flatSuffix names the standalone copy of an overlay made on the source
@@ -126,7 +125,7 @@ func Move(ctx context.Context, src, dst MoveHost, m Moving) (*View, error) {
 				"source since. Kohaku will not choose which copy's data to keep: shut down the one to drop, "+
 				"then apply again", m.Ref)}
 		}
-		if serr != nil && !errors.Is(serr, virt.ErrDomainNotFound) {
+		if serr != nil && !errors.Is(serr, hostapi.ErrDomainNotFound) {
 			return nil, &MoveError{Step: MoveStepFind, OnTarget: true, Err: fmt.Errorf("reading the source: %w", serr)}
 		}
 		if m.Volumes == nil {
@@ -145,7 +144,7 @@ func Move(ctx context.Context, src, dst MoveHost, m Moving) (*View, error) {
 			}
 		}
 		return finishMove(ctx, src, dst, m, progress)
-	case !errors.Is(err, virt.ErrDomainNotFound):
+	case !errors.Is(err, hostapi.ErrDomainNotFound):
 		return nil, &MoveError{Step: MoveStepFind, Err: fmt.Errorf("reading the target: %w", err)}
 	}
 	st, err := src.ReadDomain(ctx, m.Ref)
@@ -167,7 +166,7 @@ func Move(ctx context.Context, src, dst MoveHost, m Moving) (*View, error) {
 		if err != nil {
 			return nil, &MoveError{Step: MoveStepShutdown, Err: err}
 		}
-		if how == virt.StopForced && m.Grace > 0 && m.ForcedOff != nil {
+		if how == hostapi.StopForced && m.Grace > 0 && m.ForcedOff != nil {
 			m.ForcedOff(StopGrace(ctx, m.Grace))
 		}
 	}
@@ -215,11 +214,38 @@ func Move(ctx context.Context, src, dst MoveHost, m Moving) (*View, error) {
 }
 
 // finishMove runs the steps after the define, the target being the truth:
-// autostart and start there, then the source's domain and volumes go.
+// the source's domain and volumes go first, so that whatever fails after
+// (a start the target refuses, a guest that does not report) leaves the VM
+// whole on the target alone, where the next apply's ordinary update starts
+// it and sets its autostart; then autostart and start there, and the wait.
 func finishMove(ctx context.Context, src, dst MoveHost, m Moving, progress func(string)) (*View, error) {
 	fail := func(step string, err error) (*View, error) {
 		return nil, &MoveError{Step: step, Err: err, OnTarget: true}
 	}
+	progress(MoveStepCleanup)
+	steady, cancel := bounded(ctx)
+	defer cancel()
+	switch _, err := src.ReadDomain(ctx, m.Ref); {
+	case err == nil:
+		// Shut off (Move refuses a source that runs beside a target).
+		if err := src.UndefineDomain(steady, m.Ref); err != nil {
+			return fail(MoveStepCleanup, fmt.Errorf("%w. The VM is defined on the target; undefine the old copy by hand "+
+				"(virsh undefine --nvram %s) and delete its volumes there", err, m.Ref.Name))
+		}
+	case !errors.Is(err, hostapi.ErrDomainNotFound):
+		return fail(MoveStepCleanup, err)
+	}
+	for _, v := range m.Volumes {
+		if v.Shared && !v.OwnCopy {
+			continue
+		}
+		for _, name := range []string{v.Ref.Volume + flatSuffix, v.Ref.Volume} {
+			if err := src.RemoveVolume(steady, v.Ref.Pool, name); err != nil {
+				return fail(MoveStepCleanup, fmt.Errorf("%w. The VM is defined on the target; delete the volume by hand (virsh vol-delete --pool %s %s)", err, v.Ref.Pool, name))
+			}
+		}
+	}
+
 	progress(MoveStepStart)
 	st, err := dst.ReadDomain(ctx, m.Ref)
 	if err != nil {
@@ -236,36 +262,13 @@ func finishMove(ctx context.Context, src, dst MoveHost, m Moving, progress func(
 		}
 		if m.Wait != nil {
 			if err := m.Wait(ctx, dst, m.Ref); err != nil {
-				return fail(MoveStepStart, err)
-			}
-		}
-	}
-
-	progress(MoveStepCleanup)
-	steady, cancel := bounded(ctx)
-	defer cancel()
-	switch _, err := src.ReadDomain(ctx, m.Ref); {
-	case err == nil:
-		// Shut off (Move refuses a source that runs beside a target).
-		if err := src.UndefineDomain(steady, m.Ref); err != nil {
-			return fail(MoveStepCleanup, err)
-		}
-	case !errors.Is(err, virt.ErrDomainNotFound):
-		return fail(MoveStepCleanup, err)
-	}
-	for _, v := range m.Volumes {
-		if v.Shared && !v.OwnCopy {
-			continue
-		}
-		for _, name := range []string{v.Ref.Volume + flatSuffix, v.Ref.Volume} {
-			if err := src.RemoveVolume(steady, v.Ref.Pool, name); err != nil {
-				return fail(MoveStepCleanup, fmt.Errorf("%w. The VM runs from the target; delete the volume by hand (virsh vol-delete --pool %s %s)", err, v.Ref.Pool, name))
+				return fail(MoveStepWait, err)
 			}
 		}
 	}
 	view, err := Read(ctx, dst, m.Ref, nil, false)
 	if err != nil {
-		return fail(MoveStepCleanup, fmt.Errorf("reading the moved VM: %w", err))
+		return fail(MoveStepStart, fmt.Errorf("reading the moved VM: %w", err))
 	}
 	return view, nil
 }
@@ -291,7 +294,7 @@ func distinctHosts(ctx context.Context, src, dst MoveHost) error {
 
 // moveVolume brings one volume to the target: whatever an earlier try left
 // there is deleted, an overlay is flattened on the source into a
-// standalone copy, and the copy is verified (virt.CopyVolume). copied is
+// standalone copy, and the copy is verified (copyVerified). copied is
 // false for a shared volume the target already had.
 func moveVolume(ctx context.Context, src, dst MoveHost, v MovedVolume) (copied bool, err error) {
 	pool, name := v.Ref.Pool, v.Ref.Volume
@@ -299,7 +302,7 @@ func moveVolume(ctx context.Context, src, dst MoveHost, v MovedVolume) (copied b
 		switch _, err := dst.VolumeInfo(ctx, pool, name); {
 		case err == nil:
 			return false, nil // the target has its own (a kohaku_seed made there)
-		case !errors.Is(err, virt.ErrNotFound):
+		case !errors.Is(err, hostapi.ErrNotFound):
 			return false, fmt.Errorf("looking for %s/%s on the target: %w", pool, name, err)
 		}
 	} else if err := dst.RemoveVolume(ctx, pool, name); err != nil {
@@ -324,7 +327,7 @@ func copyVolume(ctx context.Context, src, dst MoveHost, pool, name string) error
 			return fmt.Errorf("flattening %s/%s (an overlay on %s) for the copy: %w", pool, name, info.BackingPath, err)
 		}
 	}
-	if _, err := virt.CopyVolume(ctx, src, pool, from, dst, pool, name); err != nil {
+	if _, err := copyVerified(ctx, src, pool, from, dst, pool, name); err != nil {
 		if from != name {
 			steady, cancel := bounded(ctx)
 			defer cancel()

@@ -203,7 +203,7 @@ func TestMoveStepsInOrder(t *testing.T) {
 	if !waited {
 		t.Error("the readiness wait did not run on the target after the start")
 	}
-	want := []string{MoveStepFind, MoveStepShutdown, MoveStepCopy, MoveStepDefine, MoveStepStart, MoveStepCleanup}
+	want := []string{MoveStepFind, MoveStepShutdown, MoveStepCopy, MoveStepDefine, MoveStepCleanup, MoveStepStart}
 	if !slices.Equal(steps, want) {
 		t.Errorf("steps %q, want %q", steps, want)
 	}
@@ -211,7 +211,7 @@ func TestMoveStepsInOrder(t *testing.T) {
 		t.Errorf("moved domain %+v lost its UUID or MAC", view.Status.DomainRef)
 	}
 	// The guest was shut down cleanly before anything was read, and the
-	// source undefined only after the target was defined and started.
+	// source undefined only after the target was defined.
 	if i, j := slices.Index(src.ops, "StopDomain"), slices.Index(src.ops, "FlattenVolume"); i < 0 || i > j || src.graces[0] != time.Minute {
 		t.Errorf("source ops %q: want a clean stop (grace 1m) before the copy", src.ops)
 	}
@@ -295,6 +295,38 @@ func TestMoveInterruptedConverges(t *testing.T) {
 			if got := dst.contents(); got != movedTarget {
 				t.Errorf("target holds\n%s\nwant\n%s", got, movedTarget)
 			}
+			if got := src.contents(); got != movedSource {
+				t.Errorf("source holds\n%s\nwant\n%s", got, movedSource)
+			}
+		})
+	}
+}
+
+// A failure once the VM is defined on the target (autostart, the start, the
+// guest's wait) leaves nothing on the source: the VM is whole on the target
+// alone, so the provider's next ordinary update (not a second move) starts
+// it there and converges.
+func TestMoveFailureAfterTheDefineLeavesTheSourceClean(t *testing.T) {
+	t.Parallel()
+	for _, op := range []string{"SetAutostart", "StartDomain", "Wait"} {
+		t.Run(op, func(t *testing.T) {
+			t.Parallel()
+			src, dst := newMoveFake(), newMoveFake()
+			m := movingVM(src)
+			if op == "Wait" {
+				m.Wait = func(context.Context, Host, virt.DomainRef) error { return errors.New("no report within the timeout") }
+			} else {
+				dst.fail[op] = errors.New("injected")
+			}
+			_, err := Move(context.Background(), src, dst, m)
+			var me *MoveError
+			if !errors.As(err, &me) || !me.OnTarget {
+				t.Fatalf("err = %v, want a MoveError on the target", err)
+			}
+			if want := map[string]string{"Wait": MoveStepWait}[op]; want != "" && me.Step != want {
+				t.Errorf("step %q, want %q", me.Step, want)
+			}
+			wholeVM(t, src, dst, true)
 			if got := src.contents(); got != movedSource {
 				t.Errorf("source holds\n%s\nwant\n%s", got, movedSource)
 			}
@@ -475,7 +507,7 @@ func TestMoveOwnsTheSeedCopyItBrings(t *testing.T) {
 	if _, err := Move(context.Background(), src, dst, again); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Delete(context.Background(), dst, Doomed{Ref: m.Ref, Overlay: m.Overlay}); err != nil {
+	if _, err := Delete(context.Background(), dst, Doomed{Ref: m.Ref, Overlay: m.Overlay, Seed: &seed}); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.TrimSpace(dst.contents()); got != "" {
@@ -483,5 +515,22 @@ func TestMoveOwnsTheSeedCopyItBrings(t *testing.T) {
 	}
 	if string(src.data["default/web-seed.iso"]) != "cidata" {
 		t.Error("the kohaku_seed's own seed was deleted")
+	}
+}
+
+// A VM's delete on the host its kohaku_seed was made on spares the seed.
+func TestDeleteSparesTheKohakuSeedsOwnSeed(t *testing.T) {
+	t.Parallel()
+	h := newMoveFake()
+	m := movingVM(h)
+	seed := domain.VolumeRef{Pool: "default", Volume: "web-seed.iso"}
+	if _, err := Delete(context.Background(), h, Doomed{Ref: m.Ref, Overlay: &domain.VolumeRef{Pool: "default", Volume: "web.qcow2"}, Seed: &seed}); err != nil {
+		t.Fatal(err)
+	}
+	if string(h.data["default/web-seed.iso"]) != "cidata" {
+		t.Error("the kohaku_seed's own seed was deleted with the VM")
+	}
+	if _, ok := h.volumes["default/web.qcow2"]; ok {
+		t.Error("the VM's overlay was not deleted")
 	}
 }

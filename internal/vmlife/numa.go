@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // NUMA placement modes (Want.NUMAPlacement).
@@ -40,31 +40,43 @@ func (e *PlacementError) Unwrap() error { return e.Err }
 //     GPUs (read from their node devices), one guest cell per node, when
 //     the host has more than one node and knows the GPUs' nodes; vCPUs
 //     beyond the CPUs of those nodes are refused;
+//   - with mode auto, no gpus and nodes (the node a placement chose for a
+//     NUMA-local VM without GPUs), the VM is bound to those nodes alike;
 //   - with huge pages, the host (the bound nodes, when bound) must offer
 //     pages of that size and, when creating, have enough of them free:
 //     per node when bound, in all otherwise.
 //
 // It changes nothing on the host. A VM with neither gpus nor huge pages
 // costs no call.
-func Place(ctx context.Context, h Host, spec *domain.Spec, mode string, gpus []string, creating bool) error {
+func Place(ctx context.Context, h Host, spec *domain.Spec, mode string, gpus []string, nodeIDs []int, creating bool) error {
 	spec.NUMA = nil
-	bind := mode != PlacementNone && len(gpus) > 0
+	bind := mode != PlacementNone && (len(gpus) > 0 || len(nodeIDs) > 0)
+	where := "where the VM's GPUs are"
+	if len(gpus) == 0 {
+		where = "where placement put the VM"
+	}
 	if !bind && spec.HugePageKiB == 0 {
 		return nil
 	}
 	nodes, err := h.NUMANodes(ctx)
-	if err != nil && !virt.Unsupported(err) {
+	if err != nil && !hostapi.Unsupported(err) {
 		return err
 	}
-	var bound []virt.NUMANode
+	var bound []hostapi.NUMANode
 	if bind && len(nodes) > 1 {
-		ids, err := gpuNodes(ctx, h, gpus)
-		if err != nil {
-			return err
+		ids := nodeIDs
+		if len(gpus) > 0 {
+			var err error
+			if ids, err = gpuNodes(ctx, h, gpus); err != nil {
+				return err
+			}
 		}
 		for _, id := range ids {
-			i := slices.IndexFunc(nodes, func(n virt.NUMANode) bool { return n.ID == id })
+			i := slices.IndexFunc(nodes, func(n hostapi.NUMANode) bool { return n.ID == id })
 			if i < 0 {
+				if len(gpus) == 0 {
+					return fmt.Errorf("placement put the VM on NUMA node %d, which the host's capabilities do not list (nodes %s)", id, nodeList(nodes))
+				}
 				return fmt.Errorf("a GPU is on NUMA node %d, which the host's capabilities do not list (nodes %s)", id, nodeList(nodes))
 			}
 			bound = append(bound, nodes[i])
@@ -79,12 +91,12 @@ func Place(ctx context.Context, h Host, spec *domain.Spec, mode string, gpus []s
 		}
 		if bind && spec.VCPU > cpus {
 			return &PlacementError{Attribute: "vcpu", Err: fmt.Errorf(
-				"%d vCPUs exceed the %d CPUs of %s, where the VM's GPUs are. Lower vcpu to %d or less, or set numa_placement = \"none\" to let the vCPUs run on any node (at a cost in GPU bandwidth)",
-				spec.VCPU, cpus, nodeList(bound), cpus)}
+				"%d vCPUs exceed the %d CPUs of %s, %s. Lower vcpu to %d or less, or set numa_placement = \"none\" to let the vCPUs run on any node (at a cost in GPU bandwidth)",
+				spec.VCPU, cpus, nodeList(bound), where, cpus)}
 		}
 		if bind && len(bound) > spec.VCPU {
 			return &PlacementError{Attribute: "vcpu", Err: fmt.Errorf(
-				"the VM's GPUs are on %s: it needs at least one vCPU per node (vcpu = %d), or numa_placement = \"none\"", nodeList(bound), len(bound))}
+				"the VM is bound to %s, %s: it needs at least one vCPU per node (vcpu = %d), or numa_placement = \"none\"", nodeList(bound), where, len(bound))}
 		}
 	}
 	if spec.HugePageKiB > 0 {
@@ -120,15 +132,15 @@ func gpuNodes(ctx context.Context, h Host, gpus []string) ([]int, error) {
 
 // checkHugePages checks that the host offers spec's huge page size on the
 // nodes that will back the VM and, when creating, that enough are free.
-func checkHugePages(spec *domain.Spec, all, bound []virt.NUMANode, creating bool) error {
+func checkHugePages(spec *domain.Spec, all, bound []hostapi.NUMANode, creating bool) error {
 	if len(all) == 0 {
 		return nil // the host reports no NUMA cells: libvirt will tell at start
 	}
 	size := uint64(spec.HugePageKiB)
-	pool := func(n virt.NUMANode) (virt.HugePages, bool) {
-		i := slices.IndexFunc(n.HugePages, func(p virt.HugePages) bool { return p.SizeKiB == size })
+	pool := func(n hostapi.NUMANode) (hostapi.HugePages, bool) {
+		i := slices.IndexFunc(n.HugePages, func(p hostapi.HugePages) bool { return p.SizeKiB == size })
 		if i < 0 {
-			return virt.HugePages{}, false
+			return hostapi.HugePages{}, false
 		}
 		return n.HugePages[i], true
 	}
@@ -185,7 +197,7 @@ func humanPage(kib uint64) string {
 	return fmt.Sprintf("%d MiB", kib>>10)
 }
 
-func nodeList(nodes []virt.NUMANode) string {
+func nodeList(nodes []hostapi.NUMANode) string {
 	ids := make([]string, len(nodes))
 	for i, n := range nodes {
 		ids[i] = fmt.Sprint(n.ID)

@@ -51,6 +51,7 @@ func TestPlace(t *testing.T) {
 		spec     domain.Spec
 		mode     string
 		gpus     []string
+		nodes    []int
 		creating bool
 		want     []domain.NUMACell
 		err      string // substring; attribute before the colon
@@ -79,6 +80,14 @@ func TestPlace(t *testing.T) {
 		{name: "unbound pages counted on all nodes", host: twoSockets, spec: spec(2, 2048, domain.HugePage2MiB), creating: true, calls: 1},
 		{name: "unbound, too few in all", host: twoSockets, spec: spec(2, 4096, domain.HugePage2MiB), creating: true,
 			err: "hugepages: the host has 1100 free 2 MiB huge pages; the VM's 4096 MiB need 2048"},
+		{name: "no gpus, the node placement chose", host: twoSockets, spec: spec(4, 4096, 0), nodes: []int{1}, creating: true,
+			want: []domain.NUMACell{{HostNode: 1, CPUs: "4-7,20-23"}}, calls: 1},
+		{name: "the gpus' nodes win over nodes", host: twoSockets, spec: spec(4, 4096, 0), gpus: []string{"0000:17:00.0"}, nodes: []int{1}, creating: true,
+			want: []domain.NUMACell{{HostNode: 0, CPUs: "0-3,16-19"}}, calls: 2},
+		{name: "nodes, placement none", host: twoSockets, spec: spec(4, 4096, 0), mode: PlacementNone, nodes: []int{1}, creating: true},
+		{name: "nodes on a one-node host", host: func() *fakeHost { h := twoSockets(); h.numa = h.numa[:1]; return h }, spec: spec(4, 4096, 0), nodes: []int{0}, creating: true, calls: 1},
+		{name: "more vcpus than the chosen node has", host: twoSockets, spec: spec(12, 4096, 0), nodes: []int{0}, creating: true,
+			err: "vcpu: 12 vCPUs exceed the 8 CPUs of NUMA node 0, where placement put the VM. Lower vcpu to 8 or less"},
 		{name: "split over two nodes, pages per node", host: twoSockets, spec: spec(4, 256, domain.HugePage2MiB), gpus: []string{"0000:ca:00.0", "0000:17:00.0"}, creating: true,
 			want: []domain.NUMACell{{HostNode: 0, CPUs: "0-3,16-19"}, {HostNode: 1, CPUs: "4-7,20-23"}}, calls: 3},
 	}
@@ -88,7 +97,7 @@ func TestPlace(t *testing.T) {
 			h := c.host()
 			s := c.spec
 			s.NUMA = []domain.NUMACell{{HostNode: 9, CPUs: "99"}} // stale: Place starts afresh
-			err := Place(context.Background(), h, &s, c.mode, c.gpus, c.creating)
+			err := Place(context.Background(), h, &s, c.mode, c.gpus, c.nodes, c.creating)
 			if c.err != "" {
 				var pe *PlacementError
 				if err == nil || !strings.Contains(err.Error(), c.err) || !errors.As(err, &pe) {
@@ -116,11 +125,11 @@ func TestPlaceUnsupported(t *testing.T) {
 	h := twoSockets()
 	h.numa = nil
 	s := domain.Spec{Name: "g", VCPU: 64, MemoryMiB: 1 << 20, HugePageKiB: domain.HugePage1GiB}
-	if err := Place(context.Background(), h, &s, PlacementAuto, []string{"0000:ca:00.0"}, true); err != nil || s.NUMA != nil {
+	if err := Place(context.Background(), h, &s, PlacementAuto, []string{"0000:ca:00.0"}, nil, true); err != nil || s.NUMA != nil {
 		t.Fatalf("err %v, NUMA %+v; want neither", err, s.NUMA)
 	}
 	h.fail["NUMANodes"] = errors.New("connection reset")
-	if err := Place(context.Background(), h, &s, PlacementAuto, []string{"0000:ca:00.0"}, true); err == nil {
+	if err := Place(context.Background(), h, &s, PlacementAuto, []string{"0000:ca:00.0"}, nil, true); err == nil {
 		t.Fatal("a failed capabilities read was ignored")
 	}
 }

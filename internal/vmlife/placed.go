@@ -8,9 +8,9 @@ import (
 	"strings"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/claim"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/placement"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // Placer chooses a host and devices for a VM's request; placement.Shared
@@ -32,7 +32,7 @@ type DeviceClaims interface {
 
 // GPUResetter resets a GPU's IOMMU group through the host's kernel while
 // it is on vfio-pci and no domain holds it; gpubind.GroupResetter is one.
-// An error wrapping virt.ErrHostFilesUnsupported says the connection
+// An error wrapping hostapi.ErrHostFilesUnsupported says the connection
 // cannot reach the kernel's reset at all (tcp, tls): nothing was tried.
 type GPUResetter interface {
 	ResetGPU(ctx context.Context, gpu vfio.Address) error
@@ -94,6 +94,22 @@ type Acquired struct {
 	// over).
 	Notes []string
 	host  PlacedHost
+	devs  []claim.Device
+}
+
+// Confirm takes the claims again right before the domain is defined:
+// Take returns Already while a claim is still this VM's, so a create that
+// stalled past claim.StaleAfter between its claims and its define, and
+// had a GPU taken over meanwhile, finds it here and defines nothing (the
+// claim package's one gap, narrowed to the define call itself).
+func (a *Acquired) Confirm(ctx context.Context) error {
+	if a == nil || a.host.Claims == nil || len(a.devs) == 0 {
+		return nil
+	}
+	if _, err := a.host.Claims.TakeAll(ctx, a.devs, a.Holder); err != nil {
+		return fmt.Errorf("confirming the GPU claims before the define: %w", err)
+	}
+	return nil
 }
 
 // Acquire places r (Placer), then on the chosen host claims its GPUs (all
@@ -122,6 +138,7 @@ func Acquire(ctx context.Context, p Placer, host func(name string) (PlacedHost, 
 	}
 	a.host = ph
 	devs := claimDevices(p, pl)
+	a.devs = devs
 	taken, err := ph.Claims.TakeAll(ctx, devs, h)
 	if err != nil {
 		return nil, &AcquireError{Step: StepClaim, Err: err}
@@ -237,7 +254,7 @@ func resetOrQuarantine(ctx context.Context, h PlacedHost, holder claim.Holder, g
 		switch {
 		case err == nil:
 			run.Reset = append(run.Reset, g)
-		case errors.Is(err, virt.ErrHostFilesUnsupported):
+		case errors.Is(err, hostapi.ErrHostFilesUnsupported):
 			run.Unreset = append(run.Unreset, GPUNote{GPU: g, Why: err.Error()})
 		default:
 			why := fmt.Sprintf("not reset after VM %s: %v", holder.VM, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -278,5 +279,38 @@ func TestReleasePlaced_givesBackThenReleasesAndGoesOnPastFailures(t *testing.T) 
 	}
 	if _, ok := w.claims[gpuAddr(0x18)]; ok {
 		t.Errorf("claim on 0000:18:00.0 kept after the other failed")
+	}
+}
+
+// A placed create confirms its claims right before the define: while they
+// are its own the confirmation takes them again (Already); once another
+// apply took one over (a create stalled past claim.StaleAfter), Create
+// stops before the define, defines nothing and rolls back what it made.
+func TestAcquire_confirmBeforeDefine(t *testing.T) {
+	t.Parallel()
+	w := newPlacedWorld(gpuAddr(0x18))
+	a, err := Acquire(context.Background(), w, w.host, trainRequest(), trainer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.ops = nil
+	if err := a.Confirm(context.Background()); err != nil || strings.Join(w.ops, "; ") != "claim 0000:18:00.0 (2 functions)" {
+		t.Fatalf("confirming own claims: %v, steps %q", err, w.ops)
+	}
+	// Taken over meanwhile: the fake's TakeAll fails as claim.Take does.
+	w.fail["take"] = &claim.ClaimedError{Device: gpuAddr(0x18), Holder: claim.Holder{VM: "other", UUID: "0b5e1a2c-3d4e-4f50-8a6b-7c8d9e0f1a2b"}}
+	h := newFakeHost()
+	p := createPlan(h, "train")
+	p.BeforeDefine = a.Confirm
+	_, err = Create(context.Background(), h, p)
+	var ce *claim.ClaimedError
+	if err == nil || !errors.As(err, &ce) || ce.Holder.VM != "other" {
+		t.Fatalf("create after a takeover: err = %v, want the claim error naming the other VM", err)
+	}
+	if slices.Contains(h.ops, "DefineDomain") || len(h.domains) != 0 {
+		t.Errorf("the create defined a domain on a GPU another VM holds: ops %q", h.ops)
+	}
+	if got := h.state(); got != baseOnly {
+		t.Errorf("what the create made was not rolled back:\n%s", got)
 	}
 }

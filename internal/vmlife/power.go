@@ -8,24 +8,22 @@ import (
 	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/health"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/phonehome"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // PowerHost is what a power operation needs from a libvirt host.
 // *virt.Client is one.
 type PowerHost interface {
-	LookupDomain(ctx context.Context, nameOrUUID string) (virt.DomainRef, error)
+	LookupDomain(ctx context.Context, nameOrUUID string) (hostapi.DomainRef, error)
 	DomainState(ctx context.Context, domain string) (string, error)
-	StartDomain(ctx context.Context, ref virt.DomainRef) error
-	AskShutdown(ctx context.Context, ref virt.DomainRef, via virt.PowerVia) error
-	AskReboot(ctx context.Context, ref virt.DomainRef, via virt.PowerVia) error
-	ResetDomain(ctx context.Context, ref virt.DomainRef) error
-	ForceOffDomain(ctx context.Context, ref virt.DomainRef) error
+	StartDomain(ctx context.Context, ref hostapi.DomainRef) error
+	AskShutdown(ctx context.Context, ref hostapi.DomainRef, via hostapi.PowerVia) error
+	AskReboot(ctx context.Context, ref hostapi.DomainRef, via hostapi.PowerVia) error
+	ResetDomain(ctx context.Context, ref hostapi.DomainRef) error
+	ForceOffDomain(ctx context.Context, ref hostapi.DomainRef) error
 	ReadChannel(ctx context.Context, domain, channel string, line func([]byte) bool) error
 }
-
-var _ PowerHost = (*virt.Client)(nil)
 
 // PowerOp is a power operation on a VM.
 type PowerOp string
@@ -72,7 +70,7 @@ var (
 // PowerResult says how an operation went.
 type PowerResult struct {
 	// Via is how the guest was asked (shutdown, reboot), "" otherwise.
-	Via virt.PowerVia
+	Via hostapi.PowerVia
 	// Forced is set when a shutdown ended with the guest forced off.
 	Forced bool
 	// WasState is the domain's state before the operation.
@@ -133,7 +131,7 @@ func RunPower(ctx context.Context, h PowerHost, req PowerRequest) (*PowerResult,
 			}
 			break
 		}
-		via, err := ask(ctx, func(via virt.PowerVia) error { return h.AskReboot(ctx, ref, via) })
+		via, err := ask(ctx, func(via hostapi.PowerVia) error { return h.AskReboot(ctx, ref, via) })
 		if err != nil {
 			return out, stepErr("ask the guest to reboot", err)
 		}
@@ -155,21 +153,21 @@ func RunPower(ctx context.Context, h PowerHost, req PowerRequest) (*PowerResult,
 }
 
 // ask tries the guest agent, then ACPI.
-func ask(ctx context.Context, do func(virt.PowerVia) error) (virt.PowerVia, error) {
-	agentErr := do(virt.ViaGuestAgent)
+func ask(ctx context.Context, do func(hostapi.PowerVia) error) (hostapi.PowerVia, error) {
+	agentErr := do(hostapi.ViaGuestAgent)
 	if agentErr == nil {
-		return virt.ViaGuestAgent, nil
+		return hostapi.ViaGuestAgent, nil
 	}
 	if ctx.Err() != nil {
 		return "", agentErr
 	}
-	if err := do(virt.ViaACPI); err != nil {
+	if err := do(hostapi.ViaACPI); err != nil {
 		return "", fmt.Errorf("the guest agent: %v; ACPI: %w", agentErr, err)
 	}
-	return virt.ViaACPI, nil
+	return hostapi.ViaACPI, nil
 }
 
-func shutdown(ctx context.Context, h PowerHost, ref virt.DomainRef, force bool, out *PowerResult, say func(string)) error {
+func shutdown(ctx context.Context, h PowerHost, ref hostapi.DomainRef, force bool, out *PowerResult, say func(string)) error {
 	end := time.Time{}
 	if dl, ok := ctx.Deadline(); ok {
 		// Stop waiting a little before the deadline: to force the guest
@@ -179,7 +177,7 @@ func shutdown(ctx context.Context, h PowerHost, ref virt.DomainRef, force bool, 
 			end = dl.Add(-ForceReserve)
 		}
 	}
-	via, err := ask(ctx, func(via virt.PowerVia) error { return h.AskShutdown(ctx, ref, via) })
+	via, err := ask(ctx, func(via hostapi.PowerVia) error { return h.AskShutdown(ctx, ref, via) })
 	if err != nil && !force {
 		return stepErr("ask the guest to shut down", err)
 	}
@@ -221,9 +219,28 @@ func shutdown(ctx context.Context, h PowerHost, ref virt.DomainRef, force bool, 
 	return nil
 }
 
-// waitReport reads the report channel until the guest writes a report or a
-// heartbeat, saying every ProgressEvery that it still waits.
-func waitReport(ctx context.Context, h PowerHost, name string, say func(string)) error {
+// ReportReader reads a domain's report channel and its state.
+type ReportReader interface {
+	ReadChannel(ctx context.Context, domain, channel string, line func([]byte) bool) error
+	DomainState(ctx context.Context, domain string) (string, error)
+}
+
+// WaitReport reads the report channel of a domain just started until the
+// guest writes a report or a heartbeat, saying every ProgressEvery that it
+// still waits (say may be nil). A domain that stops ends the wait at once:
+// its guest can no longer write. Any line counts, so it is for a domain
+// whose QEMU process started after the wait was asked for (a start, a
+// reset, the start after a move): nothing of an earlier boot can be in its
+// channel.
+func WaitReport(ctx context.Context, h ReportReader, name string, say func(string)) error {
+	if say == nil {
+		say = func(string) {}
+	}
+	return waitReport(ctx, h, name, say)
+}
+
+// waitReport is WaitReport.
+func waitReport(ctx context.Context, h ReportReader, name string, say func(string)) error {
 	start := time.Now()
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	defer func() { close(stop); <-stopped }()
@@ -262,9 +279,12 @@ func waitReport(ctx context.Context, h PowerHost, name string, say func(string))
 		}
 		if ctx.Err() != nil {
 			if last != nil && !errors.Is(last, ctx.Err()) {
-				return fmt.Errorf("no report within the action's timeout (%w); the last read: %v", ctx.Err(), last)
+				return fmt.Errorf("no report within the timeout (%w); the last read: %v", ctx.Err(), last)
 			}
-			return fmt.Errorf("no report within the action's timeout: %w", ctx.Err())
+			return fmt.Errorf("no report within the timeout: %w", ctx.Err())
+		}
+		if st, err := h.DomainState(ctx, name); err == nil && st != "running" && st != "paused" && st != "blocked" {
+			return fmt.Errorf("the domain is %s: its guest can no longer report", st)
 		}
 		select {
 		case <-ctx.Done():

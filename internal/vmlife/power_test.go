@@ -205,7 +205,7 @@ func TestPowerStartWaitsForReport(t *testing.T) {
 	f = &powerFake{state: "shut off", asked: -1, report: []string{"not a report"}}
 	start := time.Now()
 	if _, _, err := runPower(t, f, PowerRequest{Op: PowerStart, WaitForReport: true}, 100*time.Millisecond); err == nil ||
-		!strings.Contains(err.Error(), "no report within the action's timeout") || time.Since(start) > 2*time.Second {
+		!strings.Contains(err.Error(), "no report within the timeout") || time.Since(start) > 2*time.Second {
 		t.Errorf("err = %v after %s; want no report within the timeout", err, time.Since(start))
 	}
 }
@@ -228,5 +228,32 @@ func TestPowerRebootAndReset(t *testing.T) {
 	f = &powerFake{state: "running", asked: -1}
 	if _, _, err := runPower(t, f, PowerRequest{Op: PowerStart}, time.Second); err != nil || len(f.ops) != 0 {
 		t.Errorf("start of a running domain: %v, ops %v; want nothing done", err, f.ops)
+	}
+}
+
+// stoppingGuest is a domain whose guest writes nothing and powers off.
+type stoppingGuest struct{ reads int }
+
+func (g *stoppingGuest) ReadChannel(context.Context, string, string, func([]byte) bool) error {
+	g.reads++
+	return errors.New("stream closed")
+}
+
+func (g *stoppingGuest) DomainState(context.Context, string) (string, error) { return "shut off", nil }
+
+// A guest that powers off during the wait ends it at once, saying so,
+// instead of holding the apply until the timeout.
+func TestWaitReportEndsWhenTheDomainStops(t *testing.T) {
+	fastPower(t)
+	g := &stoppingGuest{}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	err := WaitReport(ctx, g, "vm", nil)
+	if err == nil || !strings.Contains(err.Error(), "the domain is shut off") || time.Since(start) > 10*time.Second {
+		t.Fatalf("err = %v after %s, want the domain is shut off, at once", err, time.Since(start))
+	}
+	if g.reads != 1 {
+		t.Errorf("the channel was read %d times after the domain stopped", g.reads)
 	}
 }

@@ -7,12 +7,12 @@ import (
 	"slices"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // View is a domain as Read sees it.
 type View struct {
-	Status   *virt.DomainStatus
+	Status   *hostapi.DomainStatus
 	Observed domain.Observed
 	// Overlay is the boot disk volume this resource created, if any.
 	Overlay *domain.VolumeRef
@@ -39,7 +39,7 @@ type View struct {
 // on refresh, plus a few lookups of the overlay's base image on import.
 // overlay is the overlay volume the prior state records, if any; importing
 // says the state cannot tell the base image.
-func Read(ctx context.Context, h Host, ref virt.DomainRef, overlay *domain.VolumeRef, importing bool) (*View, error) {
+func Read(ctx context.Context, h Host, ref hostapi.DomainRef, overlay *domain.VolumeRef, importing bool) (*View, error) {
 	st, err := h.ReadDomain(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -110,7 +110,7 @@ func (v *View) diskVolume(ctx context.Context, h Host) error {
 	}
 	pool, name, err := h.VolumeByPath(ctx, d.Path)
 	switch {
-	case errors.Is(err, virt.ErrNotFound):
+	case errors.Is(err, hostapi.ErrNotFound):
 		v.DiskOutsidePools = d.Path
 		return nil
 	case err != nil:

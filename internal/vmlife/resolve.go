@@ -7,8 +7,9 @@ import (
 	"os"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seed"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // Steps of Resolve, as StepError names them.
@@ -30,6 +31,13 @@ type Want struct {
 	InspectSeed bool
 	// NUMAPlacement is PlacementAuto ("" means auto) or PlacementNone.
 	NUMAPlacement string
+	// Nodes are the host NUMA nodes placement chose for a NUMA-local VM
+	// without GPUs, bound as a GPU VM is bound to its GPUs' nodes (Place);
+	// ignored when GPUs is set.
+	Nodes []int
+	// KeepPins keeps the domain's one-to-one vCPU pins (a placement's
+	// pin_cpus, made at create) through an update.
+	KeepPins bool
 }
 
 // Resolved is a spec completed against the host.
@@ -72,7 +80,7 @@ func Resolve(ctx context.Context, h Host, w Want, groups GPUGroups, creating boo
 	}
 	r.Groups = groups
 	r.Spec.Hostdevs = groups.Hostdevs(r.Spec.Hostdevs)
-	if err := Place(ctx, h, &r.Spec, w.NUMAPlacement, w.GPUs, creating); err != nil {
+	if err := Place(ctx, h, &r.Spec, w.NUMAPlacement, w.GPUs, w.Nodes, creating); err != nil {
 		return r, stepErr(StepPlace, err)
 	}
 	if s := r.Spec.Seed; s != nil {
@@ -140,7 +148,7 @@ func applySeedMACs(spec *domain.Spec, macs []string) {
 	}
 }
 
-func diskFormat(v *virt.VolumeDetail) (domain.DiskFormat, error) {
+func diskFormat(v *hostapi.VolumeDetail) (domain.DiskFormat, error) {
 	switch v.Format {
 	case "qcow2", "":
 		if v.Format == "" {
@@ -157,7 +165,7 @@ func diskFormat(v *virt.VolumeDetail) (domain.DiskFormat, error) {
 // machine (unix transport); remote hosts check when the VM starts. It
 // returns the index of the folder at fault.
 func checkShareSources(h Host, shares []domain.SharedFolder) (int, error) {
-	if h.Endpoint().Transport != virt.TransportUnix {
+	if h.Endpoint().Transport != hostconn.TransportUnix {
 		return 0, nil
 	}
 	for i, sf := range shares {

@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/domain"
-	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // Change is an in-place update of a VM.
 type Change struct {
-	Ref virt.DomainRef
+	Ref hostapi.DomainRef
 	// Want is the VM as planned; Prior is the spec the state describes.
 	Want  Want
 	Prior domain.Spec
@@ -160,7 +160,7 @@ func needsGrowth(ctx context.Context, h Host, vol domain.VolumeRef, size int64) 
 // from its current definition with what Kohaku owns set (domain.Merge),
 // then stopped, started or restarted as Restarts says, and its autostart
 // set. A domain that no longer exists yields an error wrapping
-// virt.ErrDomainNotFound; any other failure is an *UpdateError.
+// hostapi.ErrDomainNotFound; any other failure is an *UpdateError.
 func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	record, warn := ch.Record, ch.Warn
 	if record == nil {
@@ -192,7 +192,7 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 		return e
 	}
 	view, err := Read(ctx, h, ch.Ref, ch.Overlay, false)
-	if errors.Is(err, virt.ErrDomainNotFound) {
+	if errors.Is(err, hostapi.ErrDomainNotFound) {
 		return nil, fmt.Errorf("%w: it was removed outside Terraform since the last refresh; run terraform apply again to create it anew", err)
 	}
 	if err != nil {
@@ -218,11 +218,16 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	record(groups)
 	// The NUMA binding is the host's to tell too (the nodes of the GPUs):
 	// placed anew, it is compared with the domain's own.
+	// So are one-to-one pins, made at create and kept.
+	if ch.Want.KeepPins {
+		ch.Want.Spec.CPUPins, ch.Want.Spec.EmulatorCPUs = view.Observed.Spec.CPUPins, view.Observed.Spec.EmulatorCPUs
+	}
 	want, prior := ch.Want.Spec, ch.Prior
-	if err := Place(ctx, h, &want, ch.Want.NUMAPlacement, ch.Want.GPUs, false); err != nil {
+	if err := Place(ctx, h, &want, ch.Want.NUMAPlacement, ch.Want.GPUs, ch.Want.Nodes, false); err != nil {
 		return nil, &UpdateError{Step: StepPlace, Err: err, Unchanged: true}
 	}
 	prior.NUMA = view.Observed.Spec.NUMA
+	prior.CPUPins, prior.EmulatorCPUs = view.Observed.Spec.CPUPins, view.Observed.Spec.EmulatorCPUs
 	// The boot disk grows first, live when the domain runs: nothing else
 	// of the update depends on it, and a failure leaves the rest as it was.
 	if err := GrowBootDisk(steady, h, view, ch.DiskBytes); err != nil {
@@ -259,28 +264,8 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	}
 	redefine := restart || !diff.empty() || !sameVolumes(owned, ownedBefore)
 	if redefine {
-		w := ch.Want
-		w.Spec.UUID = ch.Ref.UUID
-		w.Spec.Disk = view.Observed.Spec.Disk // disk changes replace the VM
-		w.Spec.Owner.Volumes = owned
-		w.DiskMode, w.InspectSeed = "", false
-		r, err := Resolve(ctx, h, w, planned, false)
-		var se *StepError
-		switch {
-		case errors.As(err, &se) && se.Step == StepShares:
-			return nil, &UpdateError{Step: se.Step, Err: se.Err, Unchanged: true}
-		case errors.As(err, &se):
-			return nil, fail(se.Step, se.Err)
-		}
-		// The definition is edited, not regenerated: what Kohaku does not
-		// own (devices, metadata, settings it has no attribute for)
-		// survives as the domain has it.
-		xml, err := domain.Merge(view.Status.XML, r.Spec)
-		if err != nil {
-			return nil, fail("build the domain XML", err)
-		}
-		if _, err := h.DefineDomain(steady, r.Spec.Name, xml); err != nil {
-			return nil, fail("redefine the domain", err)
+		if err := redefineDomain(ctx, steady, h, ch, view, planned, owned, fail); err != nil {
+			return nil, err
 		}
 	}
 	// The volumes of removed data disks go once no definition names them.
@@ -293,10 +278,10 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 	for _, p := range Restarts(ch.Running, view.Status.Active, restart) {
 		var err error
 		if p.Stop {
-			var how virt.StopResult
+			var how hostapi.StopResult
 			waited := StopGrace(ctx, ch.Grace)
 			how, err = h.StopDomain(ctx, ch.Ref, ch.Grace)
-			if err == nil && how == virt.StopForced && ch.Grace > 0 && ch.ForcedOff != nil {
+			if err == nil && how == hostapi.StopForced && ch.Grace > 0 && ch.ForcedOff != nil {
 				ch.ForcedOff(waited)
 			}
 		} else {
@@ -322,4 +307,36 @@ func Update(ctx context.Context, h Host, ch Change) (*View, error) {
 		return nil, fail("start the domain", stoppedAtOnce(view))
 	}
 	return view, nil
+}
+
+// redefineDomain is Update's redefine: the plan resolved against the host
+// (same UUID, same boot disk, the volumes Kohaku owns now) and merged into
+// the domain's current definition. fail is Update's, for a failure after
+// which the domain may have changed.
+func redefineDomain(ctx, steady context.Context, h Host, ch Change, view *View, planned GPUGroups, owned []domain.VolumeRef,
+	fail func(step string, err error) error) error {
+	w := ch.Want
+	w.Spec.UUID = ch.Ref.UUID
+	w.Spec.Disk = view.Observed.Spec.Disk // disk changes replace the VM
+	w.Spec.Owner.Volumes = owned
+	w.DiskMode, w.InspectSeed = "", false
+	r, err := Resolve(ctx, h, w, planned, false)
+	var se *StepError
+	switch {
+	case errors.As(err, &se) && se.Step == StepShares:
+		return &UpdateError{Step: se.Step, Err: se.Err, Unchanged: true}
+	case errors.As(err, &se):
+		return fail(se.Step, se.Err)
+	}
+	// The definition is edited, not regenerated: what Kohaku does not
+	// own (devices, metadata, settings it has no attribute for)
+	// survives as the domain has it.
+	xml, err := domain.Merge(view.Status.XML, r.Spec)
+	if err != nil {
+		return fail("build the domain XML", err)
+	}
+	if _, err := h.DefineDomain(steady, r.Spec.Name, xml); err != nil {
+		return fail("redefine the domain", err)
+	}
+	return nil
 }

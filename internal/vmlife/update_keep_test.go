@@ -2,6 +2,7 @@ package vmlife
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -92,5 +93,73 @@ func TestReadMapsADiskPathToItsVolume(t *testing.T) {
 	ref, _ := h.LookupDomain(context.Background(), "byhand")
 	if _, err := Read(context.Background(), h, ref, nil, true); err == nil {
 		t.Error("a failed volume lookup was not reported")
+	}
+}
+
+// The seed's copy a move brought stays the VM's through an update that
+// redefines the domain, so the VM's destroy still deletes it.
+func TestUpdateKeepsTheMovedSeedCopyOwned(t *testing.T) {
+	t.Parallel()
+	h := newFakeHost()
+	p := createPlan(h, "vm")
+	p.Autostart = false
+	seed := domain.VolumeRef{Pool: "default", Volume: "vm-seed.iso"}
+	h.addVolume(seed.Pool, seed.Volume, "raw", 1<<20)
+	p.Spec.Seed = &domain.Seed{Source: domain.Source{Pool: seed.Pool, Volume: seed.Volume}}
+	view, err := Create(context.Background(), h, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xml, err := domain.SetOwnedVolumes(h.domains["vm"].xml, append(slices.Clone(view.Owned), seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.domains["vm"].xml = xml
+	ch := Change{Ref: view.Status.DomainRef, Want: Want{Spec: p.Spec}, Prior: p.Spec, Overlay: view.Overlay, Running: true}
+	ch.Want.Spec.MemoryMiB *= 2
+	after, err := Update(context.Background(), h, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(h.ops, "DefineDomain") {
+		t.Fatalf("the update did not redefine the domain: %q", h.ops)
+	}
+	if !ContainsVolume(after.Owned, seed) || after.Overlay == nil || *after.Overlay != *view.Overlay {
+		t.Errorf("after the update the VM owns %v with overlay %v: want the seed's copy still owned", after.Owned, after.Overlay)
+	}
+}
+
+// One-to-one pins made at create stay through an update that redefines
+// the domain (KeepPins); without KeepPins the update drops Kohaku's pins.
+func TestUpdateKeepsPins(t *testing.T) {
+	t.Parallel()
+	for _, keep := range []bool{true, false} {
+		h := newFakeHost()
+		p := createPlan(h, "vm")
+		p.Autostart = false
+		p.Spec.VCPU = 2
+		p.Spec.CPUPins, p.Spec.EmulatorCPUs = []int{2, 3}, "1"
+		view, err := Create(context.Background(), h, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := p.Spec
+		want.CPUPins, want.EmulatorCPUs = nil, "" // the provider's spec has no pins: they are the domain's
+		want.MemoryMiB *= 2
+		ch := Change{Ref: view.Status.DomainRef, Want: Want{Spec: want, KeepPins: keep}, Prior: p.Spec, Overlay: view.Overlay, Running: true}
+		after, err := Update(context.Background(), h, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := after.Observed.Spec
+		if keep && (!slices.Equal(got.CPUPins, []int{2, 3}) || got.EmulatorCPUs != "1") {
+			t.Errorf("KeepPins: after the update the pins are %v, emulator %q; want [2 3], 1", got.CPUPins, got.EmulatorCPUs)
+		}
+		if !keep && len(got.CPUPins) != 0 {
+			t.Errorf("without KeepPins the pins stayed: %v", got.CPUPins)
+		}
+		if got.MemoryMiB != want.MemoryMiB {
+			t.Errorf("memory %d, want %d: the update did not redefine", got.MemoryMiB, want.MemoryMiB)
+		}
 	}
 }

@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/bench/chart"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
@@ -66,6 +67,7 @@ type options struct {
 	profile     string
 	rev         string
 	host        hostEnv
+	placed      bool
 }
 
 // measurement is one repeat of one N.
@@ -116,6 +118,7 @@ func main() {
 	flag.StringVar(&o.host.Base, "base", envOr("KOHAKU_TEST_BASE_VOLUME", "rootfs.qcow2"), "base image volume")
 	flag.StringVar(&o.host.Kernel, "kernel", os.Getenv("KOHAKU_TEST_KERNEL"), "kernel for direct boot (KOHAKU_TEST_KERNEL)")
 	flag.StringVar(&o.host.Initrd, "initrd", os.Getenv("KOHAKU_TEST_INITRD"), "initrd for direct boot (KOHAKU_TEST_INITRD)")
+	flag.BoolVar(&o.placed, "placed", false, "instead of the main benchmark, apply each N of CPU-only VMs asking placement for a host against the same N naming it, counting the capacity reads through the proxy (needs -rpc)")
 	flag.BoolVar(&o.host.Running, "running", false, "start the VMs, so a refresh also asks each guest's agent for its addresses: give -kernel and -initrd of the tiny test guest (KOHAKU_TEST_TINY_*), 96 MiB each; the libvirt floor still only defines them")
 	flag.Parse()
 	var err error
@@ -167,6 +170,9 @@ func run(o options) (rc int) {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		rc = 1
 		return rc
+	}
+	if o.placed {
+		return h.runPlaced()
 	}
 	ms, err := h.measureAll()
 	if len(ms) > 0 {
@@ -262,7 +268,7 @@ func (h *harness) setup() error {
 		h.env = append(h.env, "KOHAKU_BENCH_PROFILE_DIR="+h.o.profile)
 	}
 	if h.o.rpc {
-		ep, err := virt.ParseURI(h.o.host.URI)
+		ep, err := hostconn.ParseURI(h.o.host.URI)
 		if err != nil {
 			return err
 		}
@@ -729,4 +735,30 @@ func joinInts(xs []int) string {
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "e2e:", err)
 	os.Exit(2)
+}
+
+// runPlaced is the placement benchmark (-placed).
+func (h *harness) runPlaced() int {
+	if h.proxy == nil {
+		fmt.Fprintln(os.Stderr, "e2e: -placed counts capacity reads through the proxy: it needs -rpc and a unix socket URI")
+		return 1
+	}
+	var rs []placedResult
+	for _, n := range h.o.ns {
+		r, err := h.measurePlaced(n)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		rs = append(rs, r)
+	}
+	report := placedReport(rs, h.o.parallelism)
+	fmt.Print(report)
+	if h.o.out != "" {
+		if err := os.WriteFile(h.o.out, []byte(report), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+	}
+	return 0
 }

@@ -58,6 +58,16 @@ type pair struct {
 	dom                         *libvirt.Domain
 }
 
+// floor is one run's connection and what its phases share: the pool of
+// the seeds and overlays, and the base image the overlays are made on.
+type floor struct {
+	c          *virt.Client
+	sp, bp     libvirt.StoragePool
+	basePath   string
+	baseFormat string
+	baseCap    uint64
+}
+
 func main() {
 	var (
 		uri         = flag.String("uri", envOr("KOHAKU_URI", "qemu:///system"), "libvirt URI")
@@ -83,17 +93,53 @@ func main() {
 	defer c.Close()
 
 	// Fixed costs, untimed: pool handles, the base image, the payloads.
-	var sp, bp libvirt.StoragePool
-	var basePath, baseFormat string
-	err = c.Call(ctx, "prepare", func(l *libvirt.Libvirt) error {
+	f := &floor{c: c}
+	if err := f.prepare(ctx, *pool, *imagePool, *base); err != nil {
+		fail(err)
+	}
+	pairs := makePairs(*n, *prefix, *pool, *kernel, *initrd)
+	if err := f.baseInfo(ctx, *base); err != nil {
+		fail(err)
+	}
+
+	out := Result{N: *n, Concurrency: *concurrency, ISOBytes: len(pairs[0].iso)}
+	cleanupNeeded := true
+	defer func() {
+		if cleanupNeeded {
+			cleanup(c, f.sp, pairs)
+		}
+	}()
+	for _, ph := range []struct {
+		name string
+		fn   func(*libvirt.Libvirt, *pair) error
+		secs *float64
+		rpcs *int64
+	}{
+		{"create", f.create, &out.CreateS, &out.CreateRPCs},
+		{"read", f.read, &out.ReadS, &out.ReadRPCs},
+		{"delete", f.del, &out.DeleteS, &out.DeleteRPCs},
+	} {
+		if err := f.phase(ctx, pairs, *concurrency, ph.name, ph.fn, ph.secs, ph.rpcs); err != nil {
+			cleanup(c, f.sp, pairs)
+			cleanupNeeded = false
+			fail(err)
+		}
+	}
+	cleanupNeeded = false
+	writeResult(out, *outPath)
+}
+
+// prepare looks up the pools and the base image's path and format.
+func (f *floor) prepare(ctx context.Context, pool, imagePool, base string) error {
+	return f.c.Call(ctx, "prepare", func(l *libvirt.Libvirt) error {
 		var err error
-		if sp, err = l.StoragePoolLookupByName(*pool); err != nil {
+		if f.sp, err = l.StoragePoolLookupByName(pool); err != nil {
 			return err
 		}
-		if bp, err = l.StoragePoolLookupByName(*imagePool); err != nil {
+		if f.bp, err = l.StoragePoolLookupByName(imagePool); err != nil {
 			return err
 		}
-		bv, err := l.StorageVolLookupByName(bp, *base)
+		bv, err := l.StorageVolLookupByName(f.bp, base)
 		if err != nil {
 			return err
 		}
@@ -105,18 +151,19 @@ func main() {
 		if err := x.Unmarshal(doc); err != nil {
 			return err
 		}
-		basePath, baseFormat = x.Target.Path, "qcow2"
+		f.basePath, f.baseFormat = x.Target.Path, "qcow2"
 		if x.Target.Format != nil && x.Target.Format.Type != "" {
-			baseFormat = x.Target.Format.Type
+			f.baseFormat = x.Target.Format.Type
 		}
 		return nil
 	})
-	if err != nil {
-		fail(err)
-	}
-	pairs := make([]*pair, *n)
+}
+
+// makePairs renders each pair's seed ISO and domain XML.
+func makePairs(n int, prefix, pool, kernel, initrd string) []*pair {
+	pairs := make([]*pair, n)
 	for i := range pairs {
-		p := &pair{name: fmt.Sprintf("%s%d", *prefix, i)}
+		p := &pair{name: fmt.Sprintf("%s%d", prefix, i)}
 		p.seedName, p.overlayName = p.name+"-seed.iso", p.name+"-root.qcow2"
 		res, err := seed.Render(&seed.Spec{
 			Name:           p.name,
@@ -131,149 +178,139 @@ func main() {
 		p.iso = res.ISO
 		spec := domain.Spec{
 			Name: p.name, Type: domain.TypeQEMU, VCPU: 1, MemoryMiB: 128,
-			Kernel: *kernel, Initrd: *initrd, Cmdline: "root=/dev/vda rw console=ttyS0",
-			Disk: &domain.Disk{Source: domain.Source{Pool: *pool, Volume: p.overlayName}, Format: domain.DiskQCOW2},
-			Seed: &domain.Seed{Source: domain.Source{Pool: *pool, Volume: p.seedName}},
+			Kernel: kernel, Initrd: initrd, Cmdline: "root=/dev/vda rw console=ttyS0",
+			Disk: &domain.Disk{Source: domain.Source{Pool: pool, Volume: p.overlayName}, Format: domain.DiskQCOW2},
+			Seed: &domain.Seed{Source: domain.Source{Pool: pool, Volume: p.seedName}},
 			NICs: []domain.NIC{{Type: domain.NICUser, MAC: res.MACs[0]}},
 		}
-		spec.Owner.Volumes = []domain.VolumeRef{{Pool: *pool, Volume: p.overlayName}}
+		spec.Owner.Volumes = []domain.VolumeRef{{Pool: pool, Volume: p.overlayName}}
 		if p.xml, err = domain.Marshal(spec); err != nil {
 			fail(err)
 		}
 		pairs[i] = p
 	}
-	overlayXML := func(name string, capacity uint64) (string, error) {
-		return (&libvirtxml.StorageVolume{
-			Name:     name,
-			Capacity: &libvirtxml.StorageVolumeSize{Value: capacity, Unit: "bytes"},
-			Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: "qcow2"}},
-			BackingStore: &libvirtxml.StorageVolumeBackingStore{
-				Path: basePath, Format: &libvirtxml.StorageVolumeTargetFormat{Type: baseFormat},
-			},
-		}).Marshal()
-	}
-	var baseCap uint64
-	if err := c.Call(ctx, "base info", func(l *libvirt.Libvirt) error {
-		bv, err := l.StorageVolLookupByName(bp, *base)
+	return pairs
+}
+
+// baseInfo reads the base image's capacity, the overlays' capacity.
+func (f *floor) baseInfo(ctx context.Context, base string) error {
+	return f.c.Call(ctx, "base info", func(l *libvirt.Libvirt) error {
+		bv, err := l.StorageVolLookupByName(f.bp, base)
 		if err != nil {
 			return err
 		}
-		_, baseCap, _, err = l.StorageVolGetInfo(bv)
+		_, f.baseCap, _, err = l.StorageVolGetInfo(bv)
 		return err
-	}); err != nil {
-		fail(err)
-	}
+	})
+}
 
-	out := Result{N: *n, Concurrency: *concurrency, ISOBytes: len(pairs[0].iso)}
-	cleanupNeeded := true
-	defer func() {
-		if cleanupNeeded {
-			cleanup(c, sp, pairs)
-		}
-	}()
+func (f *floor) overlayXML(name string, capacity uint64) (string, error) {
+	return (&libvirtxml.StorageVolume{
+		Name:     name,
+		Capacity: &libvirtxml.StorageVolumeSize{Value: capacity, Unit: "bytes"},
+		Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: "qcow2"}},
+		BackingStore: &libvirtxml.StorageVolumeBackingStore{
+			Path: f.basePath, Format: &libvirtxml.StorageVolumeTargetFormat{Type: f.baseFormat},
+		},
+	}).Marshal()
+}
 
-	create := func(l *libvirt.Libvirt, p *pair) error {
-		doc, err := (&libvirtxml.StorageVolume{
-			Name:     p.seedName,
-			Capacity: &libvirtxml.StorageVolumeSize{Value: uint64(len(p.iso)), Unit: "bytes"},
-			Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: "raw"}},
-		}).Marshal()
-		if err != nil {
-			return err
-		}
-		sv, err := l.StorageVolCreateXML(sp, doc, 0)
-		if err != nil {
-			return err
-		}
-		p.seedVol = &sv
-		if err := l.StorageVolUpload(sv, bytes.NewReader(p.iso), 0, uint64(len(p.iso)), 0); err != nil {
-			return err
-		}
-		doc, err = overlayXML(p.overlayName, baseCap)
-		if err != nil {
-			return err
-		}
-		ov, err := l.StorageVolCreateXML(sp, doc, 0)
-		if err != nil {
-			return err
-		}
-		p.overlayVol = &ov
-		d, err := l.DomainDefineXMLFlags(p.xml, libvirt.DomainDefineValidate)
-		if err != nil {
-			return err
-		}
-		p.dom = &d
-		return nil
-	}
-	read := func(l *libvirt.Libvirt, p *pair) error {
-		v, err := l.StorageVolLookupByName(sp, p.seedName)
-		if err != nil {
-			return err
-		}
-		_, capacity, _, err := l.StorageVolGetInfo(v)
-		if err != nil {
-			return err
-		}
-		var buf bytes.Buffer
-		if err := l.StorageVolDownload(v, &buf, 0, capacity, 0); err != nil {
-			return err
-		}
-		if buf.Len() != len(p.iso) {
-			return fmt.Errorf("%s: downloaded %d bytes, uploaded %d", p.seedName, buf.Len(), len(p.iso))
-		}
-		if _, err := l.DomainGetXMLDesc(*p.dom, libvirt.DomainXMLInactive); err != nil {
-			return err
-		}
-		_, _, err = l.DomainGetState(*p.dom, 0)
+// create is a pair's create: seed volume and upload, overlay, domain.
+func (f *floor) create(l *libvirt.Libvirt, p *pair) error {
+	doc, err := (&libvirtxml.StorageVolume{
+		Name:     p.seedName,
+		Capacity: &libvirtxml.StorageVolumeSize{Value: uint64(len(p.iso)), Unit: "bytes"},
+		Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: "raw"}},
+	}).Marshal()
+	if err != nil {
 		return err
 	}
-	del := func(l *libvirt.Libvirt, p *pair) error {
-		if err := l.DomainUndefineFlags(*p.dom, libvirt.DomainUndefineNvram|libvirt.DomainUndefineManagedSave|
-			libvirt.DomainUndefineSnapshotsMetadata|libvirt.DomainUndefineCheckpointsMetadata); err != nil {
-			return err
-		}
-		p.dom = nil
-		if err := l.StorageVolDelete(*p.overlayVol, 0); err != nil {
-			return err
-		}
-		p.overlayVol = nil
-		if err := l.StorageVolDelete(*p.seedVol, 0); err != nil {
-			return err
-		}
-		p.seedVol = nil
-		return nil
+	sv, err := l.StorageVolCreateXML(f.sp, doc, 0)
+	if err != nil {
+		return err
 	}
-	phase := func(name string, fn func(*libvirt.Libvirt, *pair) error, secs *float64, rpcs *int64) error {
-		before := c.RPCs()
-		start := time.Now()
-		if err := each(ctx, c, name, pairs, *concurrency, fn); err != nil {
-			return err
-		}
-		*secs = time.Since(start).Seconds()
-		*rpcs = c.RPCs() - before
-		return nil
+	p.seedVol = &sv
+	if err := l.StorageVolUpload(sv, bytes.NewReader(p.iso), 0, uint64(len(p.iso)), 0); err != nil {
+		return err
 	}
-	for _, ph := range []struct {
-		name string
-		fn   func(*libvirt.Libvirt, *pair) error
-		secs *float64
-		rpcs *int64
-	}{
-		{"create", create, &out.CreateS, &out.CreateRPCs},
-		{"read", read, &out.ReadS, &out.ReadRPCs},
-		{"delete", del, &out.DeleteS, &out.DeleteRPCs},
-	} {
-		if err := phase(ph.name, ph.fn, ph.secs, ph.rpcs); err != nil {
-			cleanup(c, sp, pairs)
-			cleanupNeeded = false
-			fail(err)
-		}
+	doc, err = f.overlayXML(p.overlayName, f.baseCap)
+	if err != nil {
+		return err
 	}
-	cleanupNeeded = false
+	ov, err := l.StorageVolCreateXML(f.sp, doc, 0)
+	if err != nil {
+		return err
+	}
+	p.overlayVol = &ov
+	d, err := l.DomainDefineXMLFlags(p.xml, libvirt.DomainDefineValidate)
+	if err != nil {
+		return err
+	}
+	p.dom = &d
+	return nil
+}
+
+// read is a pair's refresh: the seed's download and the domain's XML and
+// state.
+func (f *floor) read(l *libvirt.Libvirt, p *pair) error {
+	v, err := l.StorageVolLookupByName(f.sp, p.seedName)
+	if err != nil {
+		return err
+	}
+	_, capacity, _, err := l.StorageVolGetInfo(v)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := l.StorageVolDownload(v, &buf, 0, capacity, 0); err != nil {
+		return err
+	}
+	if buf.Len() != len(p.iso) {
+		return fmt.Errorf("%s: downloaded %d bytes, uploaded %d", p.seedName, buf.Len(), len(p.iso))
+	}
+	if _, err := l.DomainGetXMLDesc(*p.dom, libvirt.DomainXMLInactive); err != nil {
+		return err
+	}
+	_, _, err = l.DomainGetState(*p.dom, 0)
+	return err
+}
+
+// del is a pair's delete: domain, overlay, seed.
+func (f *floor) del(l *libvirt.Libvirt, p *pair) error {
+	if err := l.DomainUndefineFlags(*p.dom, libvirt.DomainUndefineNvram|libvirt.DomainUndefineManagedSave|
+		libvirt.DomainUndefineSnapshotsMetadata|libvirt.DomainUndefineCheckpointsMetadata); err != nil {
+		return err
+	}
+	p.dom = nil
+	if err := l.StorageVolDelete(*p.overlayVol, 0); err != nil {
+		return err
+	}
+	p.overlayVol = nil
+	if err := l.StorageVolDelete(*p.seedVol, 0); err != nil {
+		return err
+	}
+	p.seedVol = nil
+	return nil
+}
+
+// phase times fn over every pair and counts its RPCs.
+func (f *floor) phase(ctx context.Context, pairs []*pair, concurrency int, name string, fn func(*libvirt.Libvirt, *pair) error, secs *float64, rpcs *int64) error {
+	before := f.c.RPCs()
+	start := time.Now()
+	if err := each(ctx, f.c, name, pairs, concurrency, fn); err != nil {
+		return err
+	}
+	*secs = time.Since(start).Seconds()
+	*rpcs = f.c.RPCs() - before
+	return nil
+}
+
+// writeResult prints the result as one JSON line, to path when set.
+func writeResult(out Result, path string) {
 	raw, _ := json.Marshal(out)
 	raw = append(raw, '\n')
-	if *outPath != "" {
-		if err := os.WriteFile(*outPath, raw, 0o644); err != nil {
+	if path != "" {
+		if err := os.WriteFile(path, raw, 0o644); err != nil {
 			fail(err)
 		}
 		return

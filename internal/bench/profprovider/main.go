@@ -20,6 +20,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts/libvirthost"
 	"github.com/kohaku/terraform-provider-kohaku/internal/provider"
 )
 
@@ -53,7 +54,7 @@ func main() {
 			}
 		}
 	}
-	err := providerserver.Serve(context.Background(), provider.New("bench"), providerserver.ServeOpts{
+	err := providerserver.Serve(context.Background(), provider.New("bench", libvirthost.Connect), providerserver.ServeOpts{
 		Address: "registry.terraform.io/kohaku/kohaku",
 	})
 	if err != nil {

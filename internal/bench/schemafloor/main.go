@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-go/tftypes"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts/libvirthost"
 	kohaku "github.com/kohaku/terraform-provider-kohaku/internal/provider"
 )
 
@@ -35,7 +36,7 @@ func main() {
 		}
 	}
 	err := providerserver.Serve(context.Background(), func() provider.Provider {
-		return &floorProvider{real: kohaku.New("schemafloor")()}
+		return &floorProvider{real: kohaku.New("schemafloor", libvirthost.Connect)()}
 	}, providerserver.ServeOpts{Address: "registry.terraform.io/kohaku/kohaku"})
 	if err != nil {
 		log.Print(err.Error())

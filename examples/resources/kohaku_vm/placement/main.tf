@@ -1,8 +1,8 @@
 # Ask for GPUs instead of naming a host and a binding: create picks a host
 # of the provider (the default connection and every key of its hosts map),
 # claims two free H100s on one NUMA node there, binds them to vfio-pci and
-# passes them through. host and placed_gpus record the choice, which later
-# plans keep.
+# passes them through, with each vCPU pinned to its own CPU of that node.
+# host, placed_gpus and pinned_cpus record the choice, which later plans keep.
 resource "kohaku_vm" "train" {
   name       = "train-1"
   vcpu       = 16
@@ -18,11 +18,12 @@ resource "kohaku_vm" "train" {
       min_memory_gib = 80
     }
     numa_local = true
+    pin_cpus   = true             # needs numa_local
     hosts      = ["gpu1", "gpu2"] # default: every host of the provider
     policy     = "pack"           # or "spread"
   }
 }
 
 output "train_placed" {
-  value = { host = kohaku_vm.train.host, gpus = kohaku_vm.train.placed_gpus }
+  value = { host = kohaku_vm.train.host, gpus = kohaku_vm.train.placed_gpus, cpus = kohaku_vm.train.pinned_cpus }
 }

@@ -1,4 +1,4 @@
-package virt
+package vmlife
 
 import (
 	"bytes"
@@ -7,24 +7,27 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
+	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
 // memVolumes is a host's pools held in memory: "pool/name" -> file bytes.
 type memVolumes struct {
 	files   map[string][]byte
-	info    map[string]VolumeDetail
+	info    map[string]hostapi.VolumeDetail
 	corrupt bool // flips a byte of what an upload writes
 	removed []string
 }
 
 func newMem() *memVolumes {
-	return &memVolumes{files: map[string][]byte{}, info: map[string]VolumeDetail{}}
+	return &memVolumes{files: map[string][]byte{}, info: map[string]hostapi.VolumeDetail{}}
 }
 
-func (m *memVolumes) VolumeInfo(_ context.Context, pool, name string) (*VolumeDetail, error) {
+func (m *memVolumes) VolumeInfo(_ context.Context, pool, name string) (*hostapi.VolumeDetail, error) {
 	d, ok := m.info[pool+"/"+name]
 	if !ok {
-		return nil, ErrNotFound
+		return nil, hostapi.ErrNotFound
 	}
 	return &d, nil
 }
@@ -46,10 +49,10 @@ func (m *memVolumes) StreamVolume(_ context.Context, pool, name string, length i
 	return nil
 }
 
-func (m *memVolumes) UploadImage(_ context.Context, up ImageUpload) (*VolumeDetail, error) {
+func (m *memVolumes) UploadImage(_ context.Context, up hostapi.ImageUpload) (*hostapi.VolumeDetail, error) {
 	key := up.Pool + "/" + up.Name
 	if _, ok := m.files[key]; ok {
-		return nil, &VolumeExistsError{Pool: up.Pool, Name: up.Name}
+		return nil, &virt.VolumeExistsError{Pool: up.Pool, Name: up.Name}
 	}
 	data, err := io.ReadAll(up.Source)
 	if err != nil {
@@ -62,7 +65,7 @@ func (m *memVolumes) UploadImage(_ context.Context, up ImageUpload) (*VolumeDeta
 		data[len(data)/2] ^= 1
 	}
 	m.files[key] = data
-	d := VolumeDetail{Pool: up.Pool, Name: up.Name, Format: up.Format, CapacityBytes: int64(up.Capacity)}
+	d := hostapi.VolumeDetail{Pool: up.Pool, Name: up.Name, Format: up.Format, CapacityBytes: int64(up.Capacity)}
 	m.info[key] = d
 	return &d, nil
 }
@@ -79,8 +82,8 @@ func TestCopyVolumeCopiesAndVerifies(t *testing.T) {
 	src, dst := newMem(), newMem()
 	data := bytes.Repeat([]byte("kohaku-move "), 1000)
 	src.files["default/vm-1"] = data
-	src.info["default/vm-1"] = VolumeDetail{Pool: "default", Name: "vm-1", Format: "qcow2", CapacityBytes: 1 << 30}
-	got, err := CopyVolume(context.Background(), src, "default", "vm-1", dst, "default", "vm-1")
+	src.info["default/vm-1"] = hostapi.VolumeDetail{Pool: "default", Name: "vm-1", Format: "qcow2", CapacityBytes: 1 << 30}
+	got, err := copyVerified(context.Background(), src, "default", "vm-1", dst, "default", "vm-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,8 +104,8 @@ func TestCopyVolumeDeletesWhatDoesNotVerify(t *testing.T) {
 	src, dst := newMem(), newMem()
 	dst.corrupt = true
 	src.files["p/seed"] = []byte("an iso, say")
-	src.info["p/seed"] = VolumeDetail{Pool: "p", Name: "seed", CapacityBytes: 11}
-	_, err := CopyVolume(context.Background(), src, "p", "seed", dst, "p", "seed")
+	src.info["p/seed"] = hostapi.VolumeDetail{Pool: "p", Name: "seed", CapacityBytes: 11}
+	_, err := copyVerified(context.Background(), src, "p", "seed", dst, "p", "seed")
 	if err == nil || !strings.Contains(err.Error(), "hash to") {
 		t.Fatalf("err = %v, want a digest mismatch", err)
 	}
@@ -115,10 +118,10 @@ func TestCopyVolumeRefusesAnOverlay(t *testing.T) {
 	t.Parallel()
 	src, dst := newMem(), newMem()
 	src.files["p/ov"] = []byte("qcow2")
-	src.info["p/ov"] = VolumeDetail{Pool: "p", Name: "ov", Format: "qcow2", BackingPath: "/img/base.qcow2"}
-	_, err := CopyVolume(context.Background(), src, "p", "ov", dst, "p", "ov")
-	if !errors.Is(err, ErrBackedVolume) {
-		t.Fatalf("err = %v, want ErrBackedVolume", err)
+	src.info["p/ov"] = hostapi.VolumeDetail{Pool: "p", Name: "ov", Format: "qcow2", BackingPath: "/img/base.qcow2"}
+	_, err := copyVerified(context.Background(), src, "p", "ov", dst, "p", "ov")
+	if !errors.Is(err, errBackedVolume) {
+		t.Fatalf("err = %v, want errBackedVolume", err)
 	}
 	if len(dst.files) != 0 {
 		t.Fatal("something was uploaded")
@@ -129,13 +132,11 @@ func TestCopyVolumeToAnotherName(t *testing.T) {
 	t.Parallel()
 	src, dst := newMem(), newMem()
 	src.files["p/x"] = []byte("raw bytes")
-	src.info["p/x"] = VolumeDetail{Pool: "p", Name: "x", CapacityBytes: 9}
-	if _, err := CopyVolume(context.Background(), src, "p", "x", dst, "q", "y"); err != nil {
+	src.info["p/x"] = hostapi.VolumeDetail{Pool: "p", Name: "x", CapacityBytes: 9}
+	if _, err := copyVerified(context.Background(), src, "p", "x", dst, "q", "y"); err != nil {
 		t.Fatal(err)
 	}
 	if dst.info["q/y"].Format != "raw" || string(dst.files["q/y"]) != "raw bytes" {
 		t.Fatalf("target %+v %q", dst.info["q/y"], dst.files["q/y"])
 	}
 }
-
-var _ VolumeTarget = (*Client)(nil)

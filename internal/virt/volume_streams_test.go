@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
 // A flatten's target must name no backing store: that is what makes
@@ -39,7 +41,7 @@ func TestCountingWriterDigest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := DigestOf(h, cw.n.Load())
+	got := hostapi.DigestOf(h, cw.n.Load())
 	want := sha256.Sum256([]byte("kohaku golden image"))
 	if got.Bytes != 19 || got.String() != "sha256:"+hex.EncodeToString(want[:]) {
 		t.Errorf("digest %+v", got)

@@ -9,28 +9,11 @@ import (
 	"libvirt.org/go/libvirtxml"
 )
 
-// GrowVolume resizes a volume that no running domain uses to capacity bytes.
-// It only grows: libvirt refuses a smaller capacity without the shrink flag,
-// which Kohaku never passes, so no data is ever cut off.
-func (c *Client) GrowVolume(ctx context.Context, pool, name string, capacity int64) error {
-	return c.Call(ctx, fmt.Sprintf("resize volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
-		p, err := poolByName(l, pool)
-		if err != nil {
-			return err
-		}
-		v, err := lookupVolume(l, p, name)
-		if err != nil {
-			return err
-		}
-		return l.StorageVolResize(v, uint64(capacity), 0)
-	})
-}
-
 // GrowDiskLive resizes the disk with target dev of a running domain to size
 // bytes through QEMU (libvirt's block resize): the guest sees a larger block
 // device at once, with no restart. The volume behind it grows with it.
 func (c *Client) GrowDiskLive(ctx context.Context, ref DomainRef, target string, size int64) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}
@@ -39,34 +22,11 @@ func (c *Client) GrowDiskLive(ctx context.Context, ref DomainRef, target string,
 	})
 }
 
-// CreateVolume creates an empty volume of capacity bytes in format (qcow2
-// or raw) in pool. A volume of that name that exists already is an
-// *OverlayExistsError, and is left as it is.
-func (c *Client) CreateVolume(ctx context.Context, pool, name, format string, capacity int64) (*VolumeDetail, error) {
-	var out *VolumeDetail
-	err := c.Call(ctx, fmt.Sprintf("create volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
-		p, err := poolByName(l, pool)
-		if err != nil {
-			return err
-		}
-		if err := volumeAbsent(l, p, pool, name); err != nil {
-			return err
-		}
-		out, err = createVolumeXML(l, p, pool, &libvirtxml.StorageVolume{
-			Name:     name,
-			Capacity: &libvirtxml.StorageVolumeSize{Value: uint64(capacity), Unit: "bytes"},
-			Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: format}},
-		})
-		return err
-	})
-	return out, err
-}
-
 // AttachDisk hot-plugs the <disk> diskXML into a running domain and adds it
 // to its persistent definition (libvirt's live and config flags), so it
 // stays attached across restarts.
 func (c *Client) AttachDisk(ctx context.Context, ref DomainRef, diskXML string) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}
@@ -82,7 +42,7 @@ func (c *Client) AttachDisk(ctx context.Context, ref DomainRef, diskXML string) 
 // disk attached and defined, and is an error: nothing may delete the volume
 // QEMU still has open.
 func (c *Client) DetachDisk(ctx context.Context, ref DomainRef, diskXML string) error {
-	dom, err := ref.handle()
+	dom, err := domainHandle(ref)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,4 @@
-// Package virt connects Kohaku to libvirt hosts: it parses libvirt URIs, dials
-// every transport libvirt offers without external binaries, bounds each call with
-// a deadline, reconnects after a lost connection, and reads what a host offers.
-package virt
+package hostconn
 
 import (
 	"errors"
@@ -49,6 +46,10 @@ type Endpoint struct {
 	// password is kept out of every printed form of the endpoint.
 	password string
 }
+
+// Password is the URI's password, for the transport that logs in with it;
+// no printed form of the endpoint shows it.
+func (e Endpoint) Password() string { return e.password }
 
 // Redacted returns the URI with any password removed, safe for logs and errors.
 func (e Endpoint) Redacted() string {

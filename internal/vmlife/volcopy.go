@@ -1,4 +1,4 @@
-package virt
+package vmlife
 
 import (
 	"context"
@@ -7,13 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
-	"github.com/digitalocean/go-libvirt"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 )
 
-// VolumeSource is a host a volume is copied from.
-type VolumeSource interface {
-	VolumeInfo(ctx context.Context, pool, name string) (*VolumeDetail, error)
+// volumeSource is a host a volume is copied from.
+type volumeSource interface {
+	VolumeInfo(ctx context.Context, pool, name string) (*hostapi.VolumeDetail, error)
 	// VolumeLength is the number of bytes a download of the volume gives:
 	// the size of its file (a qcow2's own bytes, not its virtual size).
 	VolumeLength(ctx context.Context, pool, name string) (int64, error)
@@ -21,26 +22,26 @@ type VolumeSource interface {
 	StreamVolume(ctx context.Context, pool, name string, length int64, w io.Writer) error
 }
 
-// VolumeTarget is a host a volume is copied to.
-type VolumeTarget interface {
-	VolumeSource
-	UploadImage(ctx context.Context, up ImageUpload) (*VolumeDetail, error)
+// volumeTarget is a host a volume is copied to.
+type volumeTarget interface {
+	volumeSource
+	UploadImage(ctx context.Context, up hostapi.ImageUpload) (*hostapi.VolumeDetail, error)
 	RemoveVolume(ctx context.Context, pool, name string) error
 }
 
-// Copied is a volume copied and verified.
-type Copied struct {
+// copiedVolume is a volume copied and verified.
+type copiedVolume struct {
 	Bytes int64
 	// SHA256 is the hex digest of the bytes read from the source, which
 	// the target's volume, read back, matched.
 	SHA256 string
 }
 
-// ErrBackedVolume refuses to copy an overlay: its bytes mean nothing
+// errBackedVolume refuses to copy an overlay: its bytes mean nothing
 // without its backing file. Flatten it first (FlattenVolume).
-var ErrBackedVolume = errors.New("the volume is an overlay on a backing file")
+var errBackedVolume = errors.New("the volume is an overlay on a backing file")
 
-// CopyVolume copies a standalone volume (raw, or qcow2 without a backing
+// copyVerified copies a standalone volume (raw, or qcow2 without a backing
 // file) from one host to another as its file's bytes: the source's
 // download stream feeds the target's upload through a pipe, so memory
 // stays bounded by the stream packets whatever the size. The bytes are
@@ -50,13 +51,13 @@ var ErrBackedVolume = errors.New("the volume is an overlay on a backing file")
 // deletes the target volume. The target volume must not exist. The target
 // is made as a raw volume holding the file's bytes, so its host needs no
 // qemu-img; libvirt reads a qcow2's format from the file.
-func CopyVolume(ctx context.Context, src VolumeSource, fromPool, fromName string, dst VolumeTarget, toPool, toName string) (*Copied, error) {
+func copyVerified(ctx context.Context, src volumeSource, fromPool, fromName string, dst volumeTarget, toPool, toName string) (*copiedVolume, error) {
 	info, err := src.VolumeInfo(ctx, fromPool, fromName)
 	if err != nil {
 		return nil, fmt.Errorf("reading source volume %s/%s: %w", fromPool, fromName, err)
 	}
 	if info.BackingPath != "" {
-		return nil, fmt.Errorf("copying %s/%s: %w (%s)", fromPool, fromName, ErrBackedVolume, info.BackingPath)
+		return nil, fmt.Errorf("copying %s/%s: %w (%s)", fromPool, fromName, errBackedVolume, info.BackingPath)
 	}
 	n, err := src.VolumeLength(ctx, fromPool, fromName)
 	if err != nil {
@@ -79,7 +80,7 @@ func CopyVolume(ctx context.Context, src VolumeSource, fromPool, fromName string
 	// The target volume is made raw and as long as the file, and the file
 	// lands as it is: a qcow2 stays qcow2 (libvirt probes it when the pool
 	// is refreshed), and the target needs no qemu-img to make a qcow2.
-	_, err = dst.UploadImage(ctx, ImageUpload{Pool: toPool, Name: toName, Format: "raw",
+	_, err = dst.UploadImage(ctx, hostapi.ImageUpload{Pool: toPool, Name: toName, Format: "raw",
 		Capacity: uint64(n), Length: n, Source: io.TeeReader(pr, sent)})
 	_ = pr.CloseWithError(errCopyEnded)
 	if err != nil {
@@ -100,15 +101,15 @@ func CopyVolume(ctx context.Context, src VolumeSource, fromPool, fromName string
 	if got := hex.EncodeToString(landed.Sum(nil)); got != want {
 		return nil, removeAfter(ctx, dst, toPool, toName, fmt.Errorf("verifying %s/%s: its %d bytes read back hash to sha256:%s, the source's to sha256:%s", toPool, toName, n, got, want))
 	}
-	return &Copied{Bytes: n, SHA256: want}, nil
+	return &copiedVolume{Bytes: n, SHA256: want}, nil
 }
 
 var errCopyEnded = errors.New("the copy ended")
 
 // removeAfter deletes a failed copy's target volume, on a context the
 // failure has not cancelled.
-func removeAfter(ctx context.Context, dst VolumeTarget, pool, name string, err error) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCallTimeout)
+func removeAfter(ctx context.Context, dst volumeTarget, pool, name string, err error) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeCopyTimeout)
 	defer cancel()
 	if rerr := dst.RemoveVolume(rctx, pool, name); rerr != nil {
 		return fmt.Errorf("%w (and deleting the partial copy failed: %v; delete %s/%s by hand)", err, rerr, pool, name)
@@ -116,46 +117,6 @@ func removeAfter(ctx context.Context, dst VolumeTarget, pool, name string, err e
 	return fmt.Errorf("%w (the partial copy was deleted)", err)
 }
 
-// VolumeLength is the size of a volume's file: what a download gives.
-func (c *Client) VolumeLength(ctx context.Context, pool, name string) (int64, error) {
-	var n int64
-	err := c.Call(ctx, fmt.Sprintf("size volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
-		p, err := poolByName(l, pool)
-		if err != nil {
-			return err
-		}
-		v, err := lookupVolume(l, p, name)
-		if err != nil {
-			return err
-		}
-		_, _, phys, err := l.StorageVolGetInfoFlags(v, uint32(libvirt.StorageVolGetPhysical))
-		n = int64(phys)
-		return err
-	})
-	return n, err
-}
-
-// StreamVolume writes a volume's first length bytes to w through libvirt's
-// stream API, over a connection of its own (a multi-GiB volume neither
-// holds the shared connection nor runs into the per-call timeout). ctx
-// ends the download by ending that connection.
-func (c *Client) StreamVolume(ctx context.Context, pool, name string, length int64, w io.Writer) error {
-	return c.ownConn(ctx, fmt.Sprintf("download volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
-		p, err := poolByName(l, pool)
-		if err != nil {
-			return err
-		}
-		v, err := lookupVolume(l, p, name)
-		if err != nil {
-			return err
-		}
-		cw := &countingWriter{w: w}
-		if err := l.StorageVolDownload(v, cw, 0, uint64(length), 0); err != nil {
-			return err
-		}
-		if cw.n.Load() != length {
-			return fmt.Errorf("the download gave %d bytes, %d expected", cw.n.Load(), length)
-		}
-		return nil
-	})
-}
+// removeCopyTimeout bounds the deletion of a failed copy: one libvirt
+// call's time (internal/virt's DefaultCallTimeout).
+const removeCopyTimeout = 2 * time.Minute

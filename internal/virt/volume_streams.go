@@ -3,29 +3,18 @@ package virt
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"sync/atomic"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hostconn"
 )
-
-// ImageDigest is the SHA-256 of a volume's bytes as libvirt streams them
-// (the file as stored, qcow2 container included), and how many there were.
-type ImageDigest struct {
-	SHA256 string // lower-case hex
-	Bytes  int64
-}
-
-// String is the digest as kohaku_image records it: `sha256:<hex>`.
-func (d ImageDigest) String() string { return "sha256:" + d.SHA256 }
 
 // ownConn runs fn on a libvirt connection of its own, bounded by ctx only
 // (not by the client's call timeout: a flatten or a stream of many GiB runs
@@ -139,9 +128,9 @@ func flattenXML(name string, capacity int64) (string, error) {
 // dropPartial deletes a volume an operation made before failing with err,
 // once libvirt answers, and says so in the error it returns.
 func (c *Client) dropPartial(ctx context.Context, pool, name string, err error) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), Unreachable+c.settings.CallTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostconn.Unreachable+c.settings.CallTimeout)
 	defer cancel()
-	if derr := WhileUnreachable(cctx, Unreachable, func() error { return c.deleteUnused(cctx, pool, name) }); derr != nil {
+	if derr := hostconn.WhileUnreachable(cctx, hostconn.Unreachable, func() error { return c.deleteUnused(cctx, pool, name) }); derr != nil {
 		return fmt.Errorf("%w (deleting the partial volume failed: %v; delete %s/%s by hand)", err, derr, pool, name)
 	}
 	return fmt.Errorf("%w (the partial volume was deleted)", err)
@@ -156,12 +145,7 @@ func (c *Client) HashVolume(ctx context.Context, pool, name string) (ImageDigest
 	if err := c.StreamVolumeOut(ctx, pool, name, cw); err != nil {
 		return ImageDigest{}, fmt.Errorf("reading it back for its digest: %w", err)
 	}
-	return DigestOf(h, cw.n.Load()), nil
-}
-
-// DigestOf is the digest of what h (a SHA-256) hashed, n bytes.
-func DigestOf(h hash.Hash, n int64) ImageDigest {
-	return ImageDigest{SHA256: hex.EncodeToString(h.Sum(nil)), Bytes: n}
+	return hostapi.DigestOf(h, cw.n.Load()), nil
 }
 
 type countingWriter struct {
@@ -257,91 +241,46 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// AgentExecResult is a command run in a guest through the guest agent.
-type AgentExecResult struct {
-	ExitCode int
-	Output   string // stdout then stderr, as the agent captured them
-}
-
-// ErrAgentUnavailable says the guest agent did not answer (no agent
-// channel, the agent not running, or the guest not running).
-var ErrAgentUnavailable = errors.New("the guest agent does not answer")
-
-// AgentExec runs path with args in a running guest through the QEMU guest
-// agent's guest-exec, and waits (up to wait) for it to exit. An agent that
-// does not answer gives an error wrapping ErrAgentUnavailable; an agent that
-// refuses guest-exec (some distributions block it) gives its own error.
-func (c *Client) AgentExec(ctx context.Context, domain, path string, args []string, wait time.Duration) (*AgentExecResult, error) {
-	op := fmt.Sprintf("run %s in domain %s through the guest agent", path, domain)
-	agent := func(cmd string, cargs any, reply any) error {
-		req := map[string]any{"execute": cmd}
-		if cargs != nil {
-			req["arguments"] = cargs
-		}
-		doc, err := json.Marshal(req)
+// VolumeLength is the size of a volume's file: what a download gives.
+func (c *Client) VolumeLength(ctx context.Context, pool, name string) (int64, error) {
+	var n int64
+	err := c.Call(ctx, fmt.Sprintf("size volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
 		if err != nil {
 			return err
 		}
-		return c.Call(ctx, op, func(l *libvirt.Libvirt) error {
-			dom, err := l.DomainLookupByName(domain)
-			if err != nil {
-				return err
-			}
-			res, err := l.QEMUDomainAgentCommand(dom, string(doc), agentTimeout, 0)
-			if err != nil {
-				var le libvirt.Error
-				if errors.As(err, &le) && (libvirt.ErrorNumber(le.Code) == libvirt.ErrAgentUnresponsive || libvirt.ErrorNumber(le.Code) == libvirt.ErrOperationInvalid) {
-					return fmt.Errorf("%w: %v", ErrAgentUnavailable, err)
-				}
-				return err
-			}
-			if len(res) == 0 {
-				return fmt.Errorf("guest agent gave no answer to %s", cmd)
-			}
-			var env struct {
-				Return json.RawMessage `json:"return"`
-			}
-			if err := json.Unmarshal([]byte(res[0]), &env); err != nil {
-				return fmt.Errorf("guest agent answer to %s: %w", cmd, err)
-			}
-			if reply == nil {
-				return nil
-			}
-			return json.Unmarshal(env.Return, reply)
-		})
-	}
-	if err := agent("guest-ping", nil, nil); err != nil {
-		return nil, err
-	}
-	var started struct {
-		PID int64 `json:"pid"`
-	}
-	if err := agent("guest-exec", map[string]any{"path": path, "arg": args, "capture-output": true}, &started); err != nil {
-		return nil, err
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		var st struct {
-			Exited   bool   `json:"exited"`
-			ExitCode int    `json:"exitcode"`
-			Out      string `json:"out-data"`
-			Err      string `json:"err-data"`
+		v, err := lookupVolume(l, p, name)
+		if err != nil {
+			return err
 		}
-		if err := agent("guest-exec-status", map[string]any{"pid": started.PID}, &st); err != nil {
-			return nil, err
+		_, _, phys, err := l.StorageVolGetInfoFlags(v, uint32(libvirt.StorageVolGetPhysical))
+		n = int64(phys)
+		return err
+	})
+	return n, err
+}
+
+// StreamVolume writes a volume's first length bytes to w through libvirt's
+// stream API, over a connection of its own (a multi-GiB volume neither
+// holds the shared connection nor runs into the per-call timeout). ctx
+// ends the download by ending that connection.
+func (c *Client) StreamVolume(ctx context.Context, pool, name string, length int64, w io.Writer) error {
+	return c.ownConn(ctx, fmt.Sprintf("download volume %s/%s", pool, name), func(l *libvirt.Libvirt) error {
+		p, err := poolByName(l, pool)
+		if err != nil {
+			return err
 		}
-		if st.Exited {
-			o, _ := base64.StdEncoding.DecodeString(st.Out)
-			e, _ := base64.StdEncoding.DecodeString(st.Err)
-			return &AgentExecResult{ExitCode: st.ExitCode, Output: string(o) + string(e)}, nil
+		v, err := lookupVolume(l, p, name)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%s: still running after %s", op, wait)
+		cw := &countingWriter{w: w}
+		if err := l.StorageVolDownload(v, cw, 0, uint64(length), 0); err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%s: %w", op, ctx.Err())
-		case <-time.After(500 * time.Millisecond):
+		if cw.n.Load() != length {
+			return fmt.Errorf("the download gave %d bytes, %d expected", cw.n.Load(), length)
 		}
-	}
+		return nil
+	})
 }
