@@ -419,6 +419,31 @@ provider "kohaku" {
 				Check:             resource.ComposeAggregateTestCheckFunc(healthAgrees...),
 			},
 			{
+				// A snapshot of the running unix guest (the same boot): its
+				// file systems frozen through its agent around the start of
+				// libvirt's backup job, as the agent's own log in the
+				// guest's journal shows, and thawed after.
+				Config: healthy + fmt.Sprintf("\nresource \"kohaku_snapshot\" \"live\" {\n  vm   = kohaku_vm.%s.id\n  name = \"live\"\n}\n", unix.res),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("kohaku_snapshot.live", tfjsonpath.New("consistency"), knownvalue.StringExact("quiesced")),
+				},
+				Check: func(*terraform.State) error {
+					// qemu-ga syslogs each freeze ("guest-fsfreeze called").
+					out, err := acctest.GuestExec(env.URI, unix.prefix+"vm", "/bin/journalctl", "--no-pager")
+					if err != nil {
+						return fmt.Errorf("reading the guest's journal: %w", err)
+					}
+					if !strings.Contains(out, "guest-fsfreeze called") {
+						return fmt.Errorf("the guest's journal has no freeze by its agent (no \"guest-fsfreeze called\"); its qemu-ga lines:\n%s", grepLines(out, "qemu-ga"))
+					}
+					if st, err := acctest.GuestExec(env.URI, unix.prefix+"vm", "/sbin/fsfreeze", "--unfreeze", "/"); err == nil || !strings.Contains(err.Error(), "Invalid argument") {
+						// EINVAL: / is not frozen any more
+						return fmt.Errorf("the guest's / is still frozen after the snapshot (fsfreeze --unfreeze: %q, %v)", st, err)
+					}
+					return nil
+				},
+			},
+			{
 				PreConfig: func() {
 					cmd := `{"execute":"guest-exec","arguments":{"path":"/bin/systemctl","arg":["stop","kohaku-report.service"]}}`
 					if out, err := acctest.Virsh(env.URI, "qemu-agent-command", stopped.prefix+"vm", cmd); err != nil {
@@ -599,4 +624,15 @@ func TestAccReady_guestAgentReportsCloudInitErrors(t *testing.T) {
 			},
 		},
 	})
+}
+
+// grepLines are the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
