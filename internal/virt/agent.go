@@ -19,6 +19,38 @@ var ErrAgentFileMissing = errors.New("file not found in the guest")
 // agentTimeout is how long libvirt waits for the guest agent per command.
 const agentTimeout = 10 // seconds
 
+// agentCommand sends one guest agent command (arguments left out when
+// args is nil) and decodes its "return" into reply (nil: ignored). An
+// error of the command itself is libvirt's, unwrapped, for the caller to
+// judge.
+func agentCommand(l *libvirt.Libvirt, dom libvirt.Domain, cmd string, args, reply any) error {
+	req := map[string]any{"execute": cmd}
+	if args != nil {
+		req["arguments"] = args
+	}
+	doc, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	res, err := l.QEMUDomainAgentCommand(dom, string(doc), agentTimeout, 0)
+	if err != nil {
+		return err
+	}
+	if len(res) == 0 {
+		return fmt.Errorf("guest agent gave no answer to %s", cmd)
+	}
+	var env struct {
+		Return json.RawMessage `json:"return"`
+	}
+	if err := json.Unmarshal([]byte(res[0]), &env); err != nil {
+		return fmt.Errorf("guest agent answer to %s: %w", cmd, err)
+	}
+	if reply == nil {
+		return nil
+	}
+	return json.Unmarshal(env.Return, reply)
+}
+
 // AgentReadFile reads a small file inside a running guest through the QEMU
 // guest agent, over the libvirt connection (no network path to the guest is
 // needed). It fails while the agent is not running yet; a missing file gives
@@ -30,29 +62,7 @@ func (c *Client) AgentReadFile(ctx context.Context, domain, path string, limit i
 		if err != nil {
 			return err
 		}
-		agent := func(cmd string, args any, reply any) error {
-			req, err := json.Marshal(map[string]any{"execute": cmd, "arguments": args})
-			if err != nil {
-				return err
-			}
-			res, err := l.QEMUDomainAgentCommand(dom, string(req), agentTimeout, 0)
-			if err != nil {
-				return err
-			}
-			if len(res) == 0 {
-				return fmt.Errorf("guest agent gave no answer to %s", cmd)
-			}
-			var env struct {
-				Return json.RawMessage `json:"return"`
-			}
-			if err := json.Unmarshal([]byte(res[0]), &env); err != nil {
-				return fmt.Errorf("guest agent answer to %s: %w", cmd, err)
-			}
-			if reply == nil {
-				return nil
-			}
-			return json.Unmarshal(env.Return, reply)
-		}
+		agent := func(cmd string, args any, reply any) error { return agentCommand(l, dom, cmd, args, reply) }
 		var handle int64
 		if err := agent("guest-file-open", map[string]any{"path": path, "mode": "r"}, &handle); err != nil {
 			var le libvirt.Error
@@ -173,40 +183,17 @@ func (c *Client) GuestInterfaces(ctx context.Context, ref DomainRef) ([]guestadd
 func (c *Client) AgentExec(ctx context.Context, domain, path string, args []string, wait time.Duration) (*AgentExecResult, error) {
 	op := fmt.Sprintf("run %s in domain %s through the guest agent", path, domain)
 	agent := func(cmd string, cargs any, reply any) error {
-		req := map[string]any{"execute": cmd}
-		if cargs != nil {
-			req["arguments"] = cargs
-		}
-		doc, err := json.Marshal(req)
-		if err != nil {
-			return err
-		}
 		return c.Call(ctx, op, func(l *libvirt.Libvirt) error {
 			dom, err := l.DomainLookupByName(domain)
 			if err != nil {
 				return err
 			}
-			res, err := l.QEMUDomainAgentCommand(dom, string(doc), agentTimeout, 0)
-			if err != nil {
-				var le libvirt.Error
-				if errors.As(err, &le) && (libvirt.ErrorNumber(le.Code) == libvirt.ErrAgentUnresponsive || libvirt.ErrorNumber(le.Code) == libvirt.ErrOperationInvalid) {
-					return fmt.Errorf("%w: %v", ErrAgentUnavailable, err)
-				}
-				return err
+			err = agentCommand(l, dom, cmd, cargs, reply)
+			var le libvirt.Error
+			if errors.As(err, &le) && (libvirt.ErrorNumber(le.Code) == libvirt.ErrAgentUnresponsive || libvirt.ErrorNumber(le.Code) == libvirt.ErrOperationInvalid) {
+				return fmt.Errorf("%w: %v", ErrAgentUnavailable, err)
 			}
-			if len(res) == 0 {
-				return fmt.Errorf("guest agent gave no answer to %s", cmd)
-			}
-			var env struct {
-				Return json.RawMessage `json:"return"`
-			}
-			if err := json.Unmarshal([]byte(res[0]), &env); err != nil {
-				return fmt.Errorf("guest agent answer to %s: %w", cmd, err)
-			}
-			if reply == nil {
-				return nil
-			}
-			return json.Unmarshal(env.Return, reply)
+			return err
 		})
 	}
 	if err := agent("guest-ping", nil, nil); err != nil {
