@@ -94,10 +94,7 @@ func (c *Client) BeginBackup(ctx context.Context, ref DomainRef, targets []Backu
 			if err != nil {
 				return err
 			}
-			if v, err := l.StorageVolLookupByName(p, t.Name); err == nil {
-				path, _ := l.StorageVolGetPath(v)
-				return &VolumeExistsError{Pool: t.Pool, Name: t.Name, Path: path}
-			} else if !notFound(err) {
+			if err := volumeNameFree(l, p, t.Pool, t.Name); err != nil {
 				return err
 			}
 			dir, err := poolDir(l, p)

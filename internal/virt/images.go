@@ -46,10 +46,7 @@ func (c *Client) UploadImage(ctx context.Context, up ImageUpload) (*VolumeDetail
 			if err != nil {
 				return err
 			}
-			if v, err := lv.StorageVolLookupByName(p, up.Name); err == nil {
-				path, _ := lv.StorageVolGetPath(v)
-				return &VolumeExistsError{Pool: up.Pool, Name: up.Name, Path: path}
-			} else if !notFound(err) {
+			if err := volumeNameFree(lv, p, up.Pool, up.Name); err != nil {
 				return err
 			}
 			doc, err := (&libvirtxml.StorageVolume{

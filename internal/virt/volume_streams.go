@@ -80,10 +80,7 @@ func (c *Client) FlattenVolume(ctx context.Context, srcPool, srcName, pool, name
 		if err != nil {
 			return err
 		}
-		if v, err := l.StorageVolLookupByName(p, name); err == nil {
-			path, _ := l.StorageVolGetPath(v)
-			return &VolumeExistsError{Pool: pool, Name: name, Path: path}
-		} else if !notFound(err) {
+		if err := volumeNameFree(l, p, pool, name); err != nil {
 			return err
 		}
 		doc, err := flattenXML(name, src.CapacityBytes)
@@ -191,10 +188,7 @@ func (c *Client) StreamVolumeIn(ctx context.Context, pool, name, format string, 
 		if err != nil {
 			return err
 		}
-		if v, err := l.StorageVolLookupByName(p, name); err == nil {
-			path, _ := l.StorageVolGetPath(v)
-			return &VolumeExistsError{Pool: pool, Name: name, Path: path}
-		} else if !notFound(err) {
+		if err := volumeNameFree(l, p, pool, name); err != nil {
 			return err
 		}
 		doc, err := (&libvirtxml.StorageVolume{

@@ -84,10 +84,7 @@ func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byt
 		if err != nil {
 			return err
 		}
-		if v, err := l.StorageVolLookupByName(p, name); err == nil {
-			path, _ := l.StorageVolGetPath(v)
-			return &VolumeExistsError{Pool: pool, Name: name, Path: path}
-		} else if !notFound(err) {
+		if err := volumeNameFree(l, p, pool, name); err != nil {
 			return err
 		}
 		nameFree.Store(true)
@@ -373,6 +370,20 @@ func (c *Client) CreateOverlay(ctx context.Context, pool, name, basePool, baseNa
 		return err
 	})
 	return out, err
+}
+
+// volumeNameFree is nil when pool p has no volume name; one that exists is a
+// *VolumeExistsError naming its path (Kohaku never overwrites a volume).
+func volumeNameFree(l *libvirt.Libvirt, p libvirt.StoragePool, pool, name string) error {
+	v, err := l.StorageVolLookupByName(p, name)
+	switch {
+	case err == nil:
+		path, _ := l.StorageVolGetPath(v)
+		return &VolumeExistsError{Pool: pool, Name: name, Path: path}
+	case notFound(err):
+		return nil
+	}
+	return err
 }
 
 // volumeAbsent is nil when pool p has no volume name; one that exists is an
