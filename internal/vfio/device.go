@@ -52,7 +52,22 @@ type Device struct {
 	NUMANode int
 	// Bridge is true for PCI bridges (class 06xx with a bridge header).
 	Bridge bool
+	// MaxVFs is how many SR-IOV virtual functions the function can have
+	// (sriov_totalvfs), 0 when it has no SR-IOV capability; VFs are those
+	// enabled now, sorted.
+	MaxVFs int
+	VFs    []Address
+	// PhysFunction is the physical function of an SR-IOV virtual
+	// function, nil for any other function.
+	PhysFunction *Address
+	// MdevTypes are the mediated-device types the function offers (its
+	// mdev_supported_types), by id; an A100's VFs offer NVIDIA's vGPU
+	// types so before vGPU 17.
+	MdevTypes []string
 }
+
+// IsVF reports whether the function is an SR-IOV virtual function.
+func (d *Device) IsVF() bool { return d.PhysFunction != nil }
 
 // ClassHex is the class code as six hex digits, e.g. "030000".
 func (d *Device) ClassHex() string { return fmt.Sprintf("%06x", d.Class) }
@@ -126,10 +141,11 @@ func FromNodeDevice(nd *libvirtxml.NodeDevice) (*Device, error) {
 	if g := pci.IOMMUGroup; g != nil {
 		d.Group = g.Number
 		for _, a := range g.Address {
-			if a.Domain == nil || a.Bus == nil || a.Slot == nil || a.Function == nil {
+			addr, ok := nodeDeviceAddress(a)
+			if !ok {
 				return nil, fmt.Errorf("node device %q: IOMMU group %d lists an incomplete address", nd.Name, g.Number)
 			}
-			d.GroupMembers = append(d.GroupMembers, Address{Domain: uint16(*a.Domain), Bus: uint8(*a.Bus), Slot: uint8(*a.Slot), Function: uint8(*a.Function)})
+			d.GroupMembers = append(d.GroupMembers, addr)
 		}
 		if !slices.Contains(d.GroupMembers, d.Address) {
 			d.GroupMembers = append(d.GroupMembers, d.Address)
@@ -141,8 +157,38 @@ func FromNodeDevice(nd *libvirtxml.NodeDevice) (*Device, error) {
 		if c.Bridge != nil {
 			d.Bridge = true
 		}
+		if vf := c.VirtFunctions; vf != nil {
+			d.MaxVFs = vf.MaxCount
+			for _, a := range vf.Address {
+				addr, ok := nodeDeviceAddress(a)
+				if !ok {
+					return nil, fmt.Errorf("node device %q: virtual functions list an incomplete address", nd.Name)
+				}
+				d.VFs = append(d.VFs, addr)
+			}
+			slices.SortFunc(d.VFs, Address.Compare)
+		}
+		if mt := c.MDevTypes; mt != nil {
+			for _, t := range mt.Types {
+				d.MdevTypes = append(d.MdevTypes, t.ID)
+			}
+		}
+		if pf := c.PhysFunction; pf != nil {
+			addr, ok := nodeDeviceAddress(pf.Address)
+			if !ok {
+				return nil, fmt.Errorf("node device %q: its physical function has an incomplete address", nd.Name)
+			}
+			d.PhysFunction = &addr
+		}
 	}
 	return d, nil
+}
+
+func nodeDeviceAddress(a libvirtxml.NodeDevicePCIAddress) (Address, bool) {
+	if a.Domain == nil || a.Bus == nil || a.Slot == nil || a.Function == nil {
+		return Address{}, false
+	}
+	return Address{Domain: uint16(*a.Domain), Bus: uint8(*a.Bus), Slot: uint8(*a.Slot), Function: uint8(*a.Function)}, true
 }
 
 // parseHex32 reads "0x030000" (or "030000") no larger than limit.

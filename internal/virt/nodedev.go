@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -182,6 +184,52 @@ func (c *Client) ResetPCIFunction(ctx context.Context, addr string) error {
 			return fmt.Errorf("%s: %w", addr, ErrResetUnusable)
 		}
 		return err
+	}
+	return ErrHostFilesUnsupported
+}
+
+// writableSysfs are the host files WriteHostFile writes: a PF's VF count
+// and a VF's vGPU type (internal/sriov), nothing else.
+var writableSysfs = regexp.MustCompile(`^/sys/bus/pci/devices/[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]/(sriov_numvfs|nvidia/current_vgpu_type)$`)
+
+// WriteHostFile writes a number to one of the host's SR-IOV sysfs files
+// (a PF's sriov_numvfs, a VF's nvidia/current_vgpu_type): directly for a
+// local connection, with the shell's echo over an SSH session for qemu+ssh
+// hosts; tcp and tls yield ErrHostFilesUnsupported. The kernel's and the
+// driver's refusals come back wrapping syscall.EBUSY (in use, a type
+// already set), syscall.EINVAL (a value the driver does not accept) or
+// os.ErrNotExist (no such file: the device is gone, or its vendor driver
+// offers no vGPU files).
+func (c *Client) WriteHostFile(ctx context.Context, path, value string) error {
+	if !writableSysfs.MatchString(path) {
+		return fmt.Errorf("refusing to write host file %q: Kohaku writes only a PCI function's sriov_numvfs and nvidia/current_vgpu_type", path)
+	}
+	if n, err := strconv.Atoi(value); err != nil || n < 0 {
+		return fmt.Errorf("refusing to write %q to %s: want a number, 0 or more", value, path)
+	}
+	switch c.ep.Transport {
+	case TransportUnix:
+		err := os.WriteFile(path, []byte(value), 0)
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("writing %s to %s: %w", value, path, pe.Err)
+		}
+		return err
+	case TransportSSH:
+		_, stderr, err := c.runOverSSH(ctx, "[ -e "+path+" ] || { echo 'No such file' >&2; exit 3; }; echo "+value+" > "+path, 1024)
+		if err == nil {
+			return nil
+		}
+		lower := strings.ToLower(stderr)
+		for _, e := range []error{syscall.EBUSY, syscall.EINVAL, syscall.ENOSPC, syscall.EPERM} {
+			if strings.Contains(lower, strings.ToLower(e.Error())) {
+				return fmt.Errorf("writing %s to %s on %s: %w", value, path, c.ep.Host, e)
+			}
+		}
+		if strings.Contains(stderr, "No such file") {
+			return fmt.Errorf("writing %s to %s on %s: %w", value, path, c.ep.Host, os.ErrNotExist)
+		}
+		return fmt.Errorf("writing %s to %s: %w", value, path, err)
 	}
 	return ErrHostFilesUnsupported
 }
