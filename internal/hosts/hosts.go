@@ -18,6 +18,7 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/ready"
 	"github.com/kohaku/terraform-provider-kohaku/internal/seedlife"
 	"github.com/kohaku/terraform-provider-kohaku/internal/snapshot"
+	"github.com/kohaku/terraform-provider-kohaku/internal/sriov"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vmlife"
 )
 
@@ -151,6 +152,7 @@ type Host interface {
 	gpubind.Machine
 	gpubind.ResetHost
 	mdev.Host
+	sriov.Host
 	seedlife.Host
 	imagelife.Host
 	imagelife.CopySource

@@ -406,6 +406,8 @@ func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource
 		newImageCopyResource,
 		newSnapshotResourceWithIdentity,
 		newMdevResourceWithIdentity,
+		newGPUSRIOVResource,
+		newVGPUResource,
 		newPoolResourceWithIdentity,
 		newNetworkResourceWithIdentity,
 	}
