@@ -37,7 +37,9 @@ func (t sysfs) ReadHostFiles(_ context.Context, paths []string, limit int64) (ma
 	return out, nil
 }
 
-func (t sysfs) put(path, content string) { t[strings.TrimPrefix(path, "/")] = &fstest.MapFile{Data: []byte(content)} }
+func (t sysfs) put(path, content string) {
+	t[strings.TrimPrefix(path, "/")] = &fstest.MapFile{Data: []byte(content)}
+}
 
 func addr(s string) vfio.Address {
 	a, err := vfio.ParseAddress(s)
