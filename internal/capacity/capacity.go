@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/claim"
@@ -16,6 +17,7 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
 	"github.com/kohaku/terraform-provider-kohaku/internal/mdev"
 	"github.com/kohaku/terraform-provider-kohaku/internal/placement"
+	"github.com/kohaku/terraform-provider-kohaku/internal/sriov"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 )
 
@@ -116,6 +118,9 @@ func (r *Reader) ReadHost(ctx context.Context, name string) (*placement.Host, er
 	}
 	cl.Annotate(gpus, claims, doms, held, quarantined)
 	out := &placement.Host{Name: name, Schedulable: true, GPUs: gpus}
+	if err := r.readSRIOV(ctx, name, inv, doms, out); err != nil {
+		return nil, err
+	}
 	for _, n := range nodes {
 		out.Nodes = append(out.Nodes, Node(n))
 	}
@@ -123,6 +128,43 @@ func (r *Reader) ReadHost(ctx context.Context, name string) (*placement.Host, er
 		out.PinnedCPUs = append(out.PinnedCPUs, d.PinnedCPUs...)
 	}
 	return out, nil
+}
+
+// readSRIOV reads the host's SR-IOV GPUs where its files can be read, and
+// holds back from whole-GPU placement a GPU whose VFs are enabled: its
+// host driver serves their vGPUs, and passing it through would take them
+// all away.
+func (r *Reader) readSRIOV(ctx context.Context, name string, inv *vfio.Inventory, doms []claim.Domain, out *placement.Host) error {
+	for i := range out.GPUs {
+		g := &out.GPUs[i]
+		if d := inv.Lookup(g.Address); d != nil && len(d.VFs) > 0 && g.State == placement.Free {
+			g.State = placement.VGPUs
+			g.Holder = fmt.Sprintf("its %d SR-IOV virtual functions (kohaku_gpu_sriov; vGPUs are kohaku_vgpu's)", len(d.VFs))
+		}
+	}
+	if r.Files == nil {
+		return nil
+	}
+	files := r.Files(name)
+	if files == nil {
+		return nil
+	}
+	gpus, err := sriov.Read(ctx, inv, files)
+	if err != nil && !errors.Is(err, hostapi.ErrHostFilesUnsupported) {
+		return fmt.Errorf("reading the SR-IOV GPUs: %w", err)
+	}
+	out.SRIOV = gpus
+	out.VFUsers = map[vfio.Address]string{}
+	for _, g := range gpus {
+		for _, vf := range g.VFs {
+			for _, d := range doms {
+				if slices.Contains(d.Hostdevs, vf.Address) {
+					out.VFUsers[vf.Address] = d.Name
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // Node converts a NUMA node as virt reads it.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/sriov"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 )
 
@@ -27,6 +28,9 @@ const (
 	// Quarantined: it could not be reset after its last VM and is held
 	// back until an operator clears it.
 	Quarantined
+	// VGPUs: its SR-IOV virtual functions are enabled; its host driver
+	// serves them as vGPUs, so it is not passed through whole.
+	VGPUs
 )
 
 func (s State) String() string {
@@ -41,6 +45,8 @@ func (s State) String() string {
 		return "held by a host process"
 	case Quarantined:
 		return "quarantined"
+	case VGPUs:
+		return "shared as SR-IOV vGPUs"
 	}
 	return fmt.Sprintf("state(%d)", int(s))
 }
@@ -103,6 +109,12 @@ type Host struct {
 	GPUs        []GPU
 	// PinnedCPUs are host CPUs that other VMs' vCPUs are pinned to.
 	PinnedCPUs []int
+	// SRIOV are the host's SR-IOV GPUs with their VFs and vGPU types,
+	// read for the capacity data (kohaku_vgpu places vGPUs itself); nil
+	// when the connection cannot read the host's files.
+	SRIOV []sriov.GPU
+	// VFUsers names the domain that passes each VF through.
+	VFUsers map[vfio.Address]string
 }
 
 // Clone returns a deep copy, so that a planner can deduct from it without
@@ -201,8 +213,8 @@ func GPUFromDevice(d *vfio.Device, memGiB int) GPU {
 func GPUsFromInventory(inv *vfio.Inventory, bars map[vfio.Address][]vfio.BAR) []GPU {
 	var out []GPU
 	for _, d := range inv.Devices() {
-		if d.Bridge || !vfio.IsDisplay(d.Class) {
-			continue
+		if d.Bridge || !vfio.IsDisplay(d.Class) || d.IsVF() {
+			continue // a VF is a vGPU (internal/sriov), not a GPU to place whole
 		}
 		out = append(out, GPUFromDevice(d, MemoryGiBFromBARs(bars[d.Address])))
 	}

@@ -486,7 +486,7 @@ func gpuShortfall(h *Host, r *Request, free int) string {
 	}
 	s := fmt.Sprintf("%d free %s%s matching %s of %d asked", free, kind, plural(free), sel, r.GPU.Count)
 	var held []string
-	for _, st := range []State{Claimed, InUse, HostHeld, Quarantined} {
+	for _, st := range []State{Claimed, InUse, HostHeld, Quarantined, VGPUs} {
 		if len(busy[st]) > 0 {
 			held = append(held, fmt.Sprintf("%s: %s", st, strings.Join(busy[st], ", ")))
 		}

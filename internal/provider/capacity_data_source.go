@@ -12,6 +12,8 @@ import (
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/capacity"
 	"github.com/kohaku/terraform-provider-kohaku/internal/placement"
+	"github.com/kohaku/terraform-provider-kohaku/internal/sriov"
+	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 )
 
 var _ datasource.DataSourceWithConfigure = (*capacityDataSource)(nil)
@@ -37,6 +39,33 @@ type hostCapacityModel struct {
 	NUMANodes     []capacityNodeModel     `tfsdk:"numa_nodes"`
 	GPUModels     []capacityGPUModelModel `tfsdk:"gpu_models"`
 	GPUs          []capacityGPUModel      `tfsdk:"gpus"`
+	SRIOVGPUs     []capacitySRIOVModel    `tfsdk:"sriov_gpus"`
+}
+
+type capacitySRIOVModel struct {
+	Address   types.String            `tfsdk:"address"`
+	Model     types.String            `tfsdk:"model"`
+	MaxVFs    types.Int64             `tfsdk:"max_vfs"`
+	NumVFs    types.Int64             `tfsdk:"num_vfs"`
+	Mechanism types.String            `tfsdk:"mechanism"`
+	VGPUTypes []capacityVGPUTypeModel `tfsdk:"vgpu_types"`
+	VFs       []capacityVFModel       `tfsdk:"vfs"`
+}
+
+type capacityVGPUTypeModel struct {
+	ID             types.Int64  `tfsdk:"id"`
+	Name           types.String `tfsdk:"name"`
+	FramebufferGiB types.Int64  `tfsdk:"framebuffer_gib"`
+	MIGSlices      types.Int64  `tfsdk:"mig_slices"`
+	InUse          types.Int64  `tfsdk:"in_use"`
+	Available      types.Int64  `tfsdk:"available"`
+}
+
+type capacityVFModel struct {
+	Address  types.String `tfsdk:"address"`
+	VGPUType types.String `tfsdk:"vgpu_type"`
+	Driver   types.String `tfsdk:"driver"`
+	UsedBy   types.String `tfsdk:"used_by"`
 }
 
 type capacityNodeModel struct {
@@ -60,6 +89,7 @@ type capacityGPUModelModel struct {
 	InUse       types.Int64  `tfsdk:"in_use"`
 	HostProcess types.Int64  `tfsdk:"host_process"`
 	Quarantined types.Int64  `tfsdk:"quarantined"`
+	VGPUs       types.Int64  `tfsdk:"vgpus"`
 }
 
 type capacityGPUModel struct {
@@ -146,6 +176,7 @@ func (d *capacityDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 							},
 						}},
 					},
+					"sriov_gpus": capacitySRIOVSchema(),
 					"gpu_models": schema.ListNestedAttribute{
 						Computed:    true,
 						Description: "The host's GPUs counted by model and state, sorted by model.",
@@ -157,6 +188,7 @@ func (d *capacityDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 							"in_use":       schema.Int64Attribute{Computed: true, Description: "GPUs of the model in state `in_use`."},
 							"host_process": schema.Int64Attribute{Computed: true, Description: "GPUs of the model in state `host_process`."},
 							"quarantined":  schema.Int64Attribute{Computed: true, Description: "GPUs of the model in state `quarantined`."},
+							"vgpus":        schema.Int64Attribute{Computed: true, Description: "GPUs of the model in state `vgpus`."},
 						}},
 					},
 					"gpus": schema.ListNestedAttribute{
@@ -177,10 +209,11 @@ func (d *capacityDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 								"free), `claimed` (a Kohaku claim on the host names a VM: some VM's apply holds it, " +
 								"the VM may still be being created), `in_use` (a domain on the host has it as a " +
 								"hostdev, given by Kohaku or by hand), `host_process` (a process on the host has it " +
-								"open: a CUDA job, a display server, nvidia-persistenced) or `quarantined` (it " +
+								"open: a CUDA job, a display server, nvidia-persistenced), `quarantined` (it " +
 								"could not be reset after its last VM; placement does not hand it out until an " +
 								"operator returns it with the `kohaku_gpu_reset` action or by deleting its marker, " +
-								"see the GPU guide)."},
+								"see the GPU guide) or `vgpus` (its SR-IOV virtual functions are enabled: its host " +
+								"driver serves them as vGPUs, `sriov_gpus` shows them, and it is not passed through whole)."},
 							"holder": schema.StringAttribute{Computed: true, Description: "Who holds it: the VM " +
 								"(name and domain UUID, and for a claim its workspace), the host processes (PID " +
 								"and command), or why it is quarantined. A `free` GPU whose claim is stale (its VM " +
@@ -246,6 +279,7 @@ func hostCapacityFrom(r capacity.Result) hostCapacityModel {
 		Up: types.BoolValue(r.Err == nil), Error: types.StringNull(),
 		CPUs: types.Int64Null(), PinnedCPUs: types.Int64Null(), FreeMemoryMiB: types.Int64Null(),
 		NUMANodes: []capacityNodeModel{}, GPUModels: []capacityGPUModelModel{}, GPUs: []capacityGPUModel{},
+		SRIOVGPUs: []capacitySRIOVModel{},
 	}
 	if r.Err != nil || r.Host == nil {
 		out.Up = types.BoolValue(false)
@@ -304,10 +338,91 @@ func hostCapacityFrom(r capacity.Result) hostCapacityModel {
 	for _, k := range models {
 		c := counts[k]
 		mm := byModel[k]
-		mm.Total = types.Int64Value(c[placement.Free] + c[placement.Claimed] + c[placement.InUse] + c[placement.HostHeld] + c[placement.Quarantined])
+		mm.Total = types.Int64Value(c[placement.Free] + c[placement.Claimed] + c[placement.InUse] + c[placement.HostHeld] + c[placement.Quarantined] + c[placement.VGPUs])
 		mm.Free, mm.Claimed, mm.InUse = types.Int64Value(c[placement.Free]), types.Int64Value(c[placement.Claimed]), types.Int64Value(c[placement.InUse])
 		mm.HostProcess, mm.Quarantined = types.Int64Value(c[placement.HostHeld]), types.Int64Value(c[placement.Quarantined])
+		mm.VGPUs = types.Int64Value(c[placement.VGPUs])
 		out.GPUModels = append(out.GPUModels, *mm)
+	}
+	for _, g := range h.SRIOV {
+		out.SRIOVGPUs = append(out.SRIOVGPUs, capacitySRIOVFrom(g, h.VFUsers))
+	}
+	return out
+}
+
+func capacitySRIOVSchema() schema.ListNestedAttribute {
+	return schema.ListNestedAttribute{
+		Computed: true,
+		Description: "The host's SR-IOV GPUs (a display controller that can have virtual functions, or any " +
+			"function whose VFs carry vGPU types), with their VFs and the vGPU types those offer now, sorted " +
+			"by address. Empty where the host's files cannot be read (tcp and tls connections).",
+		NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+			"address":   schema.StringAttribute{Computed: true, Description: "PCI address of the GPU (its physical function)."},
+			"model":     schema.StringAttribute{Computed: true, Description: "Model name as the host reports it."},
+			"max_vfs":   schema.Int64Attribute{Computed: true, Description: "The most VFs it can have (`sriov_totalvfs`)."},
+			"num_vfs":   schema.Int64Attribute{Computed: true, Description: "VFs enabled now (`kohaku_gpu_sriov`)."},
+			"mechanism": schema.StringAttribute{Computed: true, Description: "How its vGPUs are made: `sriov-vf` (a VF given a type, `kohaku_vgpu`), `sriov-mdev` (a mediated device on a VF, `kohaku_mdev` with the VF as parent: an A100 with vGPU 16 and earlier) or `\"\"` (no VF offers vGPU types: none enabled, or the vendor's vGPU manager not loaded)."},
+			"vgpu_types": schema.ListNestedAttribute{
+				Computed:    true,
+				Description: "The vGPU types its VFs list or run, by id.",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"id":              schema.Int64Attribute{Computed: true, Description: "The type's id, what `current_vgpu_type` takes."},
+					"name":            schema.StringAttribute{Computed: true, Description: "The vendor's name, e.g. `NVIDIA L40S-12Q`."},
+					"framebuffer_gib": schema.Int64Attribute{Computed: true, Description: "Memory of one instance, from the name; null when the name does not say."},
+					"mig_slices":      schema.Int64Attribute{Computed: true, Description: "Compute slices of a MIG-backed type (`H100XM-1-10C`: 1); 0 for a time-sliced type."},
+					"in_use":          schema.Int64Attribute{Computed: true, Description: "VFs that run the type now."},
+					"available": schema.Int64Attribute{Computed: true, Description: "Instances that can still be made: free VFs " +
+						"that list the type, bounded by the GPU's framebuffer while no type runs; 0 when the type cannot run " +
+						"beside what runs (one time-sliced type per GPU). The driver has the last word when the type is set."},
+				}},
+			},
+			"vfs": schema.ListNestedAttribute{
+				Computed:    true,
+				Description: "The enabled VFs, sorted.",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"address":   schema.StringAttribute{Computed: true, Description: "PCI address of the VF."},
+					"vgpu_type": schema.StringAttribute{Computed: true, Description: "The type set on it (its name, or its id where no VF lists the name); null when none is."},
+					"driver":    schema.StringAttribute{Computed: true, Description: "Its host driver now (`vfio-pci` once a `kohaku_vgpu` has it); null when none."},
+					"used_by":   schema.StringAttribute{Computed: true, Description: "The domain that passes it through; null when none does."},
+				}},
+			},
+		}},
+	}
+}
+
+func capacitySRIOVFrom(g sriov.GPU, users map[vfio.Address]string) capacitySRIOVModel {
+	out := capacitySRIOVModel{
+		Address: types.StringValue(g.Address.String()), Model: types.StringValue(g.Model),
+		MaxVFs: types.Int64Value(int64(g.MaxVFs)), NumVFs: types.Int64Value(int64(g.NumVFs)),
+		Mechanism: types.StringValue(g.Mechanism), VGPUTypes: []capacityVGPUTypeModel{}, VFs: []capacityVFModel{},
+	}
+	for _, o := range g.Offers() {
+		fb := types.Int64Null()
+		if o.Type.FramebufferGiB > 0 {
+			fb = types.Int64Value(int64(o.Type.FramebufferGiB))
+		}
+		out.VGPUTypes = append(out.VGPUTypes, capacityVGPUTypeModel{
+			ID: types.Int64Value(int64(o.Type.ID)), Name: types.StringValue(o.Type.Name), FramebufferGiB: fb,
+			MIGSlices: types.Int64Value(int64(o.Type.MIGSlices)), InUse: types.Int64Value(int64(o.InUse)), Available: types.Int64Value(int64(o.Available)),
+		})
+	}
+	for _, vf := range g.VFs {
+		m := capacityVFModel{Address: types.StringValue(vf.Address.String()), VGPUType: types.StringNull(), Driver: types.StringNull(), UsedBy: types.StringNull()}
+		if vf.Current != 0 {
+			t := g.TypeByID(vf.Current)
+			if t.Name != "" {
+				m.VGPUType = types.StringValue(t.Name)
+			} else {
+				m.VGPUType = types.StringValue(fmt.Sprint(t.ID))
+			}
+		}
+		if vf.Driver != "" {
+			m.Driver = types.StringValue(vf.Driver)
+		}
+		if u, ok := users[vf.Address]; ok {
+			m.UsedBy = types.StringValue(u)
+		}
+		out.VFs = append(out.VFs, m)
 	}
 	return out
 }
@@ -352,6 +467,8 @@ func gpuStateName(s placement.State) string {
 		return "host_process"
 	case placement.Quarantined:
 		return "quarantined"
+	case placement.VGPUs:
+		return "vgpus"
 	}
 	return s.String()
 }

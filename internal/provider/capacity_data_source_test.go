@@ -58,8 +58,8 @@ func TestHostCapacityFrom_nodesGPUsAndModels(t *testing.T) {
 		t.Errorf("node 1 %+v", n1)
 	}
 	want := []capacityGPUModelModel{
-		{types.StringValue("AD104GL [L4]"), types.Int64Value(1), types.Int64Value(1), types.Int64Value(0), types.Int64Value(0), types.Int64Value(0), types.Int64Value(0)},
-		{types.StringValue("GH100 [H100 SXM5 80GB]"), types.Int64Value(4), types.Int64Value(1), types.Int64Value(1), types.Int64Value(1), types.Int64Value(1), types.Int64Value(0)},
+		{types.StringValue("AD104GL [L4]"), types.Int64Value(1), types.Int64Value(1), types.Int64Value(0), types.Int64Value(0), types.Int64Value(0), types.Int64Value(0), types.Int64Value(0)},
+		{types.StringValue("GH100 [H100 SXM5 80GB]"), types.Int64Value(4), types.Int64Value(1), types.Int64Value(1), types.Int64Value(1), types.Int64Value(1), types.Int64Value(0), types.Int64Value(0)},
 	}
 	if len(m.GPUModels) != 2 || m.GPUModels[0] != want[0] || m.GPUModels[1] != want[1] {
 		t.Errorf("gpu_models %+v, want %+v", m.GPUModels, want)
