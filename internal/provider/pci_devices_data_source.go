@@ -14,6 +14,7 @@ import (
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/mdev"
+	"github.com/kohaku/terraform-provider-kohaku/internal/sriov"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 )
 
@@ -62,6 +63,18 @@ type pciDeviceModel struct {
 	NUMANode     types.Int64    `tfsdk:"numa_node"`
 	BARs         []pciBARModel  `tfsdk:"bars"`
 	ResetMethods []types.String `tfsdk:"reset_methods"`
+	MaxVFs       types.Int64    `tfsdk:"max_vfs"`
+	VFs          []types.String `tfsdk:"virtual_functions"`
+	PF           types.String   `tfsdk:"physical_function"`
+	VGPUType     types.Int64    `tfsdk:"vgpu_type"`
+	VGPUTypes    []vgpuTypeItem `tfsdk:"creatable_vgpu_types"`
+}
+
+type vgpuTypeItem struct {
+	ID             types.Int64  `tfsdk:"id"`
+	Name           types.String `tfsdk:"name"`
+	FramebufferGiB types.Int64  `tfsdk:"framebuffer_gib"`
+	MIGSlices      types.Int64  `tfsdk:"mig_slices"`
 }
 
 type pciBARModel struct {
@@ -206,6 +219,27 @@ func pciDeviceAttributes() map[string]schema.Attribute {
 				"ones. A GPU without `flr` may come back from a VM in a state its driver cannot use. Empty " +
 				"when the kernel has no way to reset it (or is older than Linux 5.15, which has no such " +
 				"file); null when the host's files cannot be read (`qemu+tcp`, `qemu+tls`)."},
+		"max_vfs": schema.Int64Attribute{Computed: true, Description: "How many SR-IOV virtual functions the " +
+			"function can have (`sriov_totalvfs`, as libvirt reports it); 0 when it has no SR-IOV capability."},
+		"virtual_functions": schema.ListAttribute{Computed: true, ElementType: types.StringType,
+			Description: "Its SR-IOV virtual functions enabled now (`kohaku_gpu_sriov`), sorted; empty when none are."},
+		"physical_function": schema.StringAttribute{Computed: true, Description: "For a virtual function, the " +
+			"address of its physical function (the GPU); null for any other function."},
+		"vgpu_type": schema.Int64Attribute{Computed: true, Description: "For a virtual function with the vendor's " +
+			"vGPU files (NVIDIA's `nvidia/current_vgpu_type`), the id of the vGPU type set on it, 0 for none; " +
+			"null for other functions and where the host's files cannot be read."},
+		"creatable_vgpu_types": schema.ListNestedAttribute{Computed: true,
+			Description: "For such a virtual function, the vGPU types it can take now, as the vendor lists " +
+				"them (`nvidia/creatable_vgpu_types`: nothing while it has a type; only the running type once " +
+				"another VF of a time-sliced GPU has one). Null for other functions and where the host's files " +
+				"cannot be read. `kohaku_vgpu.type` takes a name or an id.",
+			NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+				"id":              schema.Int64Attribute{Computed: true, Description: "The type's id."},
+				"name":            schema.StringAttribute{Computed: true, Description: "The vendor's name, e.g. `NVIDIA L40S-12Q`."},
+				"framebuffer_gib": schema.Int64Attribute{Computed: true, Description: "Memory of one instance, from the name; null when the name does not say."},
+				"mig_slices":      schema.Int64Attribute{Computed: true, Description: "Compute slices of a MIG-backed type; 0 for a time-sliced type."},
+			}},
+		},
 	}
 }
 
@@ -233,10 +267,45 @@ func readPCISysfs(ctx context.Context, c hosts.Host, devs []*vfio.Device) map[vf
 func pciDevicesFrom(ctx context.Context, c hosts.Host, devs []*vfio.Device) []pciDeviceModel {
 	out := []pciDeviceModel{}
 	sysfs := readPCISysfs(ctx, c, devs)
+	vgpus := readVFTypes(ctx, c, devs)
 	for _, dev := range devs {
-		out = append(out, pciDeviceFrom(dev, sysfs))
+		m := pciDeviceFrom(dev, sysfs)
+		if t, ok := vgpus[dev.Address]; ok {
+			m.VGPUType = types.Int64Value(int64(t.Current))
+			m.VGPUTypes = []vgpuTypeItem{}
+			for _, ty := range t.Creatable {
+				fb := types.Int64Null()
+				if ty.FramebufferGiB > 0 {
+					fb = types.Int64Value(int64(ty.FramebufferGiB))
+				}
+				m.VGPUTypes = append(m.VGPUTypes, vgpuTypeItem{ID: types.Int64Value(int64(ty.ID)), Name: types.StringValue(ty.Name),
+					FramebufferGiB: fb, MIGSlices: types.Int64Value(int64(ty.MIGSlices))})
+			}
+		}
+		out = append(out, m)
 	}
 	return out
+}
+
+// readVFTypes reads the vendor's vGPU files of the devices that are VFs,
+// where the connection can read the host's files; nil elsewhere, or when
+// the read fails, which is logged.
+func readVFTypes(ctx context.Context, c hosts.Host, devs []*vfio.Device) map[vfio.Address]sriov.VFTypes {
+	var vfs []vfio.Address
+	for _, d := range devs {
+		if d.IsVF() {
+			vfs = append(vfs, d.Address)
+		}
+	}
+	if !c.ReadsHostFiles() || len(vfs) == 0 {
+		return nil
+	}
+	got, err := sriov.ReadVFTypes(ctx, c, vfs)
+	if err != nil {
+		tflog.Warn(ctx, "reading the VFs' vGPU files failed; vgpu_type and creatable_vgpu_types are null", map[string]any{"error": err.Error()})
+		return nil
+	}
+	return got
 }
 
 // pciDeviceFrom converts a parsed node device for pciDeviceAttributes,
@@ -254,6 +323,16 @@ func pciDeviceFrom(dev *vfio.Device, sysfs map[vfio.Address]vfio.Function) pciDe
 		IOMMUGroup:   types.Int64Null(),
 		GroupMembers: []types.String{},
 		NUMANode:     types.Int64Null(),
+		MaxVFs:       types.Int64Value(int64(dev.MaxVFs)),
+		VFs:          []types.String{},
+		PF:           types.StringNull(),
+		VGPUType:     types.Int64Null(),
+	}
+	for _, a := range dev.VFs {
+		out.VFs = append(out.VFs, types.StringValue(a.String()))
+	}
+	if dev.PhysFunction != nil {
+		out.PF = types.StringValue(dev.PhysFunction.String())
 	}
 	if dev.HasIOMMU() {
 		out.IOMMUGroup = types.Int64Value(int64(dev.Group))

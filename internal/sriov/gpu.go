@@ -335,3 +335,41 @@ func (g *GPU) Offers() []Offer {
 	}
 	return out
 }
+
+// VFTypes is what the vendor's sysfs says of one VF's vGPU types.
+type VFTypes struct {
+	Current   int
+	Creatable []Type
+}
+
+// ReadVFTypes reads the vGPU files of the given VFs in one call; a VF
+// without them (no vendor vGPU manager) is left out.
+func ReadVFTypes(ctx context.Context, files vfio.HostFiles, vfs []vfio.Address) (map[vfio.Address]VFTypes, error) {
+	if len(vfs) == 0 {
+		return nil, nil
+	}
+	paths := make([]string, 0, 2*len(vfs))
+	for _, a := range vfs {
+		paths = append(paths, CurrentPath(a), CreatablePath(a))
+	}
+	got, err := files.ReadHostFiles(ctx, paths, 64<<10)
+	if err != nil {
+		return nil, err
+	}
+	out := map[vfio.Address]VFTypes{}
+	for _, a := range vfs {
+		cur, ok := got[CurrentPath(a)]
+		if !ok {
+			continue
+		}
+		var t VFTypes
+		if t.Current, err = ParseCurrent(cur); err != nil {
+			return nil, fmt.Errorf("%s: %w", CurrentPath(a), err)
+		}
+		if t.Creatable, err = ParseTypes(got[CreatablePath(a)]); err != nil {
+			return nil, fmt.Errorf("%s: %w", CreatablePath(a), err)
+		}
+		out[a] = t
+	}
+	return out, nil
+}
