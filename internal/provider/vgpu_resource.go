@@ -20,6 +20,7 @@ import (
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
 	"github.com/kohaku/terraform-provider-kohaku/internal/hostapi"
+	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/sriov"
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 )
@@ -240,8 +241,8 @@ func (r *vgpuResource) Create(ctx context.Context, req resource.CreateRequest, r
 			tried = append(tried, err.Error())
 			continue
 		}
-		placed := gpubind.Placed{Binder: newBinder(ctx, c), Machine: c}
-		if _, _, err := placed.BindGPU(ctx, vf); err != nil {
+		moved, err := r.bindVF(ctx, c, vf)
+		if err != nil {
 			cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), sriovTimeout)
 			defer cancel()
 			note := "Its vGPU type was cleared again: nothing is left on the host."
@@ -257,12 +258,38 @@ func (r *vgpuResource) Create(ctx context.Context, req resource.CreateRequest, r
 		plan.ID = types.StringValue(hostScopedID(ch.Host, vf.String()))
 		plan.TypeID = types.Int64Value(int64(ch.Type.ID))
 		plan.TypeName = types.StringValue(ch.Type.Name)
-		tflog.Info(ctx, "vGPU made", map[string]any{"host": ch.Host, "vf": vf.String(), "type": ch.Type.Name})
+		tflog.Info(ctx, "vGPU made", map[string]any{"host": ch.Host, "vf": vf.String(), "type": ch.Type.Name, "bound_to_vfio_pci": moved})
+		if moved {
+			resp.Diagnostics.Append(resp.Private.SetKey(ctx, vgpuMovedKey, []byte(`{"moved":true}`))...)
+		}
 		resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 		return
 	}
 	resp.Diagnostics.AddAttributeError(path.Root("type"), "No VF could be given this vGPU type",
 		"Every GPU that offered it when the apply started had its free VFs taken first by another apply: "+strings.Join(tried, "; ")+". Nothing was made.")
+}
+
+// vgpuMovedKey marks, in the resource's private state, a VF that create
+// moved to vfio-pci and destroy is to give back.
+const vgpuMovedKey = "vf_moved_to_vfio"
+
+// bindVF readies vf for passthrough: a VF already on a VFIO driver
+// (vfio-pci, or a vendor's VFIO variant driver such as the one NVIDIA's
+// vGPU manager binds its VFs to) stays there, since the vendor's driver
+// is what serves the vGPU; any other VF is bound to vfio-pci as
+// kohaku_gpu_binding would (the holders check included). moved says
+// whether it was moved.
+func (r *vgpuResource) bindVF(ctx context.Context, c hosts.Host, vf vfio.Address) (moved bool, err error) {
+	binder := newBinder(ctx, c)
+	dev, err := binder.ReadDevice(ctx, vf)
+	if err != nil {
+		return false, err
+	}
+	if strings.Contains(dev.Driver, "vfio") {
+		return false, nil
+	}
+	_, m, err := (gpubind.Placed{Binder: binder, Machine: c}).BindGPU(ctx, vf)
+	return len(m) > 0, err
 }
 
 // vf reads the model's VF and GPU; a nil GPU when its VFs are gone.
@@ -339,6 +366,8 @@ func (r *vgpuResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 			"Stop or change the VM that passes it through first; the vGPU is left as it was.")
 		return
 	}
+	movedMark, d := req.Private.GetKey(ctx, vgpuMovedKey)
+	resp.Diagnostics.Append(d...)
 	if vf.Driver == vfio.DriverVFIO {
 		if err := (gpubind.GroupResetter{Host: c}).ResetGPU(ctx, vf.Address); err != nil {
 			summary := "vGPU " + vf.Address.String() + " was not reset"
@@ -347,6 +376,8 @@ func (r *vgpuResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 			}
 			resp.Diagnostics.AddWarning(summary, err.Error()+"\n\nClearing its type below still destroys the vGPU instance on NVIDIA's driver, which gives its framebuffer share back; see the GPU guide for what is cleared.")
 		}
+	}
+	if vf.Driver == vfio.DriverVFIO && len(movedMark) > 0 {
 		if err := (gpubind.Placed{Binder: binder, Machine: c}).GiveBackGPU(ctx, []vfio.Address{vf.Address}); err != nil {
 			addError(&resp.Diagnostics, "Giving vGPU "+vf.Address.String()+" back from vfio-pci failed", err, "Its type is still set; the next destroy tries again.")
 			return
