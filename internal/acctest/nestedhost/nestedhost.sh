@@ -63,6 +63,8 @@ readonly STATE_ROOT=/run/kohaku-nested
 # the large-BAR stand-in's memory: a sparse file (never written), on disk
 readonly BAR_ROOT=${KOHAKU_NESTED_BAR_DIR:-/var/tmp/kohaku-nested}
 readonly BAR_GIB=256
+# virtual functions the SR-IOV stand-in (QEMU's NVMe) offers at most
+readonly SRIOV_MAX_VFS=4
 readonly LOG_DIR=${KOHAKU_NESTED_LOG_DIR:-/var/log/kohaku-nested}
 readonly HOST_PACKAGES=(qemu-system-x86 qemu-utils libvirt-clients mmdebstrap e2fsprogs)
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
@@ -176,6 +178,18 @@ qemu_args() { # $1 = image dir
 			-device ivshmem-plain,memdev=bigbar,bus=rp4
 		)
 	fi
+	# the SR-IOV GPU stand-in: QEMU's NVMe controller, the one device of
+	# QEMU 7.2 with SR-IOV, as a physical function with up to 4 virtual
+	# functions (the NVIDIA stand-in gives them NVIDIA's vGPU files). SR-IOV
+	# needs an NVM subsystem; each VF takes at least 2 flexible queues and 1
+	# flexible interrupt, and the PF keeps at least 2 queues of its own
+	# (max_ioqpairs - sriov_vq_flexible >= 2). Its root port comes last (addr
+	# 0x14, the next bus number), so the other stand-ins keep their addresses.
+	QEMU_ARGS+=(
+		-device pcie-root-port,id=rp5,bus=pcie.0,chassis=5,slot=5,addr=0x14
+		-device nvme-subsys,id=sriovsys
+		-device nvme,bus=rp5,serial=kohaku-sriov,subsys=sriovsys,max_ioqpairs=12,msix_qsize=8,sriov_max_vfs=$SRIOV_MAX_VFS,sriov_vq_flexible=$((2 * SRIOV_MAX_VFS)),sriov_vi_flexible=$SRIOV_MAX_VFS
+	)
 }
 
 start_qemu() { # $1 = image dir; prints QEMU's pid
