@@ -184,6 +184,11 @@ struct kohaku_vf {
 	unsigned int type;    /* 0: none */
 };
 
+/* what the SR-IOV stand-in's PF is: nestedhost.sh up checks this is here */
+static char *sriov_standin_pf = "1b36:0010";
+module_param(sriov_standin_pf, charp, 0444);
+MODULE_PARM_DESC(sriov_standin_pf, "vendor:device of the PF whose VFs get NVIDIA's vGPU files (read-only)");
+
 static LIST_HEAD(kohaku_vfs);
 static DEFINE_MUTEX(kohaku_vfs_lock); /* the list and every type */
 
