@@ -178,19 +178,20 @@ qemu_args() { # $1 = image dir
 			-device pcie-root-port,id=rp4,bus=pcie.0,chassis=4,slot=4,addr=0x12
 			-device ivshmem-plain,memdev=bigbar,bus=rp4
 		)
+		# the SR-IOV GPU stand-in: QEMU's NVMe controller, the one device of
+		# QEMU 7.2 with SR-IOV, as a physical function with up to 4 virtual
+		# functions (the NVIDIA stand-in gives them NVIDIA's vGPU files). SR-IOV
+		# needs an NVM subsystem; each VF takes at least 2 flexible queues and 1
+		# flexible interrupt, and the PF keeps at least 2 queues of its own
+		# (max_ioqpairs - sriov_vq_flexible >= 2). Its root port comes last (addr
+		# 0x14, the next bus number), so the other stand-ins keep their addresses.
+		# Like the large BAR, only the intel-iommu L1 has it.
+		QEMU_ARGS+=(
+			-device pcie-root-port,id=rp5,bus=pcie.0,chassis=5,slot=5,addr=0x14
+			-device nvme-subsys,id=sriovsys
+			-device "nvme,bus=rp5,serial=kohaku-sriov,subsys=sriovsys,max_ioqpairs=12,msix_qsize=8,sriov_max_vfs=$SRIOV_MAX_VFS,sriov_vq_flexible=$((2 * SRIOV_MAX_VFS)),sriov_vi_flexible=$SRIOV_MAX_VFS"
+		)
 	fi
-	# the SR-IOV GPU stand-in: QEMU's NVMe controller, the one device of
-	# QEMU 7.2 with SR-IOV, as a physical function with up to 4 virtual
-	# functions (the NVIDIA stand-in gives them NVIDIA's vGPU files). SR-IOV
-	# needs an NVM subsystem; each VF takes at least 2 flexible queues and 1
-	# flexible interrupt, and the PF keeps at least 2 queues of its own
-	# (max_ioqpairs - sriov_vq_flexible >= 2). Its root port comes last (addr
-	# 0x14, the next bus number), so the other stand-ins keep their addresses.
-	QEMU_ARGS+=(
-		-device pcie-root-port,id=rp5,bus=pcie.0,chassis=5,slot=5,addr=0x14
-		-device nvme-subsys,id=sriovsys
-		-device "nvme,bus=rp5,serial=kohaku-sriov,subsys=sriovsys,max_ioqpairs=12,msix_qsize=8,sriov_max_vfs=$SRIOV_MAX_VFS,sriov_vq_flexible=$((2 * SRIOV_MAX_VFS)),sriov_vi_flexible=$SRIOV_MAX_VFS"
-	)
 }
 
 start_qemu() { # $1 = image dir; prints QEMU's pid
@@ -314,7 +315,7 @@ inventory() {
 		1af4:1110) printf 'BIGBAR=%s\n' "$addr" ;;
 		1b36:0010) # the SR-IOV stand-in's PF (its VFs, when enabled, have the same id)
 			if [[ $x == *"<capability type='virt_functions'"* ]]; then
-				printf 'SRIOV_PF=%s\nSRIOV_PF_DRIVER=%s\nSRIOV_MAX_VFS=%s\n' "$addr" \
+				printf 'SRIOV_PF=%s\nSRIOV_PF_DRIVER=%s\nSRIOV_VFS=%s\n' "$addr" \
 					"$(printf '%s' "$x" | tr -d ' \n' | sed -n 's:.*<driver><name>\([^<]*\)</name>.*:\1:p')" \
 					"$(printf '%s' "$x" | sed -n "s:.*<capability type='virt_functions' maxCount='\([0-9]*\)'.*:\1:p")"
 			fi
@@ -328,12 +329,12 @@ inventory() {
 }
 
 devices_summary() {
-	local GPU="" GPU_DRIVER="" GPU_AUDIO="" NIC="" EDU="" IOMMU_GROUPED="" MDEV_PARENT="" BIGBAR="" SRIOV_PF="" SRIOV_PF_DRIVER="" SRIOV_MAX_VFS=""
+	local GPU="" GPU_DRIVER="" GPU_AUDIO="" NIC="" EDU="" IOMMU_GROUPED="" MDEV_PARENT="" BIGBAR="" SRIOV_PF="" SRIOV_PF_DRIVER="" SRIOV_VFS=""
 	# shellcheck source=/dev/null # devices.env: written by inventory at run time
 	source "$STATE/devices.env"
 	printf 'GPU %s (on %s) + audio %s, NIC %s, edu %s, 256 GiB BAR %s, SR-IOV PF %s (on %s, %s VFs), mdev parent %s; %s PCI devices in IOMMU groups' \
 		"${GPU:-?}" "${GPU_DRIVER:-no driver}" "${GPU_AUDIO:-?}" "${NIC:-?}" "${EDU:-?}" "${BIGBAR:-?}" \
-		"${SRIOV_PF:-?}" "${SRIOV_PF_DRIVER:-no driver}" "${SRIOV_MAX_VFS:-?}" "${MDEV_PARENT:-none}" "$IOMMU_GROUPED"
+		"${SRIOV_PF:-?}" "${SRIOV_PF_DRIVER:-no driver}" "${SRIOV_VFS:-?}" "${MDEV_PARENT:-none}" "$IOMMU_GROUPED"
 }
 
 # ---------------------------------------------------------------- commands
@@ -367,7 +368,7 @@ up_one() { # $1 = instance
 			die "L1's GPU stand-in is not on the NVIDIA stand-in driver ($(grep '^GPU_DRIVER=' "$STATE/devices.env"))"
 		grep -q '^MDEV_PARENT=mtty_mtty$' "$STATE/devices.env" ||
 			die "L1 shows no mediated-device parent mtty_mtty: is the mtty module loaded?"
-		{ grep -q "^SRIOV_PF=." "$STATE/devices.env" && grep -q "^SRIOV_MAX_VFS=$SRIOV_MAX_VFS\$" "$STATE/devices.env"; } ||
+		{ grep -q "^SRIOV_PF=." "$STATE/devices.env" && grep -q "^SRIOV_VFS=$SRIOV_MAX_VFS\$" "$STATE/devices.env"; } ||
 			die "L1 shows no SR-IOV stand-in (QEMU's NVMe, 1b36:0010) with $SRIOV_MAX_VFS VFs"
 		# the PF's driver enables its VFs (sriov_configure): L1's nvme
 		grep -q '^SRIOV_PF_DRIVER=nvme$' "$STATE/devices.env" ||
