@@ -13,7 +13,7 @@
 # managed='no' after nodedev-detach, as NVIDIA's guide gives a VF to a VM.
 # Needs the nested host up and its settings:
 # eval "$(bash internal/acctest/nestedhost/nestedhost.sh env)".
-# Not part of make check; about a minute.
+# Not part of make check; 1.5-2.5 minutes (each ssh round trip to L1 costs 1-3 s).
 set -euo pipefail
 
 uri=${KOHAKU_TEST_NESTED_URI:?load the nested host settings: eval "\$(bash internal/acctest/nestedhost/nestedhost.sh env)"}
