@@ -44,6 +44,12 @@ type Host struct {
 	// BigBAR is the large-BAR stand-in (ivshmem-plain, a 256 GiB 64-bit
 	// prefetchable BAR 2) as L1 sees it; set by RequireBigBAR.
 	BigBAR string
+	// SRIOVPF is the SR-IOV stand-in's physical function (QEMU's NVMe,
+	// 1b36:0010, on L1's nvme driver, up to 4 VFs) as L1 sees it; its
+	// VFs carry NVIDIA's vGPU files (nvidia/creatable_vgpu_types,
+	// nvidia/current_vgpu_type) from the NVIDIA stand-in. Set by
+	// RequireSRIOV.
+	SRIOVPF string
 }
 
 // Require returns the nested host with an intel-iommu: it skips without
@@ -118,6 +124,15 @@ func RequireBigBAR(t testing.TB) *Host {
 	t.Helper()
 	h := RequireSSH(t)
 	h.BigBAR = env(t, "KOHAKU_TEST_NESTED_BIGBAR")
+	return h
+}
+
+// RequireSRIOV is RequireSSH (VFs are enabled and their vGPU types set
+// through L1's sysfs) plus the SR-IOV stand-in's physical function.
+func RequireSRIOV(t testing.TB) *Host {
+	t.Helper()
+	h := RequireSSH(t)
+	h.SRIOVPF = env(t, "KOHAKU_TEST_NESTED_SRIOV_PF")
 	return h
 }
 

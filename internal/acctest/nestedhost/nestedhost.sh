@@ -16,7 +16,8 @@ usage: nestedhost.sh COMMAND [--virtio-iommu]
 
   up      build (or reuse) the cached L1 image and boot L1 with qemu-system-x86_64:
           TCG, q35, intel-iommu, and the pass-through stand-ins (an e1000e NIC,
-          QEMU's edu device, an ivshmem-plain with a 256 GiB BAR, and a
+          QEMU's edu device, an ivshmem-plain with a 256 GiB BAR, an SR-IOV
+          NVMe controller whose VFs get NVIDIA's vGPU files, and a
           VGA + ich9-intel-hda pair in one slot, like a
           GPU and its HDMI audio, behind a PCIe expander bridge on the second of
           two NUMA nodes); wait until its libvirtd answers over TCP.
@@ -63,6 +64,8 @@ readonly STATE_ROOT=/run/kohaku-nested
 # the large-BAR stand-in's memory: a sparse file (never written), on disk
 readonly BAR_ROOT=${KOHAKU_NESTED_BAR_DIR:-/var/tmp/kohaku-nested}
 readonly BAR_GIB=256
+# virtual functions the SR-IOV stand-in (QEMU's NVMe) offers at most
+readonly SRIOV_MAX_VFS=4
 readonly LOG_DIR=${KOHAKU_NESTED_LOG_DIR:-/var/log/kohaku-nested}
 readonly HOST_PACKAGES=(qemu-system-x86 qemu-utils libvirt-clients mmdebstrap e2fsprogs)
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
@@ -175,6 +178,19 @@ qemu_args() { # $1 = image dir
 			-device pcie-root-port,id=rp4,bus=pcie.0,chassis=4,slot=4,addr=0x12
 			-device ivshmem-plain,memdev=bigbar,bus=rp4
 		)
+		# the SR-IOV GPU stand-in: QEMU's NVMe controller, the one device of
+		# QEMU 7.2 with SR-IOV, as a physical function with up to 4 virtual
+		# functions (the NVIDIA stand-in gives them NVIDIA's vGPU files). SR-IOV
+		# needs an NVM subsystem; each VF takes at least 2 flexible queues and 1
+		# flexible interrupt, and the PF keeps at least 2 queues of its own
+		# (max_ioqpairs - sriov_vq_flexible >= 2). Its root port comes last (addr
+		# 0x14, the next bus number), so the other stand-ins keep their addresses.
+		# Like the large BAR, only the intel-iommu L1 has it.
+		QEMU_ARGS+=(
+			-device pcie-root-port,id=rp5,bus=pcie.0,chassis=5,slot=5,addr=0x14
+			-device nvme-subsys,id=sriovsys
+			-device "nvme,bus=rp5,serial=kohaku-sriov,subsys=sriovsys,max_ioqpairs=12,msix_qsize=8,sriov_max_vfs=$SRIOV_MAX_VFS,sriov_vq_flexible=$((2 * SRIOV_MAX_VFS)),sriov_vi_flexible=$SRIOV_MAX_VFS"
+		)
 	fi
 }
 
@@ -266,6 +282,10 @@ boot_l1() {
 
 # ---------------------------------------------------------------- checks and inventory
 vsh() { timeout 30 virsh -q -c "$(uri)" "$@"; }
+l1_ssh() { # run a command in L1 over its sshd, as root, with the image's key
+	timeout 60 ssh -q -i "$(image_dir)/ssh_key" -o UserKnownHostsFile="$STATE/known_hosts" -o BatchMode=yes \
+		-o ConnectTimeout=20 -p "$SSH_PORT" root@127.0.0.1 "$@"
+}
 
 # check_identity: L1 must be the machine we booted, never this one.
 check_identity() {
@@ -293,6 +313,13 @@ inventory() {
 		8086:10d3) printf 'NIC=%s\n' "$addr" ;;
 		1234:11e8) printf 'EDU=%s\n' "$addr" ;;
 		1af4:1110) printf 'BIGBAR=%s\n' "$addr" ;;
+		1b36:0010) # the SR-IOV stand-in's PF (its VFs, when enabled, have the same id)
+			if [[ $x == *"<capability type='virt_functions'"* ]]; then
+				printf 'SRIOV_PF=%s\nSRIOV_PF_DRIVER=%s\nSRIOV_VFS=%s\n' "$addr" \
+					"$(printf '%s' "$x" | tr -d ' \n' | sed -n 's:.*<driver><name>\([^<]*\)</name>.*:\1:p')" \
+					"$(printf '%s' "$x" | sed -n "s:.*<capability type='virt_functions' maxCount='\([0-9]*\)'.*:\1:p")"
+			fi
+			;;
 		esac
 	done >"$tmp"
 	printf 'IOMMU_GROUPED=%s\n' "$groups" >>"$tmp"
@@ -302,11 +329,12 @@ inventory() {
 }
 
 devices_summary() {
-	local GPU="" GPU_DRIVER="" GPU_AUDIO="" NIC="" EDU="" IOMMU_GROUPED="" MDEV_PARENT="" BIGBAR=""
+	local GPU="" GPU_DRIVER="" GPU_AUDIO="" NIC="" EDU="" IOMMU_GROUPED="" MDEV_PARENT="" BIGBAR="" SRIOV_PF="" SRIOV_PF_DRIVER="" SRIOV_VFS=""
 	# shellcheck source=/dev/null # devices.env: written by inventory at run time
 	source "$STATE/devices.env"
-	printf 'GPU %s (on %s) + audio %s, NIC %s, edu %s, 256 GiB BAR %s, mdev parent %s; %s PCI devices in IOMMU groups' \
-		"${GPU:-?}" "${GPU_DRIVER:-no driver}" "${GPU_AUDIO:-?}" "${NIC:-?}" "${EDU:-?}" "${BIGBAR:-?}" "${MDEV_PARENT:-none}" "$IOMMU_GROUPED"
+	printf 'GPU %s (on %s) + audio %s, NIC %s, edu %s, 256 GiB BAR %s, SR-IOV PF %s (on %s, %s VFs), mdev parent %s; %s PCI devices in IOMMU groups' \
+		"${GPU:-?}" "${GPU_DRIVER:-no driver}" "${GPU_AUDIO:-?}" "${NIC:-?}" "${EDU:-?}" "${BIGBAR:-?}" \
+		"${SRIOV_PF:-?}" "${SRIOV_PF_DRIVER:-no driver}" "${SRIOV_VFS:-?}" "${MDEV_PARENT:-none}" "$IOMMU_GROUPED"
 }
 
 # ---------------------------------------------------------------- commands
@@ -340,6 +368,17 @@ up_one() { # $1 = instance
 			die "L1's GPU stand-in is not on the NVIDIA stand-in driver ($(grep '^GPU_DRIVER=' "$STATE/devices.env"))"
 		grep -q '^MDEV_PARENT=mtty_mtty$' "$STATE/devices.env" ||
 			die "L1 shows no mediated-device parent mtty_mtty: is the mtty module loaded?"
+		{ grep -q "^SRIOV_PF=." "$STATE/devices.env" && grep -q "^SRIOV_VFS=$SRIOV_MAX_VFS\$" "$STATE/devices.env"; } ||
+			die "L1 shows no SR-IOV stand-in (QEMU's NVMe, 1b36:0010) with $SRIOV_MAX_VFS VFs"
+		# the PF's driver enables its VFs (sriov_configure): L1's nvme
+		grep -q '^SRIOV_PF_DRIVER=nvme$' "$STATE/devices.env" ||
+			die "L1's SR-IOV stand-in is not on the nvme driver ($(grep '^SRIOV_PF_DRIVER=' "$STATE/devices.env"))"
+		# the NVIDIA stand-in that gives its VFs the vGPU files (over sshd:
+		# module parameters are no node device)
+		local pf_id
+		pf_id=$(l1_ssh cat /sys/module/nvidia/parameters/sriov_standin_pf) || die "cannot ask L1's sshd (127.0.0.1:$SSH_PORT) about the NVIDIA stand-in"
+		[[ $pf_id == 1b36:0010 ]] ||
+			die "L1's NVIDIA stand-in gives no SR-IOV VF the vGPU files (sriov_standin_pf '$pf_id'): is the image older than nvidia.c?"
 	fi
 	exec 9>&-
 }
@@ -386,7 +425,7 @@ cmd_status() {
 }
 
 cmd_env() {
-	local GPU GPU_DRIVER GPU_AUDIO NIC EDU IOMMU_GROUPED MDEV_PARENT="" BIGBAR=""
+	local GPU GPU_DRIVER GPU_AUDIO NIC EDU IOMMU_GROUPED MDEV_PARENT="" BIGBAR="" SRIOV_PF=""
 	select_instance intel
 	if ! our_qemu_pid >/dev/null || [[ ! -s $STATE/devices.env ]]; then
 		die "L1 is not up: run 'bash $SELF up' first"
@@ -405,6 +444,7 @@ export KOHAKU_TEST_NESTED_NIC=$NIC
 export KOHAKU_TEST_NESTED_EDU=$EDU
 export KOHAKU_TEST_NESTED_MDEV_PARENT=$MDEV_PARENT
 export KOHAKU_TEST_NESTED_BIGBAR=$BIGBAR
+export KOHAKU_TEST_NESTED_SRIOV_PF=$SRIOV_PF
 EOF
 	select_instance virtio
 	if our_qemu_pid >/dev/null; then

@@ -53,6 +53,7 @@ hook_kernel_modules() { # $1 = root tree with its kernel
 	done
 	chroot "$1" depmod "$kver"
 	chroot "$1" modinfo -F version -k "$kver" nvidia | grep -qx "$NVIDIA_STANDIN_VERSION"
+	chroot "$1" modinfo -F parm -k "$kver" nvidia | grep -q '^sriov_standin_pf:'
 	chroot "$1" modinfo -F depends -k "$kver" mtty | grep -q mdev
 	chroot "$1" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q --autoremove make gcc "linux-headers-$kver"
 	rm -rf "$src"
