@@ -285,11 +285,19 @@ func (r *vgpuResource) bindVF(ctx context.Context, c hosts.Host, vf vfio.Address
 	if err != nil {
 		return false, err
 	}
-	if strings.Contains(dev.Driver, "vfio") {
+	if vfioCapable(dev.Driver) {
 		return false, nil
 	}
 	_, m, err := (gpubind.Placed{Binder: binder, Machine: c}).BindGPU(ctx, vf)
 	return len(m) > 0, err
+}
+
+// vfioCapable reports whether a VF on driver is a VFIO device already:
+// vfio-pci, a vendor's VFIO variant driver, or NVIDIA's own driver, which
+// with its vGPU manager registers each VF as a VFIO device itself and
+// must keep it: unbinding a VF from nvidia breaks the vGPU.
+func vfioCapable(driver string) bool {
+	return strings.Contains(driver, "vfio") || driver == vfio.DriverNVIDIA
 }
 
 // vf reads the model's VF and GPU; a nil GPU when its VFs are gone.

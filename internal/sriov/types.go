@@ -58,10 +58,12 @@ func (t *Type) parseTypeName() {
 // file: a real GPU lists a few dozen types.
 const maxTypesLines = 512
 
-// ParseTypes reads a VF's creatable_vgpu_types file: a header line
-// ("ID    : vGPU Name") and then one "<id> : <name>" line per type. Lines
-// that do not start with a number (the header, blank lines) are skipped;
-// a numbered line without a name is an error. At most 512 lines are read.
+// ParseTypes reads a VF's creatable_vgpu_types file: one type per line,
+// as "<id> : <name>" under an "ID : vGPU Name" header (the vGPU manager's
+// sysfs form) or as "<name>   <id>" (the form some of its releases and
+// tools print). Lines with no type id (the header, blank lines) are
+// skipped; a line with an id and no name, or a name and no id, is an
+// error. At most 512 lines are read.
 func ParseTypes(data []byte) ([]Type, error) {
 	var out []Type
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -70,20 +72,33 @@ func ParseTypes(data []byte) ([]Type, error) {
 			return nil, fmt.Errorf("more than %d lines: not a vGPU type list", maxTypesLines)
 		}
 		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] < '0' || line[0] > '9' {
+		if line == "" || isHeader(line) {
 			continue
 		}
-		idPart, name, ok := strings.Cut(line, ":")
+		var idPart, name string
+		if first, rest, ok := strings.Cut(line, ":"); ok {
+			idPart, name = first, rest
+		} else if i := strings.LastIndexAny(line, " \t"); i > 0 {
+			name, idPart = line[:i], line[i+1:]
+		} else {
+			idPart = line
+		}
 		id, err := strconv.Atoi(strings.TrimSpace(idPart))
 		name = strings.TrimSpace(name)
-		if !ok || err != nil || id <= 0 || name == "" {
-			return nil, fmt.Errorf("line %q: want \"<id> : <vGPU name>\"", line)
+		if err != nil || id <= 0 || name == "" {
+			return nil, fmt.Errorf("line %q: want \"<id> : <vGPU name>\" or \"<vGPU name> <id>\"", line)
 		}
 		t := Type{ID: id, Name: name}
 		t.parseTypeName()
 		out = append(out, t)
 	}
 	return out, sc.Err()
+}
+
+// isHeader reports whether a line is the list's header ("ID : vGPU Name").
+func isHeader(line string) bool {
+	f := strings.Fields(strings.ToUpper(line))
+	return len(f) > 0 && f[0] == "ID"
 }
 
 // ParseCurrent reads a VF's current_vgpu_type file: the id of the type set

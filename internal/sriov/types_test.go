@@ -19,7 +19,11 @@ func TestParseTypes(t *testing.T) {
 	if got, err := ParseTypes([]byte(typesHeader)); err != nil || len(got) != 0 {
 		t.Errorf("a VF with a type set lists nothing: %+v, %v", got, err)
 	}
-	for _, bad := range []string{"1155\n", "1155 :\n", "12x : NVIDIA L40S-1Q\n", "0 : NVIDIA L40S-1Q\n"} {
+	got, err = ParseTypes([]byte("NVIDIA A40-2Q   558\nNVIDIA A40-4Q\t559\n"))
+	if err != nil || len(got) != 2 || got[0].ID != 558 || got[0].Name != "NVIDIA A40-2Q" || got[1].ID != 559 || got[0].FramebufferGiB != 2 {
+		t.Errorf("the name-first form: %+v, %v", got, err)
+	}
+	for _, bad := range []string{"1155\n", "1155 :\n", "12x : NVIDIA L40S-1Q\n", "0 : NVIDIA L40S-1Q\n", "NVIDIA L40S-1Q\n"} {
 		if _, err := ParseTypes([]byte(bad)); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
