@@ -16,6 +16,9 @@ import (
 type Placed struct {
 	Binder  Binder
 	Machine Machine
+	// Options are the binding plan's (AllowOtherClasses for an SR-IOV
+	// VF alone in its group, whatever class its PF's card has).
+	Options vfio.Options
 }
 
 // BindGPU moves gpu's IOMMU group to vfio-pci. It returns every function
@@ -25,7 +28,7 @@ type Placed struct {
 // back what it moved; a rollback that could not says so and which
 // functions it left.
 func (p Placed) BindGPU(ctx context.Context, gpu vfio.Address) (all, moved []vfio.Address, err error) {
-	res, err := Apply(ctx, p.Binder, p.Machine, Request{Target: gpu})
+	res, err := Apply(ctx, p.Binder, p.Machine, Request{Target: gpu, Options: p.Options})
 	if err != nil {
 		var be *BindError
 		if errors.As(err, &be) && len(be.Left) > 0 {

@@ -288,7 +288,13 @@ func (r *vgpuResource) bindVF(ctx context.Context, c hosts.Host, vf vfio.Address
 	if vfioCapable(dev.Driver) {
 		return false, nil
 	}
-	_, m, err := (gpubind.Placed{Binder: binder, Machine: c}).BindGPU(ctx, vf)
+	// The VF is the vGPU whatever class its card reports (the nested
+	// host's stand-in is an NVMe controller), so other classes are
+	// allowed, but only for a VF alone in its IOMMU group.
+	if len(dev.GroupMembers) > 1 {
+		return false, fmt.Errorf("VF %s shares IOMMU group %d with %d other functions; a vGPU's VF must be alone in its group (the host's IOMMU and ACS decide it)", vf, dev.Group, len(dev.GroupMembers)-1)
+	}
+	_, m, err := (gpubind.Placed{Binder: binder, Machine: c, Options: vfio.Options{AllowOtherClasses: true}}).BindGPU(ctx, vf)
 	return len(m) > 0, err
 }
 

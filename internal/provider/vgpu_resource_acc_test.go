@@ -145,8 +145,8 @@ resource "kohaku_vgpu" "c" {
 			if n := strings.TrimSpace(nestedhost.SSH(t, h, "cat /sys/bus/pci/devices/"+pf+"/sriov_numvfs")); n != "0" {
 				return fmt.Errorf("%s still has %s VFs after destroy", pf, n)
 			}
-			if out := nestedhost.SSH(t, h, "dmesg | grep -c 'vgpu type cleared' || true"); strings.TrimSpace(out) == "0" {
-				return fmt.Errorf("L1's kernel log shows no vGPU type cleared")
+			if out := nestedhost.SSH(t, h, "dmesg | grep -cE 'nvidia-standin: "+vfA+" vgpu type [0-9]+ cleared' || true"); strings.TrimSpace(out) == "0" {
+				return fmt.Errorf("L1's kernel log does not show %s's vGPU type cleared", vfA)
 			}
 			return nil
 		}),
