@@ -55,8 +55,8 @@ func (r *gpuSRIOVResource) Metadata(_ context.Context, req resource.MetadataRequ
 func (r *gpuSRIOVResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
 	resp.Schema = schema.Schema{
-		Description: "The SR-IOV virtual functions (VFs) of one GPU: create enables them by writing the GPU's " +
-			"`sriov_numvfs` on the host, and destroy disables them (`sriov_numvfs = 0`). On the GPUs clouds buy now " +
+		Description: "The SR-IOV virtual functions (VFs) of one GPU: create enables them on the host, and destroy " +
+			"disables them. On the GPUs clouds buy now " +
 			"(NVIDIA L40S, H100, H200, B200, and Ampere cards with vGPU 17 and later) each vGPU is a VF given a " +
 			"type (`kohaku_vgpu`) and passed through as a PCI device. Kohaku reads and writes the host's sysfs for " +
 			"this, so the host must be reached over a local (`qemu:///system`) or SSH (`qemu+ssh://`) connection. " +
@@ -65,8 +65,10 @@ func (r *gpuSRIOVResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			"adopted as it is; one with another count is refused (the kernel changes the count only from 0). " +
 			"Destroy refuses while any VF has a vGPU type set (a `kohaku_vgpu` or someone's by hand), naming them. " +
 			"VFs found disabled on the host are removed from state, and the next apply enables them again. On " +
-			"NVIDIA hosts the vGPU manager (the vGPU host driver) must be installed, and NVIDIA documents its " +
-			"`sriov-manage -e` for the same step: see the GPU guide for what Kohaku writes and what the operator " +
+			"a GPU driven by NVIDIA's driver, whose vGPU manager (the vGPU host driver) must be installed, Kohaku " +
+			"runs NVIDIA's own `/usr/lib/nvidia/sriov-manage -e` (and `-d` at destroy) where the host has it and " +
+			"all VFs are asked for, as NVIDIA documents; elsewhere it writes `sriov_numvfs`. VFs do not survive " +
+			"a host reboot: the next plan shows them to be enabled again. See the GPU guide for what the operator " +
 			"sets (MIG mode, GPU instances). A change of `host`, `gpu` or `num_vfs` replaces the resource " +
 			"(disable, then enable).",
 		Attributes: map[string]schema.Attribute{

@@ -20,6 +20,7 @@ type Host interface {
 	ReadsHostFiles() bool
 	vfio.HostFiles
 	Writer
+	VendorTool
 }
 
 // ErrNoHostFiles is a host whose connection cannot read or write its

@@ -136,3 +136,46 @@ func TestWrites(t *testing.T) {
 	}
 	_ = vfio.NoGroup
 }
+
+// nvidiaHost is the kernel with NVIDIA's sriov-manage installed (or not).
+type nvidiaHost struct {
+	*kernel
+	installed bool
+	ran       []string
+}
+
+func (n *nvidiaHost) RunSRIOVManage(_ context.Context, enable bool, pf string) error {
+	if !n.installed {
+		return &os.PathError{Op: "stat", Path: "/usr/lib/nvidia/sriov-manage", Err: os.ErrNotExist}
+	}
+	op := "-d"
+	if enable {
+		op = "-e"
+	}
+	n.ran = append(n.ran, op+" "+pf)
+	return nil
+}
+
+func TestEnableOnNVIDIAUsesSRIOVManage(t *testing.T) {
+	ctx := context.Background()
+	g := &GPU{Address: addr("0000:3d:00.0"), Driver: vfio.DriverNVIDIA, MaxVFs: 16}
+	h := &nvidiaHost{kernel: &kernel{fs: sysfs{}}, installed: true}
+	h.fs.put(NumVFsPath(g.Address), "0\n")
+	if err := Enable(ctx, h, g, 16); err != nil || len(h.ran) != 1 || h.ran[0] != "-e 0000:3d:00.0" || len(h.writes) != 0 {
+		t.Errorf("all VFs of an nvidia PF: %v, ran %v, wrote %v; want sriov-manage -e and no write", err, h.ran, h.writes)
+	}
+	g.NumVFs = 16
+	if err := Disable(ctx, h, g); err != nil || len(h.ran) != 2 || h.ran[1] != "-d 0000:3d:00.0" {
+		t.Errorf("disable: %v, ran %v", err, h.ran)
+	}
+	g.NumVFs = 0
+	h.ran = nil
+	if err := Enable(ctx, h, g, 4); err != nil || len(h.ran) != 0 || len(h.writes) != 1 {
+		t.Errorf("4 of 16 VFs: %v, ran %v, wrote %v; want sriov_numvfs written (sriov-manage enables all)", err, h.ran, h.writes)
+	}
+	h2 := &nvidiaHost{kernel: &kernel{fs: sysfs{}}}
+	h2.fs.put(NumVFsPath(g.Address), "0\n")
+	if err := Enable(ctx, h2, g, 16); err != nil || len(h2.writes) != 1 {
+		t.Errorf("no sriov-manage on the host: %v, wrote %v; want sriov_numvfs written", err, h2.writes)
+	}
+}

@@ -17,9 +17,34 @@ type Writer interface {
 	WriteHostFile(ctx context.Context, path, value string) error
 }
 
-// Enable gives pf n virtual functions by writing sriov_numvfs. The kernel
-// takes a new count only from 0, so a PF that has another count now is
-// refused (Disable it first); one that has n already is left alone.
+// VendorTool is a host that can run NVIDIA's sriov-manage, which NVIDIA
+// documents as the way to enable and disable its GPUs' VFs (a host
+// without it answers with an error wrapping os.ErrNotExist).
+type VendorTool interface {
+	RunSRIOVManage(ctx context.Context, enable bool, pf string) error
+}
+
+// viaVendorTool runs sriov-manage where the PF is on NVIDIA's driver and
+// the host has the script: done reports whether it ran (and err its
+// result); false means write sriov_numvfs instead.
+func viaVendorTool(ctx context.Context, w Writer, g *GPU, enable bool) (done bool, err error) {
+	vt, ok := w.(VendorTool)
+	if !ok || g.Driver != vfio.DriverNVIDIA {
+		return false, nil
+	}
+	err = vt.RunSRIOVManage(ctx, enable, g.Address.String())
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return true, err
+}
+
+// Enable gives pf n virtual functions. On a GPU driven by NVIDIA's driver
+// whose host has NVIDIA's sriov-manage, and n all it can have, that
+// script does it (NVIDIA documents no other way); otherwise sriov_numvfs
+// is written. The kernel takes a new count only from 0, so a PF that has
+// another count now is refused (Disable it first); one that has n
+// already is left alone.
 func Enable(ctx context.Context, w Writer, g *GPU, n int) error {
 	switch {
 	case n < 1 || (g.MaxVFs > 0 && n > g.MaxVFs):
@@ -28,6 +53,11 @@ func Enable(ctx context.Context, w Writer, g *GPU, n int) error {
 		return nil
 	case g.NumVFs != 0:
 		return fmt.Errorf("%s has %d virtual functions enabled, not %d: the kernel changes the count only from 0 (disable them first)", g.Address, g.NumVFs, n)
+	}
+	if n == g.MaxVFs {
+		if done, err := viaVendorTool(ctx, w, g, true); done {
+			return err
+		}
 	}
 	if err := w.WriteHostFile(ctx, NumVFsPath(g.Address), strconv.Itoa(n)); err != nil {
 		return fmt.Errorf("enabling %d virtual functions on %s: %w", n, g.Address, explainWrite(err))
@@ -59,6 +89,9 @@ func Disable(ctx context.Context, w Writer, g *GPU) error {
 	}
 	if g.NumVFs == 0 {
 		return nil
+	}
+	if done, err := viaVendorTool(ctx, w, g, false); done {
+		return err
 	}
 	if err := w.WriteHostFile(ctx, NumVFsPath(g.Address), "0"); err != nil {
 		return fmt.Errorf("disabling the virtual functions of %s: %w", g.Address, explainWrite(err))

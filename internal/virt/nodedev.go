@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
 	"sort"
 	"strconv"
@@ -230,6 +231,51 @@ func (c *Client) WriteHostFile(ctx context.Context, path, value string) error {
 			return fmt.Errorf("writing %s to %s on %s: %w", value, path, c.ep.Host, os.ErrNotExist)
 		}
 		return fmt.Errorf("writing %s to %s: %w", value, path, err)
+	}
+	return ErrHostFilesUnsupported
+}
+
+// SRIOVManage is NVIDIA's script for enabling and disabling a GPU's VFs,
+// which its vGPU manager installs on the host.
+const SRIOVManage = "/usr/lib/nvidia/sriov-manage"
+
+var pciAddressArg = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+
+// RunSRIOVManage runs NVIDIA's sriov-manage on the host with -e (enable
+// every VF of pf) or -d (disable them): locally, or over an SSH session
+// for qemu+ssh hosts; tcp and tls yield ErrHostFilesUnsupported. A host
+// without the script yields an error wrapping os.ErrNotExist, and nothing
+// was run.
+func (c *Client) RunSRIOVManage(ctx context.Context, enable bool, pf string) error {
+	if !pciAddressArg.MatchString(pf) {
+		return fmt.Errorf("refusing to run sriov-manage on %q: not a PCI address", pf)
+	}
+	op := "-d"
+	if enable {
+		op = "-e"
+	}
+	script := "[ -x " + SRIOVManage + " ] || { echo 'No such file' >&2; exit 3; }; " + SRIOVManage + " " + op + " " + pf + " 2>&1"
+	switch c.ep.Transport {
+	case TransportUnix:
+		if _, err := os.Stat(SRIOVManage); err != nil {
+			return fmt.Errorf("%s: %w", SRIOVManage, os.ErrNotExist)
+		}
+		ctx, cancel := context.WithTimeout(ctx, c.settings.CallTimeout)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, SRIOVManage, op, pf).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s %s %s: %w: %s", SRIOVManage, op, pf, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	case TransportSSH:
+		out, stderr, err := c.runOverSSH(ctx, script, 4096)
+		if err != nil && strings.Contains(stderr, "No such file") {
+			return fmt.Errorf("%s on %s: %w", SRIOVManage, c.ep.Host, os.ErrNotExist)
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s %s: %w: %s", SRIOVManage, op, pf, err, strings.TrimSpace(string(out)))
+		}
+		return nil
 	}
 	return ErrHostFilesUnsupported
 }
