@@ -116,7 +116,7 @@ func ReadGPU(ctx context.Context, inv *vfio.Inventory, files vfio.HostFiles, pf 
 	return &gpus[0], nil
 }
 
-func readPFs(ctx context.Context, inv *vfio.Inventory, files vfio.HostFiles, pfs []*vfio.Device, any bool) ([]GPU, error) {
+func readPFs(ctx context.Context, inv *vfio.Inventory, files vfio.HostFiles, pfs []*vfio.Device, anyClass bool) ([]GPU, error) {
 	got := map[string][]byte{}
 	if files != nil && len(pfs) > 0 {
 		var paths []string
@@ -137,7 +137,7 @@ func readPFs(ctx context.Context, inv *vfio.Inventory, files vfio.HostFiles, pfs
 		if err != nil {
 			return nil, err
 		}
-		if any || vfio.IsDisplay(d.Class) || g.Mechanism != MechanismNone {
+		if anyClass || vfio.IsDisplay(d.Class) || g.Mechanism != MechanismNone {
 			out = append(out, g)
 		}
 	}
