@@ -151,6 +151,7 @@ type Host interface {
 	vmlife.GuestAgent
 	gpubind.Machine
 	gpubind.ResetHost
+	gpubind.HealthRunner
 	mdev.Host
 	sriov.Host
 	seedlife.Host

@@ -30,7 +30,10 @@ import (
 //   - The kohaku_gpu_reset action returns only what it reset: on the
 //     stand-in (not on vfio-pci) it fails and the marker stays; on QEMU's
 //     edu device (bound by hand, marked by the test, a reset the kernel
-//     can do) it resets, clears the marker and says so.
+//     can do) it resets, and the operator's health check (configured on
+//     l1, run in L1 with edu's address) gates the return: failing, the
+//     marker stays and the error shows the check's output; passing, the
+//     marker is cleared and the action says so.
 //   - Deleting the stand-in's marker by hand, as the warning says, makes it
 //     placeable again: the second VM lands on it, and its destroy
 //     quarantines it again.
@@ -184,10 +187,25 @@ action "kohaku_gpu_reset" "edu" {
 	if err := cl.Quarantine(ctx, edu, "marked by the acceptance test", claim.Holder{}); err != nil {
 		t.Fatal(err)
 	}
+	// the operator's health check gates the return: failing, the reset
+	// succeeds and the marker stays; passing, it is cleared
+	check := `sh -c 'echo "checking $1"; test -e "/run/kohaku-gpu-ok-$1"' check`
+	w.Write(faultCLIHead + fmt.Sprintf("provider \"kohaku\" {\n  uri   = %q\n  hosts = { l1 = {\n    uri = %q\n    gpu_health_check = { command = %q, timeout = \"30s\" }\n  } }\n}\n", accURI(), h.SSHURI, check) + actions)
+	t.Cleanup(func() { nestedhost.SSH(t, h, "rm -f /run/kohaku-gpu-ok-"+h.EDU) })
+	out, err = w.Run("apply", "-auto-approve", "-input=false", "-invoke=action.kohaku_gpu_reset.edu")
+	if err == nil || !strings.Contains(flat(out), "health check failed for "+h.EDU+" after its reset") || !strings.Contains(flat(out), "checking "+h.EDU) ||
+		strings.Contains(out, "Cleared the quarantine") {
+		t.Errorf("a failing health check did not keep edu back, naming the check's output (err %v):\n%s", err, out)
+	}
+	if ms, err := cl.Quarantines(ctx); err != nil || len(ms) != 2 {
+		t.Errorf("after a failed health check: quarantined %+v (%v), want the stand-in and edu", ms, err)
+	}
+	nestedhost.SSH(t, h, "touch /run/kohaku-gpu-ok-"+h.EDU)
 	before = resets()
 	out, err = w.Run("apply", "-auto-approve", "-input=false", "-invoke=action.kohaku_gpu_reset.edu")
-	if err != nil || !strings.Contains(flat(out), "Reset "+h.EDU) || !strings.Contains(flat(out), "Cleared the quarantine of "+h.EDU) {
-		t.Errorf("the action on edu did not reset it and clear its quarantine (err %v):\n%s", err, out)
+	if err != nil || !strings.Contains(flat(out), "Reset "+h.EDU) || !strings.Contains(flat(out), "health check passed for "+h.EDU) ||
+		!strings.Contains(flat(out), "Cleared the quarantine of "+h.EDU) {
+		t.Errorf("the action on edu did not reset it, pass its health check and clear its quarantine (err %v):\n%s", err, out)
 	}
 	if n := resets() - before; n != 1 {
 		t.Errorf("the action made %d PCI function resets, want 1", n)

@@ -85,7 +85,7 @@ func (a *gpuResetAction) Invoke(ctx context.Context, req action.InvokeRequest, r
 	target, _ := vfio.ParseAddress(m.Address.ValueString()) // validated
 	ctx, cancel := context.WithTimeout(ctx, validatedDuration(m.Timeout, defaultGPUResetTimeout))
 	defer cancel()
-	_, _, err := gpubind.ResetAndReturn(ctx, c, &claim.Claimer{Host: c}, target, func(line string) {
+	_, _, err := gpubind.ResetAndReturn(ctx, c, &claim.Claimer{Host: c}, target, a.data.healthCheck(m.Host.ValueString(), c), func(line string) {
 		if resp.SendProgress != nil {
 			resp.SendProgress(action.InvokeProgressEvent{Message: line})
 		}

@@ -50,12 +50,14 @@ type providerModel struct {
 	PhoneHome   *phoneHomeModel      `tfsdk:"phone_home"`
 	ImageCache  types.String         `tfsdk:"image_cache_dir"`
 	ImageMaxGiB types.Int64          `tfsdk:"image_cache_max_gib"`
+	GPUHealth   *gpuHealthModel      `tfsdk:"gpu_health_check"`
 }
 
 type hostModel struct {
-	URI types.String `tfsdk:"uri"`
-	SSH *sshModel    `tfsdk:"ssh"`
-	TLS *tlsModel    `tfsdk:"tls"`
+	URI       types.String    `tfsdk:"uri"`
+	SSH       *sshModel       `tfsdk:"ssh"`
+	TLS       *tlsModel       `tfsdk:"tls"`
+	GPUHealth *gpuHealthModel `tfsdk:"gpu_health_check"`
 }
 
 type sshModel struct {
@@ -88,6 +90,9 @@ type providerData struct {
 	// per provider process (one plan, or one apply); made on first use.
 	placerOnce sync.Once
 	placer     *placement.Shared
+	// health is each host's GPU health check ("" the default host); a
+	// host without one is absent.
+	health map[string]*gpuHealth
 }
 
 func (p *kohakuProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
@@ -267,6 +272,7 @@ func (p *kohakuProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 				Description: "Size bound of the image cache in GiB; least recently used images are evicted past it (never one in use). Default `20`; `0` means unbounded.",
 				Validators:  []validator.Int64{int64validator.AtLeast(0)},
 			},
+			"gpu_health_check": gpuHealthSchema(),
 			"hosts": schema.MapNestedAttribute{
 				Optional: true,
 				Description: "Further libvirt hosts, by a name of your choice. Resources and data sources " +
@@ -280,8 +286,9 @@ func (p *kohakuProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 							Required:    true,
 							Description: "libvirt connection URI of this host, in the same forms as the provider's `uri`.",
 						},
-						"ssh": sshSchema(),
-						"tls": tlsSchema(),
+						"ssh":              sshSchema(),
+						"tls":              tlsSchema(),
+						"gpu_health_check": gpuHealthSchema(),
 					},
 				},
 			},
@@ -389,7 +396,16 @@ func (p *kohakuProvider) Configure(ctx context.Context, req provider.ConfigureRe
 	if !cfg.ImageMaxGiB.IsNull() {
 		cache.MaxBytes = cfg.ImageMaxGiB.ValueInt64() << 30
 	}
-	data := &providerData{fleet: fleet, phoneHome: ph, images: cache}
+	health := map[string]*gpuHealth{}
+	if h := resolveGPUHealth(cfg.GPUHealth); h != nil {
+		health[""] = h
+	}
+	for name, hm := range cfg.Hosts {
+		if h := resolveGPUHealth(hm.GPUHealth); h != nil {
+			health[name] = h
+		}
+	}
+	data := &providerData{fleet: fleet, phoneHome: ph, images: cache, health: health}
 	resp.DataSourceData = data
 	resp.ResourceData = data
 	resp.ActionData = data

@@ -464,11 +464,12 @@ func (d *providerData) planner() *placement.Shared {
 
 // placedHost is the chosen host's side of a placed VM: its claims and
 // the binding of its GPUs, over the host's connection.
-func placedOn(ctx context.Context, c hosts.Host) vmlife.PlacedHost {
+// health is the host's GPU health check (nil: none).
+func placedOn(ctx context.Context, c hosts.Host, health gpubind.HealthCheck) vmlife.PlacedHost {
 	return vmlife.PlacedHost{
 		Claims:   &claim.Claimer{Host: c},
 		Binder:   gpubind.Placed{Binder: newBinder(ctx, c), Machine: c},
-		Resetter: gpubind.GroupResetter{Host: c},
+		Resetter: gpubind.GroupResetter{Host: c, Health: health},
 	}
 }
 
@@ -684,7 +685,7 @@ func (r *vmResource) acquire(ctx context.Context, plan *vmModel, summary string,
 		if err != nil {
 			return vmlife.PlacedHost{}, err
 		}
-		return placedOn(ctx, c), nil
+		return placedOn(ctx, c, r.data.healthCheck(name, c)), nil
 	}, req, holder)
 	if err != nil {
 		var ae *vmlife.AcquireError
@@ -719,13 +720,13 @@ func (r *vmResource) releaseUnlessKept(ctx context.Context, acq *vmlife.Acquired
 
 // releasePlaced gives back a destroyed VM's placed GPUs and releases their
 // claims, once its domain is gone (a failed destroy keeps them).
-func releasePlaced(ctx context.Context, c hosts.Host, state *vmModel, moved []byte, diags *diag.Diagnostics) {
+func releasePlaced(ctx context.Context, c hosts.Host, health gpubind.HealthCheck, state *vmModel, moved []byte, diags *diag.Diagnostics) {
 	if diags.HasError() {
 		return
 	}
 	gpus := placedAddresses(state.PlacedGPUs)
 	holder := claim.Holder{VM: state.Name.ValueString(), UUID: state.UUID.ValueString()}
-	hy, err := vmlife.ReleasePlaced(ctx, placedOn(ctx, c), holder, gpus, placedMovedFrom(moved, gpus))
+	hy, err := vmlife.ReleasePlaced(ctx, placedOn(ctx, c, health), holder, gpus, placedMovedFrom(moved, gpus))
 	warnHygiene(state.Name.ValueString(), hy, diags)
 	if err != nil {
 		addError(diags, "Destroying VM "+state.Name.ValueString()+": giving back its GPUs failed", err,

@@ -625,7 +625,7 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 		// The GPUs go back once the domain is gone, whatever happens to
 		// the rest of the destroy.
 		moved, _ := req.Private.GetKey(ctx, privatePlacedMoved)
-		defer releasePlaced(ctx, c, &state, moved, &resp.Diagnostics)
+		defer releasePlaced(ctx, c, r.data.healthCheck(state.Host.ValueString(), c), &state, moved, &resp.Diagnostics)
 	}
 	grace, err := time.ParseDuration(state.ShutdownTimeout.ValueString())
 	if err != nil {

@@ -142,12 +142,17 @@ func (c *Client) RunHostScript(ctx context.Context, script string, limit int64) 
 // connection, bounded by the call timeout, and returns its standard output
 // (at most limit bytes) and the start of its standard error.
 func (c *Client) runOverSSH(ctx context.Context, command string, limit int64) ([]byte, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.settings.CallTimeout)
+	defer cancel()
+	return c.runOverSSHWithin(ctx, command, limit)
+}
+
+// runOverSSHWithin is runOverSSH bounded by ctx alone.
+func (c *Client) runOverSSHWithin(ctx context.Context, command string, limit int64) ([]byte, string, error) {
 	d, ok := c.dialer.inner.(*sshDialer)
 	if !ok {
 		return nil, "", ErrHostFilesUnsupported
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.settings.CallTimeout)
-	defer cancel()
 	type result struct {
 		out    []byte
 		stderr string

@@ -1,6 +1,7 @@
 package virt
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
@@ -278,4 +280,44 @@ func (c *Client) RunSRIOVManage(ctx context.Context, enable bool, pf string) err
 		return nil
 	}
 	return ErrHostFilesUnsupported
+}
+
+// RunHealthCheck runs the operator's GPU health check on the host: the
+// command, given by the provider's configuration, through the host's
+// shell with the GPU's PCI address as its one argument and in KOHAKU_GPU,
+// locally or over an SSH session (tcp and tls yield
+// ErrHostFilesUnsupported). It fails when the command exits non-zero or
+// outlives timeout, with the last lines of its output.
+func (c *Client) RunHealthCheck(ctx context.Context, command, gpu string, timeout time.Duration) error {
+	if !pciAddressArg.MatchString(gpu) {
+		return fmt.Errorf("refusing to run the health check for %q: not a PCI address", gpu)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var out []byte
+	var err error
+	switch c.ep.Transport {
+	case TransportUnix:
+		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command+` "$KOHAKU_GPU"`)
+		cmd.Env = append(os.Environ(), "KOHAKU_GPU="+gpu)
+		var buf bytes.Buffer
+		cmd.Stdout = &limitedBuffer{buf: &buf, max: 4096}
+		cmd.Stderr = cmd.Stdout
+		err = cmd.Run()
+		out = buf.Bytes()
+	case TransportSSH:
+		var stderr string
+		out, stderr, err = c.runOverSSHWithin(ctx, "KOHAKU_GPU="+gpu+"; export KOHAKU_GPU; "+command+" "+gpu+" 2>&1", 4096)
+		out = append(out, stderr...)
+	default:
+		return ErrHostFilesUnsupported
+	}
+	if ctx.Err() == context.DeadlineExceeded {
+		return fmt.Errorf("it did not finish within %s", timeout)
+	}
+	if err != nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		return fmt.Errorf("%v: %s", err, strings.Join(lines[max(0, len(lines)-3):], " / "))
+	}
+	return nil
 }
