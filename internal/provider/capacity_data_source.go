@@ -32,6 +32,7 @@ type capacityDataSourceModel struct {
 
 type hostCapacityModel struct {
 	Up            types.Bool              `tfsdk:"up"`
+	Drained       types.Bool              `tfsdk:"drained"`
 	Error         types.String            `tfsdk:"error"`
 	CPUs          types.Int64             `tfsdk:"cpus"`
 	PinnedCPUs    types.Int64             `tfsdk:"pinned_cpus"`
@@ -147,6 +148,8 @@ func (d *capacityDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 					"up": schema.BoolAttribute{Computed: true, Description: "Whether the host was read. `false` " +
 						"when it could not be reached or a read failed; `error` says why, the numbers are null " +
 						"and the lists empty."},
+					"drained": schema.BoolAttribute{Computed: true, Description: "Whether the provider drains the " +
+						"host (`drain = true`): placement chooses it for no new VM, and moves the VMs it placed there."},
 					"error": schema.StringAttribute{Computed: true, Description: "Why the host could not be read, " +
 						"when `up` is `false`; null otherwise."},
 					"cpus": schema.Int64Attribute{Computed: true, Description: "Host CPUs (logical CPUs, " +
@@ -268,7 +271,9 @@ func (d *capacityDataSource) Read(ctx context.Context, req datasource.ReadReques
 			resp.Diagnostics.AddWarning(fmt.Sprintf("Host %q is down", r.Name),
 				fmt.Sprintf("Its capacity reads as up = false: %v.", r.Err))
 		}
-		m.Capacity[r.Name] = hostCapacityFrom(r)
+		hc := hostCapacityFrom(r)
+		hc.Drained = types.BoolValue(d.data.drained(r.Name))
+		m.Capacity[r.Name] = hc
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }

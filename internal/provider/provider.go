@@ -51,6 +51,7 @@ type providerModel struct {
 	ImageCache  types.String         `tfsdk:"image_cache_dir"`
 	ImageMaxGiB types.Int64          `tfsdk:"image_cache_max_gib"`
 	GPUHealth   *gpuHealthModel      `tfsdk:"gpu_health_check"`
+	Drain       types.Bool           `tfsdk:"drain"`
 }
 
 type hostModel struct {
@@ -58,6 +59,7 @@ type hostModel struct {
 	SSH       *sshModel       `tfsdk:"ssh"`
 	TLS       *tlsModel       `tfsdk:"tls"`
 	GPUHealth *gpuHealthModel `tfsdk:"gpu_health_check"`
+	Drain     types.Bool      `tfsdk:"drain"`
 }
 
 type sshModel struct {
@@ -93,6 +95,8 @@ type providerData struct {
 	// health is each host's GPU health check ("" the default host); a
 	// host without one is absent.
 	health map[string]*gpuHealth
+	// drain holds the hosts drained for maintenance ("" the default).
+	drain map[string]bool
 }
 
 func (p *kohakuProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
@@ -273,6 +277,7 @@ func (p *kohakuProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 				Validators:  []validator.Int64{int64validator.AtLeast(0)},
 			},
 			"gpu_health_check": gpuHealthSchema(),
+			"drain":            drainSchema(),
 			"hosts": schema.MapNestedAttribute{
 				Optional: true,
 				Description: "Further libvirt hosts, by a name of your choice. Resources and data sources " +
@@ -289,10 +294,26 @@ func (p *kohakuProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 						"ssh":              sshSchema(),
 						"tls":              tlsSchema(),
 						"gpu_health_check": gpuHealthSchema(),
+						"drain":            drainSchema(),
 					},
 				},
 			},
 		},
+	}
+}
+
+func drainSchema() schema.BoolAttribute {
+	return schema.BoolAttribute{
+		Optional: true,
+		Description: "Drain the host for maintenance: placement (`kohaku_vm.placement`) chooses it for no new " +
+			"VM, and each VM placement put there moves at the next apply to the first host by name, among the " +
+			"others its placement allows, that fits it, " +
+			"every move listed in the plan as a change of `host` with a warning saying why (a cold move: clean " +
+			"shutdown, disks copied, restart there). A placed VM that cannot move (GPUs or other devices passed " +
+			"through, disks Kohaku did not make, `numa_local` or `pin_cpus`, `host_change = \"replace\"`, or no " +
+			"other host with room) stays, with a warning naming why. VMs that name their `host` are never moved: " +
+			"change their `host` yourself. `data.kohaku_capacity` shows the host as `drained`. Default `false`; " +
+			"setting it back stops the drain and moves nothing back.",
 	}
 }
 
@@ -405,7 +426,16 @@ func (p *kohakuProvider) Configure(ctx context.Context, req provider.ConfigureRe
 			health[name] = h
 		}
 	}
-	data := &providerData{fleet: fleet, phoneHome: ph, images: cache, health: health}
+	drain := map[string]bool{}
+	if cfg.Drain.ValueBool() {
+		drain[""] = true
+	}
+	for name, hm := range cfg.Hosts {
+		if hm.Drain.ValueBool() {
+			drain[name] = true
+		}
+	}
+	data := &providerData{fleet: fleet, phoneHome: ph, images: cache, health: health, drain: drain}
 	resp.DataSourceData = data
 	resp.ResourceData = data
 	resp.ActionData = data

@@ -457,7 +457,7 @@ func validatePlacement(ctx context.Context, cfg *vmModel, diags *diag.Diagnostic
 // planner is the provider process's shared planner over its fleet.
 func (d *providerData) planner() *placement.Shared {
 	d.placerOnce.Do(func() {
-		d.placer = placement.NewShared(capacity.ForClients(d.fleet.Host), d.fleetNames(), placement.Pack)
+		d.placer = placement.NewShared(drainSource{Source: capacity.ForClients(d.fleet.Host), drain: d.drain}, d.fleetNames(), placement.Pack)
 	})
 	return d.placer
 }
@@ -493,6 +493,9 @@ func (r *vmResource) planPlacement(ctx context.Context, plan, state *vmModel, re
 					h, strings.Join(names[1:], ", ")))
 			return
 		}
+	}
+	if r.planDrain(ctx, plan, state, req, resp) {
+		return
 	}
 	if state != nil && state.PlacedGPUs.IsNull() {
 		// A VM that named its host (or was imported) and now asks: it is
