@@ -143,6 +143,21 @@ var (
 			return hostScopedID(v["host"], v["address"])
 		},
 	}
+	gpuSRIOVIdentity = identitySpec{
+		attrs: []identityAttr{{"gpu", "The GPU's (physical function's) PCI address, DDDD:BB:SS.F."}},
+		importID: func(v map[string]string) string {
+			return hostScopedID(v["host"], v["gpu"])
+		},
+	}
+	vgpuIdentity = identitySpec{
+		attrs: []identityAttr{
+			{"gpu", "The GPU's (physical function's) PCI address, DDDD:BB:SS.F."},
+			{"address", "The VF's PCI address, DDDD:BB:SS.F."},
+		},
+		importID: func(v map[string]string) string {
+			return hostScopedID(v["host"], v["gpu"]+"/"+v["address"])
+		},
+	}
 	poolIdentity = identitySpec{
 		attrs: []identityAttr{{"name", "The storage pool's name on the host."}},
 		importID: func(v map[string]string) string {

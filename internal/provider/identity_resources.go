@@ -31,6 +31,10 @@ var (
 	_ resource.ResourceWithModifyPlan       = planned[*gpuBindingResource]{}
 	_ resource.ResourceWithIdentity         = planned[*mdevResource]{}
 	_ resource.ResourceWithModifyPlan       = planned[*mdevResource]{}
+	_ resource.ResourceWithIdentity         = planned[*gpuSRIOVResource]{}
+	_ resource.ResourceWithModifyPlan       = planned[*gpuSRIOVResource]{}
+	_ resource.ResourceWithIdentity         = planned[*vgpuResource]{}
+	_ resource.ResourceWithModifyPlan       = planned[*vgpuResource]{}
 	_ resource.ResourceWithIdentity         = identified[*poolResource]{}
 	_ resource.ResourceWithIdentity         = networkWithIdentity{}
 	_ resource.ResourceWithValidateConfig   = networkWithIdentity{}
@@ -154,6 +158,14 @@ func newGPUBindingResourceWithIdentity() resource.Resource {
 
 func newMdevResourceWithIdentity() resource.Resource {
 	return planned[*mdevResource]{withIdentity[*mdevResource](newMdevResource, mdevIdentity)}
+}
+
+func newGPUSRIOVResourceWithIdentity() resource.Resource {
+	return planned[*gpuSRIOVResource]{withIdentity[*gpuSRIOVResource](newGPUSRIOVResource, gpuSRIOVIdentity)}
+}
+
+func newVGPUResourceWithIdentity() resource.Resource {
+	return planned[*vgpuResource]{withIdentity[*vgpuResource](newVGPUResource, vgpuIdentity)}
 }
 
 func newPoolResourceWithIdentity() resource.Resource {

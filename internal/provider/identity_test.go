@@ -74,6 +74,8 @@ func TestIdentityWrappers(t *testing.T) {
 		"kohaku_image":       newImageResourceWithIdentity,
 		"kohaku_gpu_binding": newGPUBindingResourceWithIdentity,
 		"kohaku_mdev":        newMdevResourceWithIdentity,
+		"kohaku_gpu_sriov":   newGPUSRIOVResourceWithIdentity,
+		"kohaku_vgpu":        newVGPUResourceWithIdentity,
 		"kohaku_pool":        newPoolResourceWithIdentity,
 		"kohaku_network":     newNetworkResourceWithIdentity,
 	} {

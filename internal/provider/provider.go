@@ -452,8 +452,8 @@ func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource
 		newImageCopyResource,
 		newSnapshotResourceWithIdentity,
 		newMdevResourceWithIdentity,
-		newGPUSRIOVResource,
-		newVGPUResource,
+		newGPUSRIOVResourceWithIdentity,
+		newVGPUResourceWithIdentity,
 		newPoolResourceWithIdentity,
 		newNetworkResourceWithIdentity,
 	}
