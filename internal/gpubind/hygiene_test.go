@@ -38,7 +38,7 @@ func TestResetAndReturn_clearsTheGroupsQuarantineAfterTheReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if joinAddresses(done) != "0000:03:00.0" || !slices.Equal(cleared, []vfio.Address{mustAddr("0000:03:00.0")}) {
+	if vfio.JoinAddresses(done) != "0000:03:00.0" || !slices.Equal(cleared, []vfio.Address{mustAddr("0000:03:00.0")}) {
 		t.Errorf("reset %v, cleared %v", done, cleared)
 	}
 	if !q.marked[mustAddr("0000:09:00.0")] || len(q.marked) != 1 {

@@ -55,7 +55,7 @@ func (p Placed) GiveBackGPU(ctx context.Context, fns []vfio.Address) error {
 		return nil
 	}
 	if err := p.Binder.CheckNotInUse(ctx, fns); err != nil {
-		return fmt.Errorf("giving %s back to the host: %w", joinAddrs(fns), err)
+		return fmt.Errorf("giving %s back to the host: %w", vfio.JoinAddresses(fns), err)
 	}
 	notes, failed := p.Binder.Release(ctx, fns, nil)
 	for _, n := range notes {
@@ -65,12 +65,4 @@ func (p Placed) GiveBackGPU(ctx context.Context, fns []vfio.Address) error {
 		return fmt.Errorf("giving back to the host: still on vfio-pci: %s (give each back by hand with virsh nodedev-reattach pci_DDDD_BB_SS_F)", strings.Join(failed, "; "))
 	}
 	return nil
-}
-
-func joinAddrs(fns []vfio.Address) string {
-	s := make([]string, len(fns))
-	for i, a := range fns {
-		s[i] = a.String()
-	}
-	return strings.Join(s, ", ")
 }

@@ -90,7 +90,7 @@ func reset(ctx context.Context, h ResetHost, target vfio.Address, progress func(
 		if err := h.ResetPCIFunction(ctx, d.Address.String()); err != nil {
 			msg := "nothing was reset"
 			if len(done) > 0 {
-				msg = "reset before it: " + joinAddresses(done)
+				msg = "reset before it: " + vfio.JoinAddresses(done)
 			}
 			if errors.Is(err, hostapi.ErrResetUnusable) {
 				return group, done, fmt.Errorf("the kernel could not reset %s by %s reset (%s): a bus or slot reset needs "+
@@ -102,7 +102,7 @@ func reset(ctx context.Context, h ResetHost, target vfio.Address, progress func(
 		}
 		done = append(done, d.Address)
 	}
-	progress(fmt.Sprintf("Reset %s", joinAddresses(done)))
+	progress(fmt.Sprintf("Reset %s", vfio.JoinAddresses(done)))
 	return group, done, nil
 }
 
@@ -191,18 +191,10 @@ func resetMethods(ctx context.Context, h ResetHost, fns []*vfio.Device) (map[vfi
 	return methods, nil
 }
 
-func joinAddresses(as []vfio.Address) string {
-	parts := make([]string, 0, len(as))
-	for _, a := range as {
-		parts = append(parts, a.String())
-	}
-	return strings.Join(parts, ", ")
-}
-
 func joinDevices(ds []*vfio.Device) string {
 	as := make([]vfio.Address, 0, len(ds))
 	for _, d := range ds {
 		as = append(as, d.Address)
 	}
-	return joinAddresses(as)
+	return vfio.JoinAddresses(as)
 }

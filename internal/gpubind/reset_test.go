@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
@@ -54,7 +55,7 @@ func TestReset(t *testing.T) {
 	if got := strings.Join(h.ops, ","); got != "reset 0000:03:00.0" {
 		t.Errorf("operations %s, want a reset of the one function with a reset method", got)
 	}
-	if joinAddresses(done) != "0000:03:00.0" {
+	if vfio.JoinAddresses(done) != "0000:03:00.0" {
 		t.Errorf("reset %v", done)
 	}
 	if len(lines) != 3 || !strings.HasPrefix(lines[0], "Resetting 0000:03:00.0 (") || !strings.HasSuffix(lines[0], "by bus reset") ||

@@ -72,7 +72,7 @@ type InUseError struct {
 }
 
 func (e *InUseError) Error() string {
-	return fmt.Sprintf("the virtual functions of %s cannot be disabled: %s still have a vGPU type set (destroy their kohaku_vgpu first)", e.GPU, joinAddrs(e.VFs))
+	return fmt.Sprintf("the virtual functions of %s cannot be disabled: %s still have a vGPU type set (destroy their kohaku_vgpu first)", e.GPU, vfio.JoinAddresses(e.VFs))
 }
 
 // Disable removes pf's virtual functions (sriov_numvfs = 0), refusing
@@ -133,15 +133,4 @@ func explainWrite(err error) error {
 		return fmt.Errorf("%w (no such file: the device is gone, or its driver offers no vGPU files)", err)
 	}
 	return err
-}
-
-func joinAddrs(as []vfio.Address) string {
-	s := ""
-	for i, a := range as {
-		if i > 0 {
-			s += ", "
-		}
-		s += a.String()
-	}
-	return s
 }

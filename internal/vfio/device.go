@@ -323,3 +323,12 @@ func (inv *Inventory) VFIOGroups() []BoundGroup {
 	slices.SortFunc(out, func(a, b BoundGroup) int { return a.Lead.Address.Compare(b.Lead.Address) })
 	return out
 }
+
+// JoinAddresses lists addresses for a message: "0000:01:00.0, 0000:01:00.1".
+func JoinAddresses(as []Address) string {
+	parts := make([]string, len(as))
+	for i, a := range as {
+		parts[i] = a.String()
+	}
+	return strings.Join(parts, ", ")
+}

@@ -78,7 +78,7 @@ func SizeMMIO(ctx context.Context, h MMIOHost, gpus, hostdevs []string) (vfio.Wi
 	}
 	fns, err := vfio.ReadFunctions(ctx, h, addrs)
 	if err != nil {
-		return vfio.Window{}, fmt.Errorf("reading the BARs of %s: %w", addrList(addrs), err)
+		return vfio.Window{}, fmt.Errorf("reading the BARs of %s: %w", vfio.JoinAddresses(addrs), err)
 	}
 	bars := map[vfio.Address][]vfio.BAR{}
 	for _, a := range addrs {
@@ -98,17 +98,6 @@ type AbsentFunctionError struct{ Address vfio.Address }
 
 func (e *AbsentFunctionError) Error() string {
 	return fmt.Sprintf("the host has no %s, so the BARs of %s are unknown", vfio.ResourcePath(e.Address), e.Address)
-}
-
-func addrList(addrs []vfio.Address) string {
-	s := ""
-	for i, a := range addrs {
-		if i > 0 {
-			s += ", "
-		}
-		s += a.String()
-	}
-	return s
 }
 
 // MMIOTooSmall says why an explicit window cannot hold the BARs; empty
