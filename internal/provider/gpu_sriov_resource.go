@@ -164,12 +164,11 @@ func (r *gpuSRIOVResource) inspect(ctx context.Context, m gpuSRIOVModel, diags *
 
 func (r *gpuSRIOVResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan gpuSRIOVModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
+	ctx, cancel, ok := within(ctx, req.Plan, &plan, sriovTimeout, &resp.Diagnostics)
+	defer cancel()
+	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, sriovTimeout)
-	defer cancel()
 	g, c, ok := r.inspect(ctx, plan, &resp.Diagnostics)
 	if !ok {
 		return
@@ -242,12 +241,11 @@ func (r *gpuSRIOVResource) Update(ctx context.Context, req resource.UpdateReques
 
 func (r *gpuSRIOVResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state gpuSRIOVModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
+	ctx, cancel, ok := within(ctx, req.State, &state, sriovTimeout, &resp.Diagnostics)
+	defer cancel()
+	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, sriovTimeout)
-	defer cancel()
 	g, c, ok := r.inspect(ctx, state, &resp.Diagnostics)
 	if !ok {
 		return

@@ -211,12 +211,11 @@ func (r *vgpuResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 
 func (r *vgpuResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan vgpuModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
+	ctx, cancel, ok := within(ctx, req.Plan, &plan, sriovTimeout, &resp.Diagnostics)
+	defer cancel()
+	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, sriovTimeout)
-	defer cancel()
 	cands, why := r.candidates(ctx, plan, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
@@ -363,12 +362,11 @@ func (r *vgpuResource) Update(ctx context.Context, req resource.UpdateRequest, r
 
 func (r *vgpuResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state vgpuModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
+	ctx, cancel, ok := within(ctx, req.State, &state, sriovTimeout, &resp.Diagnostics)
+	defer cancel()
+	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, sriovTimeout)
-	defer cancel()
 	_, vf, ok := r.vf(ctx, state, &resp.Diagnostics)
 	if !ok || vf == nil {
 		return // its VFs are gone, and its type with them

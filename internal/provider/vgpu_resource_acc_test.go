@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -253,29 +252,7 @@ resource "kohaku_vgpu" %q {
 	}
 	ws := []*acctest.Workspace{acctest.NewWorkspace(t, cfg("a")), acctest.NewWorkspace(t, cfg("b"))}
 	for round := 1; round <= 10; round++ {
-		outs := make([]string, 2)
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i, w := range ws {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				outs[i], errs[i] = w.Run("apply", "-auto-approve", "-input=false")
-			}()
-		}
-		close(start)
-		wg.Wait()
-		won := -1
-		switch {
-		case errs[0] == nil && errs[1] != nil:
-			won = 0
-		case errs[1] == nil && errs[0] != nil:
-			won = 1
-		default:
-			t.Fatalf("round %d: want exactly one apply to succeed; got %v and %v\n--- a:\n%s\n--- b:\n%s", round, errs[0], errs[1], tail(outs[0], 3000), tail(outs[1], 3000))
-		}
+		won, outs := raceApply(t, round, ws)
 		lost := 1 - won
 		if !regexp.MustCompile(`(No VF could be given this vGPU type|No GPU can take this vGPU type)`).MatchString(outs[lost]) {
 			t.Errorf("round %d: the loser does not say the type was taken:\n%s", round, tail(outs[lost], 3000))

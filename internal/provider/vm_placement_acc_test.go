@@ -337,29 +337,7 @@ func TestAccGPUPlacement_raceForTheLastGPU(t *testing.T) {
 		ws = append(ws, w)
 	}
 	for round := 1; round <= 10; round++ {
-		outs := make([]string, 2)
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i, w := range ws {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				outs[i], errs[i] = w.Run("apply", "-auto-approve", "-input=false")
-			}()
-		}
-		close(start)
-		wg.Wait()
-		won := -1
-		switch {
-		case errs[0] == nil && errs[1] != nil:
-			won = 0
-		case errs[1] == nil && errs[0] != nil:
-			won = 1
-		default:
-			t.Fatalf("round %d: want exactly one apply to succeed; got %v and %v\n--- a:\n%s\n--- b:\n%s", round, errs[0], errs[1], tail(outs[0], 3000), tail(outs[1], 3000))
-		}
+		won, outs := raceApply(t, round, ws)
 		lost := 1 - won
 		if !strings.Contains(outs[lost], names[won]) {
 			t.Errorf("round %d: the loser's error does not name the holder %s:\n%s", round, names[won], tail(outs[lost], 3000))
@@ -386,4 +364,33 @@ func TestAccGPUPlacement_raceForTheLastGPU(t *testing.T) {
 		}
 		time.Sleep(time.Second) // libvirt's node-device events settle
 	}
+}
+
+// raceApply starts terraform apply in the two workspaces at the same
+// moment and returns which one succeeded, with both outputs; the test
+// fails unless exactly one did.
+func raceApply(t *testing.T, round int, ws []*acctest.Workspace) (won int, outs []string) {
+	t.Helper()
+	outs = make([]string, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			outs[i], errs[i] = w.Run("apply", "-auto-approve", "-input=false")
+		}()
+	}
+	close(start)
+	wg.Wait()
+	switch {
+	case errs[0] == nil && errs[1] != nil:
+		return 0, outs
+	case errs[1] == nil && errs[0] != nil:
+		return 1, outs
+	}
+	t.Fatalf("round %d: want exactly one apply to succeed; got %v and %v\n--- a:\n%s\n--- b:\n%s", round, errs[0], errs[1], tail(outs[0], 3000), tail(outs[1], 3000))
+	return -1, outs
 }

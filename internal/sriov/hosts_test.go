@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"strings"
 	"testing"
-	"testing/fstest"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/vfio"
+	"github.com/kohaku/terraform-provider-kohaku/internal/vfio/vfiotest"
 )
 
 // The host trees below are laid out as the kernel and NVIDIA's vGPU
@@ -20,26 +19,7 @@ import (
 // Kohaku never assumes one).
 
 // sysfs is a host's /sys read the way the provider reads host files.
-type sysfs fstest.MapFS
-
-func (t sysfs) ReadHostFiles(_ context.Context, paths []string, limit int64) (map[string][]byte, error) {
-	out := map[string][]byte{}
-	for _, p := range paths {
-		b, err := fs.ReadFile(fstest.MapFS(t), strings.TrimPrefix(p, "/"))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out[p] = b[:min(int64(len(b)), limit)]
-	}
-	return out, nil
-}
-
-func (t sysfs) put(path, content string) {
-	t[strings.TrimPrefix(path, "/")] = &fstest.MapFile{Data: []byte(content)}
-}
+type sysfs = vfiotest.Sysfs
 
 func addr(s string) vfio.Address {
 	a, err := vfio.ParseAddress(s)
@@ -80,14 +60,14 @@ func (h *host) pf(a string, vendor, product uint16, name string, class uint32, t
 		pfAddr := p
 		h.devs = append(h.devs, &vfio.Device{Address: v, VendorID: vendor, ProductID: product, Class: class,
 			Group: group + 1 + i, GroupMembers: []vfio.Address{v}, PhysFunction: &pfAddr, NUMANode: 0})
-		h.fs.put(vfio.ResetMethodPath(v), "flr\n")
+		h.fs.Put(vfio.ResetMethodPath(v), "flr\n")
 	}
 	d.VFs = vfs
 	h.devs = append(h.devs, d)
-	h.fs.put(TotalVFsPath(p), fmt.Sprintln(total))
-	h.fs.put(NumVFsPath(p), fmt.Sprintln(n))
+	h.fs.Put(TotalVFsPath(p), fmt.Sprintln(total))
+	h.fs.Put(NumVFsPath(p), fmt.Sprintln(n))
 	if reset != "" {
-		h.fs.put(vfio.ResetMethodPath(p), reset+"\n")
+		h.fs.Put(vfio.ResetMethodPath(p), reset+"\n")
 	}
 	return vfs
 }
@@ -103,11 +83,11 @@ func typeList(lines ...string) string { return typesHeader + strings.Join(lines,
 func h100SXM() *host {
 	h := &host{fs: sysfs{}}
 	vfs := h.pf("0000:18:00.0", 0x10de, 0x2330, "GH100 [H100 SXM5 80GB]", 0x030200, 32, 4, "flr bus", 40)
-	h.fs.put(CurrentPath(vfs[0]), "1097\n")
-	h.fs.put(CreatablePath(vfs[0]), typesHeader)
+	h.fs.Put(CurrentPath(vfs[0]), "1097\n")
+	h.fs.Put(CreatablePath(vfs[0]), typesHeader)
 	for _, v := range vfs[1:] {
-		h.fs.put(CurrentPath(v), "0\n")
-		h.fs.put(CreatablePath(v), typeList("1097  : NVIDIA H100XM-20C"))
+		h.fs.Put(CurrentPath(v), "0\n")
+		h.fs.Put(CreatablePath(v), typeList("1097  : NVIDIA H100XM-20C"))
 	}
 	return h
 }
@@ -118,8 +98,8 @@ func l40s() *host {
 	h := &host{fs: sysfs{}}
 	vfs := h.pf("0000:3d:00.0", 0x10de, 0x26b9, "AD102GL [L40S]", 0x030200, 32, 6, "flr bus", 60)
 	for _, v := range vfs {
-		h.fs.put(CurrentPath(v), "0\n")
-		h.fs.put(CreatablePath(v), typeList(
+		h.fs.Put(CurrentPath(v), "0\n")
+		h.fs.Put(CreatablePath(v), typeList(
 			"1155  : NVIDIA L40S-1Q", "1158  : NVIDIA L40S-4Q", "1161  : NVIDIA L40S-12Q",
 			"1162  : NVIDIA L40S-16Q", "1163  : NVIDIA L40S-24Q", "1164  : NVIDIA L40S-48Q"))
 	}
@@ -149,7 +129,7 @@ func noFLR() *host {
 	gf := addr("0000:06:00.0")
 	h.devs = append(h.devs, &vfio.Device{Address: gf, VendorID: 0x10de, ProductID: 0x1b80, ProductName: "GP104 [GeForce GTX 1080]",
 		Class: 0x030000, Driver: "nvidia", Group: 30, GroupMembers: []vfio.Address{gf}})
-	h.fs.put(vfio.ResetMethodPath(gf), "bus\n")
+	h.fs.Put(vfio.ResetMethodPath(gf), "bus\n")
 	return h
 }
 

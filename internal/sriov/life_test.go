@@ -27,9 +27,9 @@ func TestOrderPacksWithAStableTieBreak(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, vf := range g.VFs[1:] { // the driver now lists only 12Q
-		busy.fs.put(CreatablePath(vf.Address), typeList("1161  : NVIDIA L40S-12Q"))
+		busy.fs.Put(CreatablePath(vf.Address), typeList("1161  : NVIDIA L40S-12Q"))
 	}
-	busy.fs.put(CreatablePath(g.VFs[0].Address), typesHeader)
+	busy.fs.Put(CreatablePath(g.VFs[0].Address), typesHeader)
 	cands := []Candidate{
 		{Host: "b", GPU: readOne(t, l40s())},
 		{Host: "a", GPU: readOne(t, l40s())},

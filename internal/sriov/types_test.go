@@ -84,7 +84,7 @@ func (k *kernel) WriteHostFile(_ context.Context, path, value string) error {
 	if strings.HasSuffix(path, "sriov_numvfs") && cur != "0" && value != "0" {
 		return &os.PathError{Op: "write", Path: path, Err: syscall.EBUSY}
 	}
-	k.fs.put(path, value+"\n")
+	k.fs.Put(path, value+"\n")
 	return nil
 }
 
@@ -160,7 +160,7 @@ func TestEnableOnNVIDIAUsesSRIOVManage(t *testing.T) {
 	ctx := context.Background()
 	g := &GPU{Address: addr("0000:3d:00.0"), Driver: vfio.DriverNVIDIA, MaxVFs: 16}
 	h := &nvidiaHost{kernel: &kernel{fs: sysfs{}}, installed: true}
-	h.fs.put(NumVFsPath(g.Address), "0\n")
+	h.fs.Put(NumVFsPath(g.Address), "0\n")
 	if err := Enable(ctx, h, g, 16); err != nil || len(h.ran) != 1 || h.ran[0] != "-e 0000:3d:00.0" || len(h.writes) != 0 {
 		t.Errorf("all VFs of an nvidia PF: %v, ran %v, wrote %v; want sriov-manage -e and no write", err, h.ran, h.writes)
 	}
@@ -174,7 +174,7 @@ func TestEnableOnNVIDIAUsesSRIOVManage(t *testing.T) {
 		t.Errorf("4 of 16 VFs: %v, ran %v, wrote %v; want sriov_numvfs written (sriov-manage enables all)", err, h.ran, h.writes)
 	}
 	h2 := &nvidiaHost{kernel: &kernel{fs: sysfs{}}}
-	h2.fs.put(NumVFsPath(g.Address), "0\n")
+	h2.fs.Put(NumVFsPath(g.Address), "0\n")
 	if err := Enable(ctx, h2, g, 16); err != nil || len(h2.writes) != 1 {
 		t.Errorf("no sriov-manage on the host: %v, wrote %v; want sriov_numvfs written", err, h2.writes)
 	}

@@ -2,35 +2,16 @@ package vfio
 
 import (
 	"context"
-	"errors"
-	"io/fs"
 	"reflect"
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/kohaku/terraform-provider-kohaku/internal/vfio/vfiotest"
 )
 
-// sysfsTree is a host's /sys as a file system rooted at "/", read the way
-// the provider reads a host's files: the files that exist, the rest left out.
-type sysfsTree fstest.MapFS
-
-func (t sysfsTree) ReadHostFiles(_ context.Context, paths []string, limit int64) (map[string][]byte, error) {
-	out := map[string][]byte{}
-	for _, p := range paths {
-		b, err := fs.ReadFile(fstest.MapFS(t), strings.TrimPrefix(p, "/"))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if int64(len(b)) > limit {
-			b = b[:limit]
-		}
-		out[p] = b
-	}
-	return out, nil
-}
+// sysfsTree is a host's /sys read the way the provider reads a host's files.
+type sysfsTree = vfiotest.Sysfs
 
 // resourceFile writes a non-bridge function's sysfs resource file as the
 // kernel prints it: 13 lines (six BARs, the ROM, six SR-IOV BARs) of
