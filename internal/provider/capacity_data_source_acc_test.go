@@ -204,7 +204,7 @@ func TestAccGPUCapacity_nested(t *testing.T) {
 		return knownvalue.ListExact([]knownvalue.Check{knownvalue.ObjectExact(map[string]knownvalue.Check{
 			"model": knownvalue.StringExact(""), "total": knownvalue.Int64Exact(1),
 			"free": knownvalue.Int64Exact(free), "claimed": knownvalue.Int64Exact(claimed),
-			"in_use": knownvalue.Int64Exact(0), "host_process": knownvalue.Int64Exact(0), "quarantined": knownvalue.Int64Exact(0),
+			"in_use": knownvalue.Int64Exact(0), "host_process": knownvalue.Int64Exact(0), "quarantined": knownvalue.Int64Exact(0), "vgpus": knownvalue.Int64Exact(0),
 		})})
 	}
 	cfg := providerBlock(h.URI) + `data "kohaku_capacity" "nested" {}` + "\n"
@@ -288,7 +288,7 @@ func TestAccGPUCapacity_nested(t *testing.T) {
 					statecheck.ExpectKnownValue(ds, models, knownvalue.ListExact([]knownvalue.Check{knownvalue.ObjectExact(map[string]knownvalue.Check{
 						"model": knownvalue.StringExact(""), "total": knownvalue.Int64Exact(1),
 						"free": knownvalue.Int64Exact(0), "claimed": knownvalue.Int64Exact(0),
-						"in_use": knownvalue.Int64Exact(1), "host_process": knownvalue.Int64Exact(0), "quarantined": knownvalue.Int64Exact(0),
+						"in_use": knownvalue.Int64Exact(1), "host_process": knownvalue.Int64Exact(0), "quarantined": knownvalue.Int64Exact(0), "vgpus": knownvalue.Int64Exact(0),
 					})})),
 				},
 			},

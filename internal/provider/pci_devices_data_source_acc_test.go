@@ -52,6 +52,12 @@ data "kohaku_host" "nested" {}
 						// qemu+tcp cannot read the host's sysfs
 						"bars":          knownvalue.Null(),
 						"reset_methods": knownvalue.Null(),
+						// no SR-IOV: no VFs, not a VF, no vGPU files
+						"max_vfs":              knownvalue.Int64Exact(0),
+						"virtual_functions":    knownvalue.ListExact([]knownvalue.Check{}),
+						"physical_function":    knownvalue.Null(),
+						"vgpu_type":            knownvalue.Null(),
+						"creatable_vgpu_types": knownvalue.Null(),
 					}),
 				})),
 				// vendor 1234 is QEMU's: the VGA and the edu device, sorted by address
