@@ -374,6 +374,27 @@ func (h *fakeHost) CreateVolume(_ context.Context, pool, name, format string, ca
 	return &c, nil
 }
 
+// FlattenVolume copies srcPool/srcName into a new qcow2 volume of its
+// capacity; like the real one it never overwrites.
+func (h *fakeHost) FlattenVolume(_ context.Context, srcPool, srcName, pool, name string) (*virt.VolumeDetail, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.op("FlattenVolume"); err != nil {
+		return nil, err
+	}
+	src, ok := h.volumes[srcPool+"/"+srcName]
+	if !ok {
+		return nil, fmt.Errorf("pool %s has no volume %q: %w", srcPool, srcName, virt.ErrNotFound)
+	}
+	if _, ok := h.volumes[pool+"/"+name]; ok {
+		return nil, &virt.VolumeExistsError{Pool: pool, Name: name}
+	}
+	v := &virt.VolumeDetail{Pool: pool, Name: name, Path: "/pools/" + pool + "/" + name, Format: "qcow2", CapacityBytes: src.CapacityBytes}
+	h.volumes[pool+"/"+name] = v
+	c := *v
+	return &c, nil
+}
+
 // editDisks applies edit to the disks of a running domain's definition, as
 // a hot-plug with libvirt's live and config flags does.
 func (h *fakeHost) editDisks(ref virt.DomainRef, edit func(*libvirtxml.Domain) error) error {
