@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"slices"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/list"
@@ -9,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/backup"
 	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/snapshot"
 	"github.com/kohaku/terraform-provider-kohaku/internal/volkind"
@@ -87,6 +89,11 @@ func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, 
 				push(list.ListResult{Diagnostics: d})
 				return
 			}
+			names := make([]string, 0, len(vols))
+			for _, v := range vols {
+				names = append(names, v.Name)
+			}
+			backups := backup.Named(names) // kohaku_backup's, not images
 			for _, v := range vols {
 				if req.Limit > 0 && sent >= req.Limit {
 					return
@@ -96,6 +103,9 @@ func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, 
 					continue
 				}
 				if snapshot.IsCopyVolume(v.Name) { // a kohaku_snapshot's, not an image
+					continue
+				}
+				if _, manifest := backup.IsManifest(v.Name); manifest || slices.Contains(backups, v.Name) {
 					continue
 				}
 				r := req.NewListResult(ctx)
