@@ -91,6 +91,9 @@ type Manifest struct {
 	Snapshot string `json:"snapshot"`
 	Disk     string `json:"disk"`
 	From     string `json:"from"` // <pool>/<volume> of the snapshot's copy
+	// FromHost is the key of the provider's hosts map the snapshot is on,
+	// empty for the provider's own host.
+	FromHost string `json:"from_host,omitempty"`
 	Created  string `json:"created_at"`
 }
 
@@ -121,6 +124,9 @@ type Request struct {
 	// VM is the UUID of the snapshot's VM, Snapshot its name, Disk "boot"
 	// or a data disk's serial, as the snapshot records them.
 	VM, Snapshot, Disk string
+	// SourceHost is the key of the provider's hosts map the snapshot is
+	// on ("" for the provider's own host), recorded for an import.
+	SourceHost string
 	// Pool and Name are the backup volume's on the target.
 	Pool, Name string
 	// Progress receives a line per step; nil discards them.
@@ -199,7 +205,7 @@ func Make(ctx context.Context, src Source, dst Target, req Request) (*Backup, er
 	m := Manifest{
 		Kind: manifestKind, Version: 1, Volume: req.Name, SHA256: got.Digest.String(), Bytes: got.Digest.Bytes,
 		CapacityBytes: got.Volume.CapacityBytes, Format: got.Volume.Format, VMUUID: ref.UUID, VMName: ref.Name,
-		Snapshot: req.Snapshot, Disk: req.Disk, From: d.Pool + "/" + from, Created: time.Now().UTC().Format(time.RFC3339),
+		Snapshot: req.Snapshot, Disk: req.Disk, From: d.Pool + "/" + from, FromHost: req.SourceHost, Created: time.Now().UTC().Format(time.RFC3339),
 	}
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {

@@ -32,6 +32,8 @@ var (
 	_ resource.ResourceWithIdentity         = planned[*mdevResource]{}
 	_ resource.ResourceWithModifyPlan       = planned[*mdevResource]{}
 	_ resource.ResourceWithIdentity         = identified[*poolResource]{}
+	_ resource.ResourceWithIdentity         = planned[*backupResource]{}
+	_ resource.ResourceWithModifyPlan       = planned[*backupResource]{}
 	_ resource.ResourceWithIdentity         = networkWithIdentity{}
 	_ resource.ResourceWithValidateConfig   = networkWithIdentity{}
 )
@@ -154,6 +156,10 @@ func newGPUBindingResourceWithIdentity() resource.Resource {
 
 func newMdevResourceWithIdentity() resource.Resource {
 	return planned[*mdevResource]{withIdentity[*mdevResource](newMdevResource, mdevIdentity)}
+}
+
+func newBackupResourceWithIdentity() resource.Resource {
+	return planned[*backupResource]{withIdentity[*backupResource](newBackupResource, volumeIdentity)}
 }
 
 func newPoolResourceWithIdentity() resource.Resource {

@@ -76,6 +76,7 @@ func TestIdentityWrappers(t *testing.T) {
 		"kohaku_mdev":        newMdevResourceWithIdentity,
 		"kohaku_pool":        newPoolResourceWithIdentity,
 		"kohaku_network":     newNetworkResourceWithIdentity,
+		"kohaku_backup":      newBackupResourceWithIdentity,
 	} {
 		w := newWrapper()
 		u, ok := w.(interface{ unwrap() resource.Resource })

@@ -405,6 +405,7 @@ func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource
 		newImageCaptureResource,
 		newImageCopyResource,
 		newSnapshotResourceWithIdentity,
+		newBackupResourceWithIdentity,
 		newMdevResourceWithIdentity,
 		newPoolResourceWithIdentity,
 		newNetworkResourceWithIdentity,
