@@ -55,7 +55,11 @@ func TestDataDiskSource_validation(t *testing.T) {
 		{"unknown host", restored("gpu2/backups/db.qcow2", ""), types.StringUnknown(), ""},
 		{"other host", restored("gpu2/backups/db.qcow2", ""), types.StringNull(), `Backup on another host: The backup gpu2/backups/db.qcow2 is on host "gpu2", and the VM on the default host`},
 		{"raw", restored("backups/db.qcow2", "raw"), types.StringNull(), "A restored disk is qcow2"},
-		{"with a size", func() vmDataDiskModel { d := restored("backups/db.qcow2", ""); d.SizeGiB = types.Int64Value(2); return d }(), types.StringNull(), "Data disk needs one of size_gib, volume and source"},
+		{"with a size", func() vmDataDiskModel {
+			d := restored("backups/db.qcow2", "")
+			d.SizeGiB = types.Int64Value(2)
+			return d
+		}(), types.StringNull(), "Data disk needs one of size_gib, volume and source"},
 		{"neither", func() vmDataDiskModel { d := restored("", ""); d.Source = types.StringNull(); return d }(), types.StringNull(), "Data disk needs one of size_gib, volume and source"},
 	} {
 		var diags diag.Diagnostics
