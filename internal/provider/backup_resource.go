@@ -14,7 +14,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
@@ -30,12 +29,9 @@ var (
 	_ resource.ResourceWithImportState = (*backupResource)(nil)
 )
 
-const (
-	backupCreateTimeout = 60 * time.Minute
-	backupDeleteTimeout = 5 * time.Minute
-	// backupPlanCheck bounds the plan-time look at the snapshot and pool.
-	backupPlanCheck = 30 * time.Second
-)
+// backupPlanCheck bounds the plan-time look at the snapshot and pool. A
+// backup's create and delete take as long as an image copy's.
+const backupPlanCheck = 30 * time.Second
 
 // backupDiskRE is what a snapshot calls a disk: `boot` or a data disk's
 // serial.
@@ -71,15 +67,11 @@ func (r *backupResource) Metadata(_ context.Context, req resource.MetadataReques
 
 func (r *backupResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
-	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
-	keepInt := []planmodifier.Int64{int64planmodifier.UseStateForUnknown()}
 	resp.Schema = schema.Schema{
 		Description: "A backup of one disk of a `kohaku_snapshot`, kept in another pool or on another host of the " +
 			"`hosts` map, where it outlives the VM, the snapshot and their host. The snapshot's copy of the disk " +
-			"is streamed from its host through the machine running Terraform into `pool` on `host` (libvirt's " +
-			"stream API on both connections, one stream packet in memory, no tool or network path between the " +
-			"hosts), hashed as it is read, then read back from the target and compared; a copy that does not " +
-			"match is deleted and fails the create. Only then is a small manifest volume, `<name>.kohaku-backup`, " +
+			"is streamed from its host through the machine running Terraform into `pool` on `host` " + streamedCopyDoc +
+			". Only then is a small manifest volume, `<name>.kohaku-backup`, " +
 			"written beside it, recording the digest and what the backup is of: a copy cut off before that (a " +
 			"killed run) has no manifest and is never read or imported as a backup. An interrupted create " +
 			"(Ctrl-C, a timeout) deletes its copy.\n\n" +
@@ -138,46 +130,18 @@ func (r *backupResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 				Validators: []validator.String{stringvalidator.RegexMatches(backupDiskRE,
 					"must be `boot` or a data disk's serial: 1 to 20 letters, digits, '.', '_' and '-'")},
 			},
-			"sha256": schema.StringAttribute{
-				Computed: true, PlanModifiers: keep,
-				Description: "`sha256:<hex>` of the backup volume's bytes, as read from the snapshot and read back from " +
-					"the copy: equal to the snapshot's `disks[*].sha256` for the disk, and recorded in the manifest.",
-			},
-			"size_bytes": schema.Int64Attribute{
-				Computed: true, PlanModifiers: keepInt,
-				Description: "How many bytes the backup volume holds (its qcow2 file).",
-			},
-			"capacity_bytes": schema.Int64Attribute{
-				Computed: true, PlanModifiers: keepInt,
-				Description: "The disk's virtual size: what a disk restored from the backup has.",
-			},
-			"volume_path": schema.StringAttribute{
-				Computed: true, PlanModifiers: keep,
-				Description: "Path of the backup volume on its host.",
-			},
-			"vm_uuid": schema.StringAttribute{
-				Computed: true, PlanModifiers: keep,
-				Description: "UUID of the VM the snapshot was taken of.",
-			},
-			"vm_name": schema.StringAttribute{
-				Computed: true, PlanModifiers: keep,
-				Description: "Name of that VM when the backup was made.",
-			},
-			"source_volume": schema.StringAttribute{
-				Computed: true, PlanModifiers: keep,
-				Description: "`<pool>/<volume>` of the snapshot's copy of the disk that was backed up, on the snapshot's host.",
-			},
-			"created_at": schema.StringAttribute{
-				Computed: true, PlanModifiers: keep,
-				Description: "When the backup was made (RFC 3339, UTC), as its manifest records it.",
-			},
+			"sha256": fixedString("`sha256:<hex>` of the backup volume's bytes, as read from the snapshot and read back from " +
+				"the copy: equal to the snapshot's `disks[*].sha256` for the disk, and recorded in the manifest."),
+			"size_bytes":     fixedInt64("How many bytes the backup volume holds (its qcow2 file)."),
+			"capacity_bytes": fixedInt64("The disk's virtual size: what a disk restored from the backup has."),
+			"volume_path":    fixedString("Path of the backup volume on its host."),
+			"vm_uuid":        fixedString("UUID of the VM the snapshot was taken of."),
+			"vm_name":        fixedString("Name of that VM when the backup was made."),
+			"source_volume":  fixedString("`<pool>/<volume>` of the snapshot's copy of the disk that was backed up, on the snapshot's host."),
+			"created_at":     fixedString("When the backup was made (RFC 3339, UTC), as its manifest records it."),
 		},
 		Blocks: map[string]schema.Block{
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{
-				Create: true, Delete: true,
-				CreateDescription: "How long the copy and its verification may take. Default `60m`.",
-				DeleteDescription: "How long deleting the backup may take. Default `5m`.",
-			}),
+			"timeouts": imageTimeoutsBlock(ctx, "How long the copy and its verification may take. Default `60m`."),
 		},
 	}
 }
@@ -186,12 +150,8 @@ func (r *backupResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 // (when the snapshot exists already), and warns of a pool the target host
 // does not have now (a kohaku_pool of the same configuration may make it).
 func (r *backupResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() || !req.State.Raw.IsNull() || r.data == nil {
-		return
-	}
 	var plan backupModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
+	if !r.data.createPlan(ctx, req, &plan, &resp.Diagnostics) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, backupPlanCheck)
@@ -233,7 +193,7 @@ func (r *backupResource) Create(ctx context.Context, req resource.CreateRequest,
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	timeout, d := plan.Timeouts.Create(ctx, backupCreateTimeout)
+	timeout, d := plan.Timeouts.Create(ctx, imageCopyCreateTimeout)
 	ctx, cancel, dst := r.data.open(ctx, plan.Host.ValueString(), timeout, d, &resp.Diagnostics)
 	defer cancel()
 	if dst == nil {
@@ -305,24 +265,12 @@ func (r *backupResource) Read(ctx context.Context, req resource.ReadRequest, res
 
 // Update changes only the timeouts; everything else replaces.
 func (r *backupResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var plan, state backupModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	state.Timeouts = plan.Timeouts
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+	updateTimeouts(ctx, req, resp)
 }
 
 func (r *backupResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state backupModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	timeout, d := state.Timeouts.Delete(ctx, backupDeleteTimeout)
-	ctx, cancel, c := r.data.open(ctx, state.Host.ValueString(), timeout, d, &resp.Diagnostics)
+	ctx, cancel, c := r.data.openDelete(ctx, req, &state, &state.Host, &state.Timeouts, imageDeleteTimeout, &resp.Diagnostics)
 	defer cancel()
 	if c == nil {
 		return

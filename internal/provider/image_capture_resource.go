@@ -16,7 +16,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/boolplanmodifier"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
@@ -156,43 +155,24 @@ func imageCaptureInputs(replace []planmodifier.String) map[string]schema.Attribu
 
 func imageCaptureResults(keep []planmodifier.String) map[string]schema.Attribute {
 	return map[string]schema.Attribute{
-		"digest": schema.StringAttribute{
-			Computed: true, PlanModifiers: keep,
-			Description: "`sha256:<hex>` of the image volume's bytes, read back from the host after the flatten. " +
-				"`kohaku_image_copy` checks copies against it (`source_digest`).",
-		},
+		"digest": fixedString("`sha256:<hex>` of the image volume's bytes, read back from the host after the flatten. " +
+			"`kohaku_image_copy` checks copies against it (`source_digest`)."),
 		"sealed": schema.BoolAttribute{
 			Computed: true, PlanModifiers: []planmodifier.Bool{boolplanmodifier.UseStateForUnknown()},
 			Description: "Whether the seal ran in the guest and succeeded.",
 		},
-		"source_volume": schema.StringAttribute{
-			Computed: true, PlanModifiers: keep,
-			Description: "The VM's boot volume that was captured, `<pool>/<volume>`.",
-		},
-		"format": schema.StringAttribute{
-			Computed: true, PlanModifiers: keep,
-			Description: "Format of the image volume: `qcow2`.",
-		},
-		"virtual_size_bytes": schema.Int64Attribute{
-			Computed: true, PlanModifiers: []planmodifier.Int64{int64planmodifier.UseStateForUnknown()},
-			Description: "The image's virtual size: that of the VM's boot disk.",
-		},
-		"volume_path": schema.StringAttribute{
-			Computed: true, PlanModifiers: keep,
-			Description: "Path of the volume on the host.",
-		},
+		"source_volume":      fixedString("The VM's boot volume that was captured, `<pool>/<volume>`."),
+		"format":             fixedString("Format of the image volume: `qcow2`."),
+		"virtual_size_bytes": fixedInt64("The image's virtual size: that of the VM's boot disk."),
+		"volume_path":        fixedString("Path of the volume on the host."),
 	}
 }
 
 // ModifyPlan refuses, at plan time, a capture of a VM that exists and whose
 // boot disk cannot be captured. A VM not made yet is checked at apply.
 func (r *imageCaptureResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() || !req.State.Raw.IsNull() || r.data == nil {
-		return
-	}
 	var plan imageCaptureModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() || plan.VM.IsUnknown() || plan.Host.IsUnknown() {
+	if !r.data.createPlan(ctx, req, &plan, &resp.Diagnostics) || plan.VM.IsUnknown() || plan.Host.IsUnknown() {
 		return
 	}
 	c, err := r.data.fleet.Host(plan.Host.ValueString())
