@@ -111,14 +111,15 @@ func (r *backupResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 					"volume of either name that exists already is never overwritten: the create fails instead. A " +
 					"change replaces the backup.",
 				PlanModifiers: replace,
-				Validators:    []validator.String{backupNameValidator{}},
+				Validators: []validator.String{checkedString{summary: "Invalid backup name", check: backup.CheckName,
+					desc: "1 to 200 letters, digits, '.', '_' and '-', starting with a letter or digit, not ending in `.kohaku-backup`"}},
 			},
 			"snapshot": schema.StringAttribute{
 				Required: true,
 				Description: "The `id` of the `kohaku_snapshot` to back up a disk of, e.g. `kohaku_snapshot.nightly.id`. " +
 					"Read at create only. A change (another snapshot, or the snapshot taken again) replaces the backup.",
 				PlanModifiers: replace,
-				Validators:    []validator.String{snapshotIDValidator{}},
+				Validators:    []validator.String{snapshotIDValidator},
 			},
 			"disk": schema.StringAttribute{
 				Required: true,
@@ -189,12 +190,7 @@ func (r *backupResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 
 func (r *backupResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan backupModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	timeout, d := plan.Timeouts.Create(ctx, imageCopyCreateTimeout)
-	ctx, cancel, dst := r.data.open(ctx, plan.Host.ValueString(), timeout, d, &resp.Diagnostics)
+	ctx, cancel, dst := r.data.openCreate(ctx, req, &plan, &plan.Host, &plan.Timeouts, imageCopyCreateTimeout, &resp.Diagnostics)
 	defer cancel()
 	if dst == nil {
 		return
@@ -316,25 +312,5 @@ func (r *backupResource) ImportState(ctx context.Context, req resource.ImportSta
 		"created_at": m.CreatedAt,
 	} {
 		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root(attr), v)...)
-	}
-}
-
-// backupNameValidator accepts what backup.CheckName does.
-type backupNameValidator struct{}
-
-func (backupNameValidator) Description(context.Context) string {
-	return "1 to 200 letters, digits, '.', '_' and '-', starting with a letter or digit, not ending in `.kohaku-backup`"
-}
-
-func (v backupNameValidator) MarkdownDescription(ctx context.Context) string {
-	return v.Description(ctx)
-}
-
-func (backupNameValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if err := backup.CheckName(req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid backup name", sentence(err))
 	}
 }

@@ -62,6 +62,19 @@ func (pd *providerData) open(ctx context.Context, host string, timeout time.Dura
 	return ctx, cancel, pd.client(host, diags)
 }
 
+// openCreate is how a Create starts: the plan read into m (host and t
+// point into m at its host and timeouts), and the connection for its host
+// within the create timeout (def when the configuration sets none). c is
+// nil after a diagnostic; cancel is always safe to defer.
+func (pd *providerData) openCreate(ctx context.Context, req resource.CreateRequest, m any, host *types.String, t *timeouts.Value, def time.Duration, diags *diag.Diagnostics) (_ context.Context, cancel context.CancelFunc, c hosts.Host) {
+	diags.Append(req.Plan.Get(ctx, m)...)
+	if diags.HasError() {
+		return ctx, func() {}, nil
+	}
+	timeout, d := t.Create(ctx, def)
+	return pd.open(ctx, host.ValueString(), timeout, d, diags)
+}
+
 // openDelete is how a Delete starts: the state read into m (host and t
 // point into m at its host and timeouts), and the connection for its host
 // within the delete timeout (def when the configuration sets none). c is

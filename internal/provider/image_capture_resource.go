@@ -189,12 +189,7 @@ func (r *imageCaptureResource) ModifyPlan(ctx context.Context, req resource.Modi
 
 func (r *imageCaptureResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan imageCaptureModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	timeout, d := plan.Timeouts.Create(ctx, imageCaptureCreateTimeout)
-	ctx, cancel, c := r.data.open(ctx, plan.Host.ValueString(), timeout, d, &resp.Diagnostics)
+	ctx, cancel, c := r.data.openCreate(ctx, req, &plan, &plan.Host, &plan.Timeouts, imageCaptureCreateTimeout, &resp.Diagnostics)
 	defer cancel()
 	if c == nil {
 		return

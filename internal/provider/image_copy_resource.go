@@ -137,12 +137,7 @@ func (r *imageCopyResource) ValidateConfig(ctx context.Context, req resource.Val
 
 func (r *imageCopyResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan imageCopyModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	timeout, d := plan.Timeouts.Create(ctx, imageCopyCreateTimeout)
-	ctx, cancel, dst := r.data.open(ctx, plan.Host.ValueString(), timeout, d, &resp.Diagnostics)
+	ctx, cancel, dst := r.data.openCreate(ctx, req, &plan, &plan.Host, &plan.Timeouts, imageCopyCreateTimeout, &resp.Diagnostics)
 	defer cancel()
 	if dst == nil {
 		return
