@@ -65,6 +65,17 @@ func CheckName(name string) error {
 	return nil
 }
 
+// diskRE is what a snapshot calls a disk: "boot" or a data disk's serial.
+var diskRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,20}$`)
+
+// CheckDisk says what is wrong with the name of a snapshot's disk, or nil.
+func CheckDisk(disk string) error {
+	if !diskRE.MatchString(disk) {
+		return fmt.Errorf("%q is not a disk of a snapshot: use \"boot\" or a data disk's serial (1 to 20 letters, digits, '.', '_' and '-')", disk)
+	}
+	return nil
+}
+
 // ManifestVolume is the name of the manifest volume of the backup volume
 // name, in its pool.
 func ManifestVolume(name string) string { return name + manifestSuffix }

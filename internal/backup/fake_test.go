@@ -6,7 +6,8 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -63,28 +64,34 @@ func (h *fakeHost) ReadDomain(_ context.Context, ref hostapi.DomainRef) (*hostap
 
 func (h *fakeHost) DomainState(context.Context, string) (string, error) { return "shut off", nil }
 
-func (h *fakeHost) VolumeExists(_ context.Context, pool, name string) (bool, error) {
+// vol is a copy of a volume's bytes, or the error of a lookup of a volume
+// that is not there.
+func (h *fakeHost) vol(pool, name string) ([]byte, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_, ok := h.vols[pool+"/"+name]
-	return ok, nil
+	if b, ok := h.vols[pool+"/"+name]; ok {
+		return bytes.Clone(b), nil
+	}
+	return nil, fmt.Errorf("%s/%s: %w", pool, name, hostapi.ErrVolumeNotFound)
 }
 
+func (h *fakeHost) VolumeExists(_ context.Context, pool, name string) (bool, error) {
+	_, err := h.vol(pool, name)
+	return err == nil, nil
+}
+
+// VolumeInfo says every volume is a qcow2 of 1 GiB.
 func (h *fakeHost) VolumeInfo(_ context.Context, pool, name string) (*hostapi.VolumeDetail, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if _, ok := h.vols[pool+"/"+name]; !ok {
-		return nil, fmt.Errorf("%s/%s: %w", pool, name, hostapi.ErrVolumeNotFound)
+	if _, err := h.vol(pool, name); err != nil {
+		return nil, err
 	}
 	return &hostapi.VolumeDetail{Pool: pool, Name: name, Path: "/" + pool + "/" + name, Format: "qcow2", CapacityBytes: 1 << 30}, nil
 }
 
 func (h *fakeHost) StreamVolumeOut(ctx context.Context, pool, name string, w io.Writer) error {
-	h.mu.Lock()
-	b, ok := h.vols[pool+"/"+name]
-	h.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("%s/%s: %w", pool, name, hostapi.ErrVolumeNotFound)
+	b, err := h.vol(pool, name)
+	if err != nil {
+		return err
 	}
 	for i := 0; i < len(b); i += 7 {
 		if err := ctx.Err(); err != nil {
@@ -163,39 +170,26 @@ func (h *fakeHost) UploadVolume(_ context.Context, pool, name string, data []byt
 }
 
 func (h *fakeHost) DownloadVolume(_ context.Context, pool, name string, limit int64) ([]byte, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	b, ok := h.vols[pool+"/"+name]
-	if !ok {
-		return nil, fmt.Errorf("%s/%s: %w", pool, name, hostapi.ErrVolumeNotFound)
+	b, err := h.vol(pool, name)
+	if err == nil && int64(len(b)) > limit {
+		err = fmt.Errorf("%s/%s is too big", pool, name)
 	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s/%s is too big", pool, name)
-	}
-	return bytes.Clone(b), nil
+	return b, err
 }
 
 func (h *fakeHost) ListVolumeNames(_ context.Context, pool string) ([]string, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	var out []string
-	for k := range h.vols {
-		if p, n, _ := strings.Cut(k, "/"); p == pool {
+	for _, k := range strings.Fields(h.names()) {
+		if n, ok := strings.CutPrefix(k, pool+"/"); ok {
 			out = append(out, n)
 		}
 	}
-	sort.Strings(out)
 	return out, nil
 }
 
-// names lists every volume of the host, sorted.
+// names lists every volume of the host as pool/name, sorted, space-separated.
 func (h *fakeHost) names() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var out []string
-	for k := range h.vols {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return strings.Join(out, " ")
+	return strings.Join(slices.Sorted(maps.Keys(h.vols)), " ")
 }

@@ -13,22 +13,7 @@ import (
 // backupConfig is a pool for backups and two VMs that boot no OS, shut
 // off: src with a data disk Kohaku made, and dst; plus extra.
 func backupConfig(env acctest.VMEnv, prefix, dstBody, extra string) string {
-	vm := func(name, body string) string {
-		return fmt.Sprintf(`
-resource "kohaku_vm" %[1]q {
-  name       = "%[2]s%[1]s"
-  type       = "qemu"
-  memory_mib = 128
-  running    = false
-  disk = {
-    base_pool   = %[3]q
-    base_volume = %[4]q
-    pool        = %[5]q
-  }
-  network_interface = [{ type = "user" }]
-%[6]s}
-`, name, prefix, env.ImagePool, env.Base, env.Pool, body)
-	}
+	vm := func(name, body string) string { return noOSVM(env, prefix, name, "  running    = false\n"+body) }
 	return "terraform {\n  required_providers {\n    kohaku = { source = \"kohaku/kohaku\" }\n  }\n}\n" + providerBlock(env.URI) +
 		fmt.Sprintf(`
 resource "kohaku_pool" "backups" {
@@ -43,19 +28,25 @@ resource "kohaku_pool" "backups" {
 // backupResources are a snapshot of src, a backup of its data disk in the
 // backups pool, and fresh, a VM made with a data disk restored from it
 // (dst's body gives dst another).
-const backupResources = `
+var backupResources = `
 resource "kohaku_snapshot" "src" {
   vm   = kohaku_vm.src.id
   name = "nightly"
 }
+` + backupOf("data", "data")
 
-resource "kohaku_backup" "data" {
+// backupOf is kohaku_backup.<name> of src's snapshot's disk, as volume
+// <name>.qcow2 in the backups pool.
+func backupOf(name, disk string) string {
+	return fmt.Sprintf(`
+resource "kohaku_backup" %[1]q {
   snapshot = kohaku_snapshot.src.id
-  disk     = "data"
+  disk     = %[2]q
   pool     = kohaku_pool.backups.name
-  name     = "src-data.backup.qcow2"
+  name     = "%[1]s.qcow2"
 }
-`
+`, name, disk)
+}
 
 // freshVM is a VM made with a data disk restored from the backup.
 func freshVM(env acctest.VMEnv, prefix string) string {
@@ -131,11 +122,11 @@ func TestAccBackup_restoreIntoAnotherVM(t *testing.T) {
 	if snapDisk == nil || bk == nil {
 		t.Fatalf("the state has no snapshot of the data disk (%v) or no backup (%v)", snapDisk, bk)
 	}
-	if bk["id"] != backups+"/src-data.backup.qcow2" || bk["sha256"] != snapDisk["sha256"] || bk["vm_name"] != prefix+"src" ||
+	if bk["id"] != backups+"/data.qcow2" || bk["sha256"] != snapDisk["sha256"] || bk["vm_name"] != prefix+"src" ||
 		bk["source_volume"] != fmt.Sprintf("%s/%s", snapDisk["pool"], snapDisk["snapshot_volume"]) {
 		t.Errorf("kohaku_backup.data = %v; the snapshot's data disk = %v", bk, snapDisk)
 	}
-	bkPath, err := acctest.Virsh(env.URI, "vol-path", "--pool", backups, "src-data.backup.qcow2")
+	bkPath, err := acctest.Virsh(env.URI, "vol-path", "--pool", backups, "data.qcow2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +136,7 @@ func TestAccBackup_restoreIntoAnotherVM(t *testing.T) {
 	if err := standaloneQcow2(bkPath); err != nil {
 		t.Error(err)
 	}
-	if out, err := acctest.Virsh(env.URI, "vol-info", "--pool", backups, "src-data.backup.qcow2.kohaku-backup"); err != nil {
+	if out, err := acctest.Virsh(env.URI, "vol-info", "--pool", backups, "data.qcow2.kohaku-backup"); err != nil {
 		t.Errorf("the backup has no manifest beside it: %v: %s", err, out)
 	}
 
@@ -169,7 +160,7 @@ func TestAccBackup_restoreIntoAnotherVM(t *testing.T) {
 		if got := rawDigest(t, restoredPath); got != want {
 			t.Errorf("%s's restored disk's contents hash to %s, the snapshot's copy's to %s", vm, got, want)
 		}
-		if xml, err := acctest.Virsh(env.URI, "dumpxml", prefix+vm); err != nil || strings.Contains(xml, "src-data.backup.qcow2") ||
+		if xml, err := acctest.Virsh(env.URI, "dumpxml", prefix+vm); err != nil || strings.Contains(xml, backups) ||
 			!strings.Contains(xml, prefix+vm+"-restored.qcow2") {
 			t.Errorf("%s's definition names the backup, or not its own copy (%v):\n%s", vm, err, xml)
 		}
@@ -182,7 +173,7 @@ func TestAccBackup_restoreIntoAnotherVM(t *testing.T) {
 	// Forgotten and imported by its id, it reads (and verifies) the same,
 	// and plans nothing.
 	w.Must("state", "rm", "kohaku_backup.data")
-	w.Must("import", "-input=false", "kohaku_backup.data", backups+"/src-data.backup.qcow2")
+	w.Must("import", "-input=false", "kohaku_backup.data", backups+"/data.qcow2")
 	for _, r := range w.State() {
 		if r.Address != "kohaku_backup.data" {
 			continue
@@ -202,14 +193,7 @@ func TestAccBackup_restoreIntoAnotherVM(t *testing.T) {
 	if out, err := acctest.Virsh(env.URI, "vol-create-as", backups, "half.qcow2", "64M", "--format", "qcow2"); err != nil {
 		t.Fatalf("making a volume with no manifest: %v: %s", err, out)
 	}
-	w.Write(backupConfig(env, prefix, restoredDisk, resources+`
-resource "kohaku_backup" "half" {
-  snapshot = kohaku_snapshot.src.id
-  disk     = "data"
-  pool     = kohaku_pool.backups.name
-  name     = "half.qcow2"
-}
-`))
+	w.Write(backupConfig(env, prefix, restoredDisk, resources+backupOf("half", "data")))
 	out, err = w.Run("import", "-input=false", "kohaku_backup.half", backups+"/half.qcow2")
 	if err == nil || !strings.Contains(strings.Join(strings.Fields(out), " "), "no manifest half.qcow2.kohaku-backup beside it") {
 		t.Errorf("the import of a volume with no manifest did not fail saying so (err %v):\n%s", err, out)
@@ -219,14 +203,7 @@ resource "kohaku_backup" "half" {
 	}
 
 	// Refused at plan, on the disk's line: a disk the snapshot has not.
-	w.Write(backupConfig(env, prefix, restoredDisk, resources+`
-resource "kohaku_backup" "typo" {
-  snapshot = kohaku_snapshot.src.id
-  disk     = "dta"
-  pool     = kohaku_pool.backups.name
-  name     = "typo.qcow2"
-}
-`))
+	w.Write(backupConfig(env, prefix, restoredDisk, resources+backupOf("typo", "dta")))
 	out, err = w.Run("plan", "-input=false")
 	if flat := strings.Join(strings.Fields(out), " "); err == nil || !strings.Contains(flat, "Snapshot has no such disk") ||
 		!strings.Contains(flat, `its disks are "boot", "data"`) || !strings.Contains(flat, `disk = "dta"`) {

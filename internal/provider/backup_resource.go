@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -33,32 +32,10 @@ var (
 // backup's create and delete take as long as an image copy's.
 const backupPlanCheck = 30 * time.Second
 
-// backupDiskRE is what a snapshot calls a disk: `boot` or a data disk's
-// serial.
-var backupDiskRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,20}$`)
-
 func newBackupResource() resource.Resource { return &backupResource{} }
 
 type backupResource struct {
 	configuredResource
-}
-
-type backupModel struct {
-	ID            types.String   `tfsdk:"id"`
-	Host          types.String   `tfsdk:"host"`
-	Pool          types.String   `tfsdk:"pool"`
-	Name          types.String   `tfsdk:"name"`
-	Snapshot      types.String   `tfsdk:"snapshot"`
-	Disk          types.String   `tfsdk:"disk"`
-	SHA256        types.String   `tfsdk:"sha256"`
-	SizeBytes     types.Int64    `tfsdk:"size_bytes"`
-	CapacityBytes types.Int64    `tfsdk:"capacity_bytes"`
-	VolumePath    types.String   `tfsdk:"volume_path"`
-	VMUUID        types.String   `tfsdk:"vm_uuid"`
-	VMName        types.String   `tfsdk:"vm_name"`
-	SourceVolume  types.String   `tfsdk:"source_volume"`
-	CreatedAt     types.String   `tfsdk:"created_at"`
-	Timeouts      timeouts.Value `tfsdk:"timeouts"`
 }
 
 func (r *backupResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -128,8 +105,8 @@ func (r *backupResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 					"have is refused at plan time when the snapshot exists, naming the disks it has. A change replaces " +
 					"the backup.",
 				PlanModifiers: replace,
-				Validators: []validator.String{stringvalidator.RegexMatches(backupDiskRE,
-					"must be `boot` or a data disk's serial: 1 to 20 letters, digits, '.', '_' and '-'")},
+				Validators: []validator.String{checkedString{summary: "Invalid disk", check: backup.CheckDisk,
+					desc: "`boot` or a data disk's serial: 1 to 20 letters, digits, '.', '_' and '-'"}},
 			},
 			"sha256": fixedString("`sha256:<hex>` of the backup volume's bytes, as read from the snapshot and read back from " +
 				"the copy: equal to the snapshot's `disks[*].sha256` for the disk, and recorded in the manifest."),
@@ -142,7 +119,7 @@ func (r *backupResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 			"created_at":     fixedString("When the backup was made (RFC 3339, UTC), as its manifest records it."),
 		},
 		Blocks: map[string]schema.Block{
-			"timeouts": imageTimeoutsBlock(ctx, "How long the copy and its verification may take. Default `60m`."),
+			"timeouts": imageTimeoutsBlock(ctx, "How long copying the snapshot's disk and reading the copy back may take. Default `60m`."),
 		},
 	}
 }
@@ -224,6 +201,25 @@ func (r *backupResource) Create(ctx context.Context, req resource.CreateRequest,
 	plan.ID = types.StringValue(where)
 	plan.set(b)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// backupModel is a kohaku_backup in Terraform's plan and state.
+type backupModel struct {
+	ID            types.String   `tfsdk:"id"`
+	Host          types.String   `tfsdk:"host"`
+	Pool          types.String   `tfsdk:"pool"`
+	Name          types.String   `tfsdk:"name"`
+	Snapshot      types.String   `tfsdk:"snapshot"`
+	Disk          types.String   `tfsdk:"disk"`
+	SHA256        types.String   `tfsdk:"sha256"`
+	SizeBytes     types.Int64    `tfsdk:"size_bytes"`
+	CapacityBytes types.Int64    `tfsdk:"capacity_bytes"`
+	VolumePath    types.String   `tfsdk:"volume_path"`
+	VMUUID        types.String   `tfsdk:"vm_uuid"`
+	VMName        types.String   `tfsdk:"vm_name"`
+	SourceVolume  types.String   `tfsdk:"source_volume"`
+	CreatedAt     types.String   `tfsdk:"created_at"`
+	Timeouts      timeouts.Value `tfsdk:"timeouts"`
 }
 
 // set records a backup as made or read.

@@ -18,7 +18,7 @@ func TestBackup_validation(t *testing.T) {
 	const snap = `"5a1d9c4e-3f00-4b2a-9c1e-0d2f6b7a8e91/nightly"`
 	for _, c := range []struct{ attrs, want string }{
 		{`snapshot = "nightly"` + "\n  disk = \"data\"\n  pool = \"backups\"\n  name = \"db.qcow2\"", `(?s)Invalid snapshot id.*kohaku_snapshot's id`},
-		{`snapshot = ` + snap + "\n  disk = \"data disk\"\n  pool = \"backups\"\n  name = \"db.qcow2\"", `(?s)disk.*must be .boot. or a data disk's serial`},
+		{`snapshot = ` + snap + "\n  disk = \"data disk\"\n  pool = \"backups\"\n  name = \"db.qcow2\"", `(?s)Invalid disk.*not a disk of a snapshot: use "boot" or a data disk's serial`},
 		{`snapshot = ` + snap + "\n  disk = \"data\"\n  pool = \"backups\"\n  name = \"db/x.qcow2\"", `(?s)Invalid backup name.*not a backup volume name`},
 		{`snapshot = ` + snap + "\n  disk = \"data\"\n  pool = \"backups\"\n  name = \"db.qcow2.kohaku-backup\"", `(?s)Invalid backup name.*not ending in\s+.kohaku-backup`},
 		{`snapshot = ` + snap + "\n  disk = \"data\"\n  pool = \"\"\n  name = \"db.qcow2\"", `(?s)pool.*at least 1`},

@@ -67,24 +67,22 @@ func (pd *providerData) open(ctx context.Context, host string, timeout time.Dura
 // within the create timeout (def when the configuration sets none). c is
 // nil after a diagnostic; cancel is always safe to defer.
 func (pd *providerData) openCreate(ctx context.Context, req resource.CreateRequest, m any, host *types.String, t *timeouts.Value, def time.Duration, diags *diag.Diagnostics) (_ context.Context, cancel context.CancelFunc, c hosts.Host) {
-	diags.Append(req.Plan.Get(ctx, m)...)
-	if diags.HasError() {
-		return ctx, func() {}, nil
-	}
-	timeout, d := t.Create(ctx, def)
-	return pd.open(ctx, host.ValueString(), timeout, d, diags)
+	return pd.openFrom(ctx, req.Plan, m, host, func() (time.Duration, diag.Diagnostics) { return t.Create(ctx, def) }, diags)
 }
 
-// openDelete is how a Delete starts: the state read into m (host and t
-// point into m at its host and timeouts), and the connection for its host
-// within the delete timeout (def when the configuration sets none). c is
-// nil after a diagnostic; cancel is always safe to defer.
+// openDelete is openCreate for a Delete: the state, the delete timeout.
 func (pd *providerData) openDelete(ctx context.Context, req resource.DeleteRequest, m any, host *types.String, t *timeouts.Value, def time.Duration, diags *diag.Diagnostics) (_ context.Context, cancel context.CancelFunc, c hosts.Host) {
-	diags.Append(req.State.Get(ctx, m)...)
+	return pd.openFrom(ctx, req.State, m, host, func() (time.Duration, diag.Diagnostics) { return t.Delete(ctx, def) }, diags)
+}
+
+// openFrom reads m from a plan or state, then opens its host within the
+// timeout limit reads from m.
+func (pd *providerData) openFrom(ctx context.Context, from modelGetter, m any, host *types.String, limit func() (time.Duration, diag.Diagnostics), diags *diag.Diagnostics) (context.Context, context.CancelFunc, hosts.Host) {
+	diags.Append(from.Get(ctx, m)...)
 	if diags.HasError() {
 		return ctx, func() {}, nil
 	}
-	timeout, d := t.Delete(ctx, def)
+	timeout, d := limit()
 	return pd.open(ctx, host.ValueString(), timeout, d, diags)
 }
 

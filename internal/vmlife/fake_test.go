@@ -375,24 +375,19 @@ func (h *fakeHost) CreateVolume(_ context.Context, pool, name, format string, ca
 }
 
 // FlattenVolume copies srcPool/srcName into a new qcow2 volume of its
-// capacity; like the real one it never overwrites.
-func (h *fakeHost) FlattenVolume(_ context.Context, srcPool, srcName, pool, name string) (*virt.VolumeDetail, error) {
+// capacity, as CreateVolume makes one (never over another).
+func (h *fakeHost) FlattenVolume(ctx context.Context, srcPool, srcName, pool, name string) (*virt.VolumeDetail, error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if err := h.op("FlattenVolume"); err != nil {
+	err := h.op("FlattenVolume")
+	h.mu.Unlock()
+	if err != nil {
 		return nil, err
 	}
-	src, ok := h.volumes[srcPool+"/"+srcName]
-	if !ok {
-		return nil, fmt.Errorf("pool %s has no volume %q: %w", srcPool, srcName, virt.ErrNotFound)
+	src, err := h.VolumeInfo(ctx, srcPool, srcName)
+	if err != nil {
+		return nil, err
 	}
-	if _, ok := h.volumes[pool+"/"+name]; ok {
-		return nil, &virt.VolumeExistsError{Pool: pool, Name: name}
-	}
-	v := &virt.VolumeDetail{Pool: pool, Name: name, Path: "/pools/" + pool + "/" + name, Format: "qcow2", CapacityBytes: src.CapacityBytes}
-	h.volumes[pool+"/"+name] = v
-	c := *v
-	return &c, nil
+	return h.CreateVolume(ctx, pool, name, "qcow2", src.CapacityBytes)
 }
 
 // editDisks applies edit to the disks of a running domain's definition, as

@@ -1,5 +1,6 @@
-# A database VM's nightly snapshot, with its data disk backed up into a pool
-# on another host of the fleet, and a VM there made from the backup.
+# The data disk of a nightly snapshot of a database VM (here given by its
+# UUID) backed up into a pool on another host of the fleet, and a VM there
+# made from the backup.
 provider "kohaku" {
   uri = "qemu:///system"
   hosts = {
@@ -7,21 +8,13 @@ provider "kohaku" {
   }
 }
 
-resource "kohaku_vm" "db" {
-  name       = "db"
-  vcpu       = 2
-  memory_mib = 4096
-  running    = false
-  disk = {
-    base_pool   = "default"
-    base_volume = "debian-12-genericcloud-amd64.qcow2"
-  }
-  data_disks        = [{ name = "pgdata", size_gib = 20 }]
-  network_interface = [{ type = "network", source = "default" }]
+variable "db_vm_id" {
+  type        = string
+  description = "The database VM's UUID (a kohaku_vm's id); its data disk is pgdata."
 }
 
 resource "kohaku_snapshot" "nightly" {
-  vm   = kohaku_vm.db.id
+  vm   = var.db_vm_id
   name = "nightly"
 }
 
@@ -31,7 +24,7 @@ resource "kohaku_pool" "backups" {
   path = "/srv/backups"
 }
 
-# The snapshot's copy of the pgdata disk, streamed to vault, verified by
+# The snapshot's copy of the pgdata disk, streamed to vault and verified by
 # digest (sha256 equals the snapshot's for the disk), with its manifest
 # db-pgdata.nightly.qcow2.kohaku-backup beside it.
 resource "kohaku_backup" "pgdata" {
@@ -43,14 +36,13 @@ resource "kohaku_backup" "pgdata" {
 }
 
 # Restored on vault: the host copies the backup into a new volume of this
-# VM's (db-restore-pgdata.qcow2 in default); destroying the VM deletes that
-# copy, never the backup.
+# VM's own (db-restore-pgdata.qcow2 in the default pool); destroying the VM
+# deletes that copy, never the backup.
 resource "kohaku_vm" "db_restore" {
   host       = "vault"
   name       = "db-restore"
   vcpu       = 2
   memory_mib = 4096
-  running    = false
   disk = {
     base_pool   = "default"
     base_volume = "debian-12-genericcloud-amd64.qcow2"
