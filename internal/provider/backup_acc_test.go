@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/acctest"
+	"github.com/kohaku/terraform-provider-kohaku/internal/acctest/nestedhost"
 )
 
 // backupConfig is a pool for backups and two VMs that boot no OS, shut
@@ -247,4 +248,131 @@ func rawDigest(t *testing.T, image string) string {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// A data disk's snapshot on the local test host backed up onto the nested
+// host (a second libvirtd, reached over qemu+tcp) and restored there into
+// a VM that boots no OS: the backup crosses hosts through this process,
+// and virsh, independent of the provider, downloads both volumes from the
+// nested host: the backup's bytes hash as the snapshot recorded, and the
+// restored disk holds the marker with the snapshot's guest-visible bytes.
+// A VM on the local host restored from the nested host's backup is refused
+// at plan, on the disk's source. Destroy leaves nothing on either host.
+func TestAccBackup_toAnotherHost(t *testing.T) {
+	env := acctest.NewVMEnv(t)
+	h := nestedhost.Require(t)
+	prefix := vmTestPrefix(t, env, "bkx")
+	backups := prefix + "backups"
+	t.Cleanup(func() {
+		_, _ = nestedhost.VirshErr(h, "destroy", prefix+"far")
+		_, _ = nestedhost.VirshErr(h, "undefine", prefix+"far")
+		_, _ = nestedhost.VirshErr(h, "pool-destroy", backups)
+		_, _ = nestedhost.VirshErr(h, "pool-delete", backups)
+		_, _ = nestedhost.VirshErr(h, "pool-undefine", backups)
+	})
+	config := func(extra string) string {
+		return "terraform {\n  required_providers {\n    kohaku = { source = \"kohaku/kohaku\" }\n  }\n}\n" +
+			fmt.Sprintf(`
+provider "kohaku" {
+  uri = %[1]q
+  hosts = {
+    nested = { uri = %[2]q }
+  }
+}
+
+resource "kohaku_pool" "backups" {
+  host = "nested"
+  name = %[3]q
+  path = "/var/lib/kohaku-acc/%[3]s"
+}
+`, env.URI, h.URI, backups) +
+			noOSVM(env, prefix, "src", fmt.Sprintf("  running    = false\n  data_disks = [{ name = \"data\", size_gib = 1, pool = %q }]\n", env.Pool)) +
+			extra
+	}
+	resources := `
+resource "kohaku_snapshot" "src" {
+  vm   = kohaku_vm.src.id
+  name = "nightly"
+}
+
+resource "kohaku_backup" "data" {
+  snapshot = kohaku_snapshot.src.id
+  disk     = "data"
+  host     = "nested"
+  pool     = kohaku_pool.backups.name
+  name     = "data.qcow2"
+}
+` + fmt.Sprintf(`
+resource "kohaku_vm" "far" {
+  host       = "nested"
+  name       = "%[1]sfar"
+  type       = "qemu"
+  memory_mib = 128
+  running    = false
+  data_disks = [{ name = "restored", source = kohaku_backup.data.id, pool = kohaku_pool.backups.name }]
+}
+`, prefix)
+	w := acctest.NewWorkspace(t, config(""))
+	w.Must("apply", "-auto-approve", "-input=false")
+	const at = "64k 64k"
+	if err := qemuIO(env.Pool+"/"+prefix+"src-data.qcow2", env, false, "write -P 0x5a "+at); err != nil {
+		t.Fatal(err)
+	}
+	w.Write(config(resources))
+	t.Logf("the snapshot, the backup onto the nested host and the restore there:\n%s", w.Must("apply", "-auto-approve", "-input=false"))
+	var snapDisk, bk map[string]any
+	for _, r := range w.State() {
+		switch r.Address {
+		case "kohaku_snapshot.src":
+			disks, _ := r.Values["disks"].([]any)
+			if len(disks) == 2 {
+				snapDisk, _ = disks[1].(map[string]any)
+			}
+		case "kohaku_backup.data":
+			bk = r.Values
+		}
+	}
+	if snapDisk == nil || bk == nil || bk["id"] != "nested/"+backups+"/data.qcow2" || bk["sha256"] != snapDisk["sha256"] {
+		t.Fatalf("kohaku_backup.data = %v; the snapshot's data disk = %v", bk, snapDisk)
+	}
+
+	// Both volumes, downloaded from the nested host by virsh.
+	download := func(vol string) string {
+		t.Helper()
+		file := filepath.Join(t.TempDir(), vol)
+		if out, err := nestedhost.VirshErr(h, "vol-download", "--pool", backups, vol, file); err != nil {
+			t.Fatalf("downloading %s from the nested host: %v: %s", vol, err, out)
+		}
+		return file
+	}
+	if got, err := fileDigest(download("data.qcow2")); err != nil || got != bk["sha256"] {
+		t.Errorf("the backup on the nested host hashes to %s (%v), the snapshot recorded %v", got, err, bk["sha256"])
+	}
+	restored := download(prefix + "far-restored.qcow2")
+	if err := qemuIOFile(restored, true, "read -P 0x5a "+at); err != nil {
+		t.Errorf("the disk restored on the nested host lacks the marker: %v", err)
+	}
+	snapPath, err := acctest.Virsh(env.URI, "vol-path", "--pool", env.Pool, snapDisk["snapshot_volume"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, got := rawDigest(t, snapPath), rawDigest(t, restored); want != got {
+		t.Errorf("the restored disk's contents hash to %s, the snapshot's copy's to %s", got, want)
+	}
+	if out, err := w.Run("plan", "-detailed-exitcode", "-input=false"); err != nil {
+		t.Errorf("the plan after the backup is not empty (%v):\n%s", err, out)
+	}
+
+	// A VM on the local host cannot be restored from the nested host's backup.
+	w.Write(config(resources + noOSVM(env, prefix, "near", "  running    = false\n  data_disks = [{ name = \"restored\", source = kohaku_backup.data.id }]\n")))
+	out, err := w.Run("plan", "-input=false")
+	if flat := strings.Join(strings.Fields(out), " "); err == nil || !strings.Contains(flat, "Backup on another host") {
+		t.Errorf("a local VM restored from the nested host's backup was not refused at plan (err %v):\n%s", err, out)
+	}
+
+	w.Write(config(resources))
+	w.Must("destroy", "-auto-approve", "-input=false")
+	if out, err := nestedhost.VirshErr(h, "pool-info", backups); err == nil {
+		t.Errorf("destroy left the pool %s on the nested host:\n%s", backups, out)
+	}
 }
