@@ -294,19 +294,25 @@ func (r *backupResource) ImportState(ctx context.Context, req resource.ImportSta
 		addError(&resp.Diagnostics, "Importing backup "+req.ID, err)
 		return
 	}
+	for attr, v := range backupRead(host, b) {
+		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root(attr), v)...)
+	}
+}
+
+// backupRead is the state of the backup b on host as an import reads it,
+// every attribute but the timeouts.
+func backupRead(host string, b *backup.Backup) map[string]any {
 	m := backupModel{}
 	m.set(b)
 	hostValue := types.StringNull()
 	if host != "" {
 		hostValue = types.StringValue(host)
 	}
-	for attr, v := range map[string]any{
-		"id": types.StringValue(imageID(host, pool, name)), "host": hostValue, "pool": types.StringValue(pool),
-		"name": types.StringValue(name), "snapshot": types.StringValue(snapshotID(b.FromHost, b.VMUUID, b.Snapshot)),
+	return map[string]any{
+		"id": types.StringValue(imageID(host, b.Pool, b.Volume)), "host": hostValue, "pool": types.StringValue(b.Pool),
+		"name": types.StringValue(b.Volume), "snapshot": types.StringValue(snapshotID(b.FromHost, b.VMUUID, b.Snapshot)),
 		"disk": types.StringValue(b.Disk), "sha256": m.SHA256, "size_bytes": m.SizeBytes, "capacity_bytes": m.CapacityBytes,
 		"volume_path": m.VolumePath, "vm_uuid": m.VMUUID, "vm_name": m.VMName, "source_volume": m.SourceVolume,
 		"created_at": m.CreatedAt,
-	} {
-		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root(attr), v)...)
 	}
 }

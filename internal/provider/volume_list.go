@@ -49,9 +49,15 @@ func volumeListSchema(what string) schema.Schema {
 // asked, its state.
 type volumeResult func(ctx context.Context, c hosts.Host, v hosts.VolumeHead, r *list.ListResult)
 
+// backupVolumes is the kind of volume listVolumes keeps for kohaku_backup:
+// a volume with a backup's manifest beside it, whatever its first bytes.
+// Every other kind leaves backups and their manifests out.
+const backupVolumes volkind.Kind = -1
+
 // listVolumes streams the volumes of the configured pools that hold kind,
-// as recognised from their first bytes. With skipDisks, volumes a domain
-// has as a writable disk are left out: they are that VM's.
+// as recognised from their first bytes (backups: by their manifests). With
+// skipDisks, volumes a domain has as a writable disk are left out: they
+// are that VM's.
 func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, stream *list.ListResultsStream, kind volkind.Kind, skipDisks bool, fill volumeResult) {
 	var cfg volumeListModel
 	c, diags := listConfig(ctx, data, req, stream, &cfg, &cfg.Host)
@@ -93,19 +99,19 @@ func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, 
 			for _, v := range vols {
 				names = append(names, v.Name)
 			}
-			backups := backup.Named(names) // kohaku_backup's, not images
+			backups := backup.Named(names)
 			for _, v := range vols {
 				if req.Limit > 0 && sent >= req.Limit {
 					return
 				}
-				if volkind.Recognise(v.Head, v.CapacityBytes).Kind != kind ||
+				if _, manifest := backup.IsManifest(v.Name); manifest || slices.Contains(backups, v.Name) != (kind == backupVolumes) {
+					continue
+				}
+				if kind != backupVolumes && volkind.Recognise(v.Head, v.CapacityBytes).Kind != kind ||
 					disks["path "+v.Path] || disks["volume "+v.Pool+"/"+v.Name] {
 					continue
 				}
 				if snapshot.IsCopyVolume(v.Name) { // a kohaku_snapshot's, not an image
-					continue
-				}
-				if _, manifest := backup.IsManifest(v.Name); manifest || slices.Contains(backups, v.Name) {
 					continue
 				}
 				r := req.NewListResult(ctx)
