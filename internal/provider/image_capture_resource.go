@@ -70,7 +70,6 @@ func (r *imageCaptureResource) Metadata(_ context.Context, req resource.Metadata
 
 func (r *imageCaptureResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
-	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
 	resp.Schema = schema.Schema{
 		Description: "A golden image captured from a VM's boot disk: a base image like a downloaded `kohaku_image`, " +
 			"with the same `id` form, so a VM takes it as `disk = { image = kohaku_image_capture.<name>.id }` on " +
@@ -84,7 +83,7 @@ func (r *imageCaptureResource) Schema(ctx context.Context, _ resource.SchemaRequ
 			"A VM whose boot disk is not a volume of a storage pool (a block device, a file outside every pool) " +
 			"or that has no boot disk is refused at plan time when the VM exists already. " +
 			"Drift: a volume deleted out of band is captured again by the next apply.",
-		Attributes: attributes(imageCaptureInputs(replace), imageCaptureResults(keep)),
+		Attributes: attributes(imageCaptureInputs(replace), imageCaptureResults()),
 		Blocks: map[string]schema.Block{
 			"timeouts": imageTimeoutsBlock(ctx, "How long the whole capture may take: seal, shutdown, flatten, digest and restart. Default `30m`."),
 		},
@@ -153,7 +152,7 @@ func imageCaptureInputs(replace []planmodifier.String) map[string]schema.Attribu
 	}
 }
 
-func imageCaptureResults(keep []planmodifier.String) map[string]schema.Attribute {
+func imageCaptureResults() map[string]schema.Attribute {
 	return map[string]schema.Attribute{
 		"digest": fixedString("`sha256:<hex>` of the image volume's bytes, read back from the host after the flatten. " +
 			"`kohaku_image_copy` checks copies against it (`source_digest`)."),
