@@ -35,19 +35,19 @@ resource "kohaku_snapshot" "src" {
   vm   = kohaku_vm.src.id
   name = "nightly"
 }
-` + backupOf("data", "data")
+` + backupOf("data", "data", "")
 
 // backupOf is kohaku_backup.<name> of src's snapshot's disk, as volume
-// <name>.qcow2 in the backups pool.
-func backupOf(name, disk string) string {
+// <name>.qcow2 in the backups pool, with extra in its block.
+func backupOf(name, disk, extra string) string {
 	return fmt.Sprintf(`
 resource "kohaku_backup" %[1]q {
   snapshot = kohaku_snapshot.src.id
   disk     = %[2]q
   pool     = kohaku_pool.backups.name
   name     = "%[1]s.qcow2"
-}
-`, name, disk)
+%[3]s}
+`, name, disk, extra)
 }
 
 // freshVM is a VM made with a data disk restored from the backup.
@@ -230,7 +230,7 @@ list "kohaku_image" "i" {
 			t.Fatal(err)
 		}
 	}
-	w.Write(backupConfig(env, prefix, restoredDisk, resources+backupOf("half", "data")))
+	w.Write(backupConfig(env, prefix, restoredDisk, resources+backupOf("half", "data", "")))
 	out, err = w.Run("import", "-input=false", "kohaku_backup.half", backups+"/half.qcow2")
 	if err == nil || !strings.Contains(strings.Join(strings.Fields(out), " "), "no manifest half.qcow2.kohaku-backup beside it") {
 		t.Errorf("the import of a volume with no manifest did not fail saying so (err %v):\n%s", err, out)
@@ -240,7 +240,7 @@ list "kohaku_image" "i" {
 	}
 
 	// Refused at plan, on the disk's line: a disk the snapshot has not.
-	w.Write(backupConfig(env, prefix, restoredDisk, resources+backupOf("typo", "dta")))
+	w.Write(backupConfig(env, prefix, restoredDisk, resources+backupOf("typo", "dta", "")))
 	out, err = w.Run("plan", "-input=false")
 	if flat := strings.Join(strings.Fields(out), " "); err == nil || !strings.Contains(flat, "Snapshot has no such disk") ||
 		!strings.Contains(flat, `its disks are "boot", "data"`) || !strings.Contains(flat, `disk = "dta"`) {
@@ -330,15 +330,7 @@ resource "kohaku_snapshot" "src" {
   vm   = kohaku_vm.src.id
   name = "nightly"
 }
-
-resource "kohaku_backup" "data" {
-  snapshot = kohaku_snapshot.src.id
-  disk     = "data"
-  host     = "nested"
-  pool     = kohaku_pool.backups.name
-  name     = "data.qcow2"
-}
-` + fmt.Sprintf(`
+` + backupOf("data", "data", "  host     = \"nested\"\n") + fmt.Sprintf(`
 resource "kohaku_vm" "far" {
   host       = "nested"
   name       = "%[1]sfar"

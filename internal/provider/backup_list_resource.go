@@ -45,8 +45,6 @@ func (l *backupListResource) List(ctx context.Context, req list.ListRequest, str
 			addError(&r.Diagnostics, "Reading backup "+v.Pool+"/"+v.Name, err)
 			return
 		}
-		for attr, val := range backupRead(host.ValueString(), b) {
-			r.Diagnostics.Append(r.Resource.SetAttribute(ctx, path.Root(attr), val)...)
-		}
+		setAttributes(ctx, r.Resource.SetAttribute, backupImported(host.ValueString(), b), &r.Diagnostics)
 	})
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -199,8 +201,8 @@ func (r *backupResource) Create(ctx context.Context, req resource.CreateRequest,
 		return
 	}
 	plan.ID = types.StringValue(where)
-	plan.set(b)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	setAttributes(ctx, resp.State.SetAttribute, backupComputed(b), &resp.Diagnostics)
 }
 
 // backupModel is a kohaku_backup in Terraform's plan and state.
@@ -222,16 +224,36 @@ type backupModel struct {
 	Timeouts      timeouts.Value `tfsdk:"timeouts"`
 }
 
-// set records a backup as made or read.
-func (m *backupModel) set(b *backup.Backup) {
-	m.SHA256 = types.StringValue(b.SHA256)
-	m.SizeBytes = types.Int64Value(b.Bytes)
-	m.CapacityBytes = types.Int64Value(b.CapacityBytes)
-	m.VolumePath = types.StringValue(b.Path)
-	m.VMUUID = types.StringValue(b.VMUUID)
-	m.VMName = types.StringValue(b.VMName)
-	m.SourceVolume = types.StringValue(b.From)
-	m.CreatedAt = types.StringValue(b.Created)
+// backupComputed is what a backup's manifest and volume give its state.
+func backupComputed(b *backup.Backup) map[string]attr.Value {
+	return map[string]attr.Value{
+		"sha256": types.StringValue(b.SHA256), "size_bytes": types.Int64Value(b.Bytes),
+		"capacity_bytes": types.Int64Value(b.CapacityBytes), "volume_path": types.StringValue(b.Path),
+		"vm_uuid": types.StringValue(b.VMUUID), "vm_name": types.StringValue(b.VMName),
+		"source_volume": types.StringValue(b.From), "created_at": types.StringValue(b.Created),
+	}
+}
+
+// backupImported is the state of the backup b on host as an import reads
+// it: every attribute but the timeouts, the snapshot and disk as its
+// manifest records them.
+func backupImported(host string, b *backup.Backup) map[string]attr.Value {
+	v := backupComputed(b)
+	v["host"] = types.StringNull()
+	if host != "" {
+		v["host"] = types.StringValue(host)
+	}
+	v["id"], v["pool"], v["name"] = types.StringValue(imageID(host, b.Pool, b.Volume)), types.StringValue(b.Pool), types.StringValue(b.Volume)
+	v["snapshot"], v["disk"] = types.StringValue(snapshotID(b.FromHost, b.VMUUID, b.Snapshot)), types.StringValue(b.Disk)
+	return v
+}
+
+// setAttributes sets each of values with set (a state's or a list
+// result's SetAttribute).
+func setAttributes(ctx context.Context, set func(context.Context, path.Path, any) diag.Diagnostics, values map[string]attr.Value, diags *diag.Diagnostics) {
+	for name, v := range values {
+		diags.Append(set(ctx, path.Root(name), v)...)
+	}
 }
 
 func (r *backupResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -251,8 +273,7 @@ func (r *backupResource) Read(ctx context.Context, req resource.ReadRequest, res
 		addError(&resp.Diagnostics, "Reading backup "+state.ID.ValueString(), err)
 		return
 	}
-	state.set(b)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+	setAttributes(ctx, resp.State.SetAttribute, backupComputed(b), &resp.Diagnostics)
 }
 
 // Update changes only the timeouts; everything else replaces.
@@ -294,25 +315,5 @@ func (r *backupResource) ImportState(ctx context.Context, req resource.ImportSta
 		addError(&resp.Diagnostics, "Importing backup "+req.ID, err)
 		return
 	}
-	for attr, v := range backupRead(host, b) {
-		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root(attr), v)...)
-	}
-}
-
-// backupRead is the state of the backup b on host as an import reads it,
-// every attribute but the timeouts.
-func backupRead(host string, b *backup.Backup) map[string]any {
-	m := backupModel{}
-	m.set(b)
-	hostValue := types.StringNull()
-	if host != "" {
-		hostValue = types.StringValue(host)
-	}
-	return map[string]any{
-		"id": types.StringValue(imageID(host, b.Pool, b.Volume)), "host": hostValue, "pool": types.StringValue(b.Pool),
-		"name": types.StringValue(b.Volume), "snapshot": types.StringValue(snapshotID(b.FromHost, b.VMUUID, b.Snapshot)),
-		"disk": types.StringValue(b.Disk), "sha256": m.SHA256, "size_bytes": m.SizeBytes, "capacity_bytes": m.CapacityBytes,
-		"volume_path": m.VolumePath, "vm_uuid": m.VMUUID, "vm_name": m.VMName, "source_volume": m.SourceVolume,
-		"created_at": m.CreatedAt,
-	}
+	setAttributes(ctx, resp.State.SetAttribute, backupImported(host, b), &resp.Diagnostics)
 }
