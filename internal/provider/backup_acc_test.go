@@ -15,8 +15,13 @@ import (
 // backupConfig is a pool for backups and two VMs that boot no OS, shut
 // off: src with a data disk Kohaku made, and dst; plus extra.
 func backupConfig(env acctest.VMEnv, prefix, dstBody, extra string) string {
+	return backupConfigAt(env.URI, env, prefix, dstBody, extra)
+}
+
+// backupConfigAt is backupConfig with the provider reaching the host at uri.
+func backupConfigAt(uri string, env acctest.VMEnv, prefix, dstBody, extra string) string {
 	vm := func(name, body string) string { return noOSVM(env, prefix, name, "  running    = false\n"+body) }
-	return "terraform {\n  required_providers {\n    kohaku = { source = \"kohaku/kohaku\" }\n  }\n}\n" + providerBlock(env.URI) +
+	return "terraform {\n  required_providers {\n    kohaku = { source = \"kohaku/kohaku\" }\n  }\n}\n" + providerBlock(uri) +
 		fmt.Sprintf(`
 resource "kohaku_pool" "backups" {
   name = "%[1]sbackups"
@@ -30,12 +35,15 @@ resource "kohaku_pool" "backups" {
 // backupResources are a snapshot of src, a backup of its data disk in the
 // backups pool, and fresh, a VM made with a data disk restored from it
 // (dst's body gives dst another).
-var backupResources = `
+var backupResources = snapshotOfSrc + backupOf("data", "data", "")
+
+// snapshotOfSrc is kohaku_snapshot.src, of the VM src.
+const snapshotOfSrc = `
 resource "kohaku_snapshot" "src" {
   vm   = kohaku_vm.src.id
   name = "nightly"
 }
-` + backupOf("data", "data", "")
+`
 
 // backupOf is kohaku_backup.<name> of src's snapshot's disk, as volume
 // <name>.qcow2 in the backups pool, with extra in its block.
@@ -325,12 +333,7 @@ resource "kohaku_pool" "backups" {
 			noOSVM(env, prefix, "src", fmt.Sprintf("  running    = false\n  data_disks = [{ name = \"data\", size_gib = 1, pool = %q }]\n", env.Pool)) +
 			extra
 	}
-	resources := `
-resource "kohaku_snapshot" "src" {
-  vm   = kohaku_vm.src.id
-  name = "nightly"
-}
-` + backupOf("data", "data", "  host     = \"nested\"\n") + fmt.Sprintf(`
+	resources := snapshotOfSrc + backupOf("data", "data", "  host     = \"nested\"\n") + fmt.Sprintf(`
 resource "kohaku_vm" "far" {
   host       = "nested"
   name       = "%[1]sfar"
