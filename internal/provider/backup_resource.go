@@ -58,8 +58,10 @@ func (r *backupResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 			"source = kohaku_backup.<name>.id }]`: the host copies it into a volume the VM owns, so the VM never " +
 			"writes the backup and destroying the VM leaves it. To restore on another host, back up to that host.\n\n" +
 			"After its create the backup needs neither the snapshot nor its host: a refresh reads only the target. " +
-			"Destroy deletes the manifest, then the volume. Drift: a backup whose volume or manifest was deleted " +
-			"out of band is made again by the next apply (while its snapshot is still there). Import with the " +
+			"Destroy deletes the manifest, then the volume. Drift: a backup whose volume was deleted out of band " +
+			"is made again by the next apply (while its snapshot is still there); one whose manifest alone was " +
+			"deleted is no longer taken for a backup, and the next apply fails, naming the volume, until it is " +
+			"deleted too. Import with the " +
 			"`id`; an import reads the whole volume back and refuses one that no longer matches its manifest.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
