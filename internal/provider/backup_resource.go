@@ -122,9 +122,7 @@ func (r *backupResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 			"source_volume":  fixedString("`<pool>/<volume>` of the snapshot's copy of the disk that was backed up, on the snapshot's host."),
 			"created_at":     fixedString("When the backup was made (RFC 3339, UTC), as its manifest records it."),
 		},
-		Blocks: map[string]schema.Block{
-			"timeouts": imageTimeoutsBlock(ctx, "How long copying the snapshot's disk and reading the copy back may take. Default `60m`."),
-		},
+		Blocks: imageTimeoutsBlocks(ctx, "How long copying the snapshot's disk and reading the copy back may take. Default `60m`."),
 	}
 }
 

@@ -84,9 +84,7 @@ func (r *imageCaptureResource) Schema(ctx context.Context, _ resource.SchemaRequ
 			"or that has no boot disk is refused at plan time when the VM exists already. " +
 			"Drift: a volume deleted out of band is captured again by the next apply.",
 		Attributes: attributes(imageCaptureInputs(replace), imageCaptureResults()),
-		Blocks: map[string]schema.Block{
-			"timeouts": imageTimeoutsBlock(ctx, "How long the whole capture may take: seal, shutdown, flatten, digest and restart. Default `30m`."),
-		},
+		Blocks:     imageTimeoutsBlocks(ctx, "How long the whole capture may take: seal, shutdown, flatten, digest and restart. Default `30m`."),
 	}
 }
 
@@ -267,15 +265,15 @@ func (r *imageCaptureResource) Delete(ctx context.Context, req resource.DeleteRe
 	r.data.deleteImage(ctx, state.Host.ValueString(), state.Pool.ValueString(), state.Name.ValueString(), state.Timeouts, &resp.Diagnostics)
 }
 
-// imageTimeoutsBlock is the timeouts block of kohaku_image, its copy and
-// its capture: create as create says, and the delete of the image volume,
-// which all three bound by imageDeleteTimeout.
-func imageTimeoutsBlock(ctx context.Context, create string) schema.Block {
-	return timeouts.Block(ctx, timeouts.Opts{
+// imageTimeoutsBlocks are the blocks of kohaku_image, its copy, its
+// capture and kohaku_backup: a timeouts block, create as create says, and
+// the delete of the volume, which all four bound by imageDeleteTimeout.
+func imageTimeoutsBlocks(ctx context.Context, create string) map[string]schema.Block {
+	return map[string]schema.Block{"timeouts": timeouts.Block(ctx, timeouts.Opts{
 		Create: true, Delete: true,
 		CreateDescription: create,
 		DeleteDescription: "How long deleting may take. Default `5m`.",
-	})
+	})}
 }
 
 // readImageVolume reads the volume of an image resource (kohaku_image, its

@@ -116,9 +116,7 @@ func (r *imageCopyResource) Schema(ctx context.Context, _ resource.SchemaRequest
 			"virtual_size_bytes": fixedInt64("The image's virtual size."),
 			"volume_path":        fixedString("Path of the copy on its host."),
 		},
-		Blocks: map[string]schema.Block{
-			"timeouts": imageTimeoutsBlock(ctx, "How long the copy and its verification may take. Default `60m`."),
-		},
+		Blocks: imageTimeoutsBlocks(ctx, "How long the copy and its verification may take. Default `60m`."),
 	}
 }
 
