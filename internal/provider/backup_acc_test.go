@@ -327,7 +327,7 @@ provider "kohaku" {
 resource "kohaku_pool" "backups" {
   host = "nested"
   name = %[3]q
-  path = "/var/lib/kohaku-acc/%[3]s"
+  path = "/var/lib/libvirt/images/%[3]s"
 }
 `, env.URI, h.URI, backups) +
 			noOSVM(env, prefix, "src", fmt.Sprintf("  running    = false\n  data_disks = [{ name = \"data\", size_gib = 1, pool = %q }]\n", env.Pool)) +
