@@ -345,6 +345,16 @@ resource "kohaku_vm" "far" {
 `, prefix)
 	w := acctest.NewWorkspace(t, config(""))
 	w.Must("apply", "-auto-approve", "-input=false")
+	// libvirt makes a qcow2 volume with qemu-img, which a host must have
+	// to keep a backup (or restore one); the nested host's L1 has none.
+	probe := "qcow2-probe.qcow2"
+	if out, err := nestedhost.VirshErr(h, "vol-create-as", backups, probe, "1M", "--format", "qcow2"); err != nil {
+		w.Must("destroy", "-auto-approve", "-input=false")
+		t.Skipf("the nested host cannot make a qcow2 volume (%v: %s): it needs qemu-img (qemu-utils) to keep a backup", err, out)
+	}
+	if out, err := nestedhost.VirshErr(h, "vol-delete", "--pool", backups, probe); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
 	const at = "64k 64k"
 	if err := qemuIO(env.Pool+"/"+prefix+"src-data.qcow2", env, false, "write -P 0x5a "+at); err != nil {
 		t.Fatal(err)

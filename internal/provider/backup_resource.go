@@ -74,7 +74,8 @@ func (r *backupResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 				Optional: true,
 				Description: "Key of the provider's `hosts` map to keep the backup on; empty means the provider's own " +
 					"connection, as for every resource (not the snapshot's host: to keep it there, set " +
-					"`host = kohaku_snapshot.<name>.host`). A change replaces the backup.",
+					"`host = kohaku_snapshot.<name>.host`). The host needs `qemu-img` (Debian's qemu-utils), with which " +
+					"libvirt makes qcow2 volumes. A change replaces the backup.",
 				PlanModifiers: replace,
 			},
 			"pool": schema.StringAttribute{
