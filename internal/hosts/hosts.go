@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/backup"
 	"github.com/kohaku/terraform-provider-kohaku/internal/capacity"
 	"github.com/kohaku/terraform-provider-kohaku/internal/capture"
 	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
@@ -160,6 +161,8 @@ type Host interface {
 	imagelife.CopyTarget
 	capture.Host
 	snapshot.Host
+	backup.Source
+	backup.Target
 	ready.Agent
 	capacity.Conn
 	netpool.PoolHost

@@ -6,12 +6,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework/action"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
@@ -56,6 +60,67 @@ func (pd *providerData) open(ctx context.Context, host string, timeout time.Dura
 	}
 	ctx, cancel = context.WithTimeout(ctx, timeout)
 	return ctx, cancel, pd.client(host, diags)
+}
+
+// openCreate is how a Create starts: the plan read into m (host and t
+// point into m at its host and timeouts), and the connection for its host
+// within the create timeout (def when the configuration sets none). c is
+// nil after a diagnostic; cancel is always safe to defer.
+func (pd *providerData) openCreate(ctx context.Context, req resource.CreateRequest, m any, host *types.String, t *timeouts.Value, def time.Duration, diags *diag.Diagnostics) (_ context.Context, cancel context.CancelFunc, c hosts.Host) {
+	return pd.openFrom(ctx, req.Plan, m, host, func() (time.Duration, diag.Diagnostics) { return t.Create(ctx, def) }, diags)
+}
+
+// openDelete is openCreate for a Delete: the state, the delete timeout.
+func (pd *providerData) openDelete(ctx context.Context, req resource.DeleteRequest, m any, host *types.String, t *timeouts.Value, def time.Duration, diags *diag.Diagnostics) (_ context.Context, cancel context.CancelFunc, c hosts.Host) {
+	return pd.openFrom(ctx, req.State, m, host, func() (time.Duration, diag.Diagnostics) { return t.Delete(ctx, def) }, diags)
+}
+
+// openFrom reads m from a plan or state, then opens its host within the
+// timeout limit reads from m.
+func (pd *providerData) openFrom(ctx context.Context, from modelGetter, m any, host *types.String, limit func() (time.Duration, diag.Diagnostics), diags *diag.Diagnostics) (context.Context, context.CancelFunc, hosts.Host) {
+	diags.Append(from.Get(ctx, m)...)
+	if diags.HasError() {
+		return ctx, func() {}, nil
+	}
+	timeout, d := limit()
+	return pd.open(ctx, host.ValueString(), timeout, d, diags)
+}
+
+// createPlan reads the plan of a create into m, for a ModifyPlan's look at
+// the host before anything is made: false when there is nothing to look at
+// (a destroy, an update, a provider not configured yet) or after a
+// diagnostic.
+func (pd *providerData) createPlan(ctx context.Context, req resource.ModifyPlanRequest, m any, diags *diag.Diagnostics) bool {
+	if req.Plan.Raw.IsNull() || !req.State.Raw.IsNull() || pd == nil {
+		return false
+	}
+	diags.Append(req.Plan.Get(ctx, m)...)
+	return !diags.HasError()
+}
+
+// updateTimeouts is the Update of a resource whose every attribute but its
+// timeouts replaces it: the state as it was, with the planned timeouts.
+func updateTimeouts(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var t timeouts.Value
+	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("timeouts"), &t)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.State.Raw = req.State.Raw.Copy()
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("timeouts"), t)...)
+}
+
+// fixedString is a computed attribute set when the resource is made, or
+// read back, and kept from state in later plans.
+func fixedString(description string) schema.StringAttribute {
+	return schema.StringAttribute{Computed: true, Description: description,
+		PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()}}
+}
+
+// fixedInt64 is fixedString for a number.
+func fixedInt64(description string) schema.Int64Attribute {
+	return schema.Int64Attribute{Computed: true, Description: description,
+		PlanModifiers: []planmodifier.Int64{int64planmodifier.UseStateForUnknown()}}
 }
 
 // modelGetter is a request's plan, state or configuration.

@@ -36,6 +36,8 @@ var (
 	_ resource.ResourceWithIdentity         = planned[*vgpuResource]{}
 	_ resource.ResourceWithModifyPlan       = planned[*vgpuResource]{}
 	_ resource.ResourceWithIdentity         = identified[*poolResource]{}
+	_ resource.ResourceWithIdentity         = planned[*backupResource]{}
+	_ resource.ResourceWithModifyPlan       = planned[*backupResource]{}
 	_ resource.ResourceWithIdentity         = networkWithIdentity{}
 	_ resource.ResourceWithValidateConfig   = networkWithIdentity{}
 )
@@ -166,6 +168,10 @@ func newGPUSRIOVResourceWithIdentity() resource.Resource {
 
 func newVGPUResourceWithIdentity() resource.Resource {
 	return planned[*vgpuResource]{withIdentity[*vgpuResource](newVGPUResource, vgpuIdentity)}
+}
+
+func newBackupResourceWithIdentity() resource.Resource {
+	return planned[*backupResource]{withIdentity[*backupResource](newBackupResource, volumeIdentity)}
 }
 
 func newPoolResourceWithIdentity() resource.Resource {

@@ -78,6 +78,7 @@ func TestIdentityWrappers(t *testing.T) {
 		"kohaku_vgpu":        newVGPUResourceWithIdentity,
 		"kohaku_pool":        newPoolResourceWithIdentity,
 		"kohaku_network":     newNetworkResourceWithIdentity,
+		"kohaku_backup":      newBackupResourceWithIdentity,
 	} {
 		w := newWrapper()
 		u, ok := w.(interface{ unwrap() resource.Resource })

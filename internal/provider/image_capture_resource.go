@@ -16,7 +16,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/boolplanmodifier"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
@@ -71,7 +70,6 @@ func (r *imageCaptureResource) Metadata(_ context.Context, req resource.Metadata
 
 func (r *imageCaptureResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
-	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
 	resp.Schema = schema.Schema{
 		Description: "A golden image captured from a VM's boot disk: a base image like a downloaded `kohaku_image`, " +
 			"with the same `id` form, so a VM takes it as `disk = { image = kohaku_image_capture.<name>.id }` on " +
@@ -85,10 +83,8 @@ func (r *imageCaptureResource) Schema(ctx context.Context, _ resource.SchemaRequ
 			"A VM whose boot disk is not a volume of a storage pool (a block device, a file outside every pool) " +
 			"or that has no boot disk is refused at plan time when the VM exists already. " +
 			"Drift: a volume deleted out of band is captured again by the next apply.",
-		Attributes: attributes(imageCaptureInputs(replace), imageCaptureResults(keep)),
-		Blocks: map[string]schema.Block{
-			"timeouts": imageTimeoutsBlock(ctx, "How long the whole capture may take: seal, shutdown, flatten, digest and restart. Default `30m`."),
-		},
+		Attributes: attributes(imageCaptureInputs(replace), imageCaptureResults()),
+		Blocks:     imageTimeoutsBlocks(ctx, "How long the whole capture may take: seal, shutdown, flatten, digest and restart. Default `30m`."),
 	}
 }
 
@@ -154,45 +150,26 @@ func imageCaptureInputs(replace []planmodifier.String) map[string]schema.Attribu
 	}
 }
 
-func imageCaptureResults(keep []planmodifier.String) map[string]schema.Attribute {
+func imageCaptureResults() map[string]schema.Attribute {
 	return map[string]schema.Attribute{
-		"digest": schema.StringAttribute{
-			Computed: true, PlanModifiers: keep,
-			Description: "`sha256:<hex>` of the image volume's bytes, read back from the host after the flatten. " +
-				"`kohaku_image_copy` checks copies against it (`source_digest`).",
-		},
+		"digest": fixedString("`sha256:<hex>` of the image volume's bytes, read back from the host after the flatten. " +
+			"`kohaku_image_copy` checks copies against it (`source_digest`)."),
 		"sealed": schema.BoolAttribute{
 			Computed: true, PlanModifiers: []planmodifier.Bool{boolplanmodifier.UseStateForUnknown()},
 			Description: "Whether the seal ran in the guest and succeeded.",
 		},
-		"source_volume": schema.StringAttribute{
-			Computed: true, PlanModifiers: keep,
-			Description: "The VM's boot volume that was captured, `<pool>/<volume>`.",
-		},
-		"format": schema.StringAttribute{
-			Computed: true, PlanModifiers: keep,
-			Description: "Format of the image volume: `qcow2`.",
-		},
-		"virtual_size_bytes": schema.Int64Attribute{
-			Computed: true, PlanModifiers: []planmodifier.Int64{int64planmodifier.UseStateForUnknown()},
-			Description: "The image's virtual size: that of the VM's boot disk.",
-		},
-		"volume_path": schema.StringAttribute{
-			Computed: true, PlanModifiers: keep,
-			Description: "Path of the volume on the host.",
-		},
+		"source_volume":      fixedString("The VM's boot volume that was captured, `<pool>/<volume>`."),
+		"format":             fixedString("Format of the image volume: `qcow2`."),
+		"virtual_size_bytes": fixedInt64("The image's virtual size: that of the VM's boot disk."),
+		"volume_path":        fixedString("Path of the volume on the host."),
 	}
 }
 
 // ModifyPlan refuses, at plan time, a capture of a VM that exists and whose
 // boot disk cannot be captured. A VM not made yet is checked at apply.
 func (r *imageCaptureResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() || !req.State.Raw.IsNull() || r.data == nil {
-		return
-	}
 	var plan imageCaptureModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() || plan.VM.IsUnknown() || plan.Host.IsUnknown() {
+	if !r.data.createPlan(ctx, req, &plan, &resp.Diagnostics) || plan.VM.IsUnknown() || plan.Host.IsUnknown() {
 		return
 	}
 	c, err := r.data.fleet.Host(plan.Host.ValueString())
@@ -209,12 +186,7 @@ func (r *imageCaptureResource) ModifyPlan(ctx context.Context, req resource.Modi
 
 func (r *imageCaptureResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan imageCaptureModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	timeout, d := plan.Timeouts.Create(ctx, imageCaptureCreateTimeout)
-	ctx, cancel, c := r.data.open(ctx, plan.Host.ValueString(), timeout, d, &resp.Diagnostics)
+	ctx, cancel, c := r.data.openCreate(ctx, req, &plan, &plan.Host, &plan.Timeouts, imageCaptureCreateTimeout, &resp.Diagnostics)
 	defer cancel()
 	if c == nil {
 		return
@@ -293,15 +265,15 @@ func (r *imageCaptureResource) Delete(ctx context.Context, req resource.DeleteRe
 	r.data.deleteImage(ctx, state.Host.ValueString(), state.Pool.ValueString(), state.Name.ValueString(), state.Timeouts, &resp.Diagnostics)
 }
 
-// imageTimeoutsBlock is the timeouts block of kohaku_image, its copy and
-// its capture: create as create says, and the delete of the image volume,
-// which all three bound by imageDeleteTimeout.
-func imageTimeoutsBlock(ctx context.Context, create string) schema.Block {
-	return timeouts.Block(ctx, timeouts.Opts{
+// imageTimeoutsBlocks are the blocks of kohaku_image, its copy, its
+// capture and kohaku_backup: a timeouts block, create as create says, and
+// the delete of the volume, which all four bound by imageDeleteTimeout.
+func imageTimeoutsBlocks(ctx context.Context, create string) map[string]schema.Block {
+	return map[string]schema.Block{"timeouts": timeouts.Block(ctx, timeouts.Opts{
 		Create: true, Delete: true,
 		CreateDescription: create,
 		DeleteDescription: "How long deleting may take. Default `5m`.",
-	})
+	})}
 }
 
 // readImageVolume reads the volume of an image resource (kohaku_image, its

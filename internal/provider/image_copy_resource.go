@@ -12,7 +12,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
@@ -28,6 +27,12 @@ var (
 )
 
 const imageCopyCreateTimeout = 60 * time.Minute
+
+// streamedCopyDoc says, in a resource's description, how a volume copied
+// between hosts travels and is checked (imagelife.Copy).
+const streamedCopyDoc = "(libvirt's stream API on both connections, one stream packet in memory, no tool or network " +
+	"path between the hosts), hashed as it is read, then read back from the target and compared; a copy that does " +
+	"not match is deleted and fails the create"
 
 func newImageCopyResource() resource.Resource { return &imageCopyResource{} }
 
@@ -55,13 +60,10 @@ func (r *imageCopyResource) Metadata(_ context.Context, req resource.MetadataReq
 
 func (r *imageCopyResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
-	keep := []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
 	resp.Schema = schema.Schema{
 		Description: "A copy of an image (a `kohaku_image`, a `kohaku_image_capture`, or another copy) on another " +
 			"host of the `hosts` map, or in another pool: streamed from the source host's pool through the machine " +
-			"running Terraform into the target's (libvirt's stream API on both connections, one stream packet in " +
-			"memory, no tool or network path between the hosts), hashed as it is read, then read back from the " +
-			"target and compared; a copy that does not match is deleted and fails the create. Its `id` has the " +
+			"running Terraform into the target's " + streamedCopyDoc + ". Its `id` has the " +
 			"`kohaku_image` form, so VMs on that host take it as `disk = { image = kohaku_image_copy.<name>.id }`; " +
 			"with `for_each` over the hosts, one copy per host. Destroy deletes the copy, and is refused while VMs' " +
 			"overlays are backed by it. Drift: a copy deleted out of band is copied again by the next apply.",
@@ -109,26 +111,12 @@ func (r *imageCopyResource) Schema(ctx context.Context, _ resource.SchemaRequest
 				Validators: []validator.String{stringvalidator.RegexMatches(regexp.MustCompile(`^sha256:[0-9a-f]{64}$`),
 					"must be `sha256:` followed by 64 lower-case hex digits, as kohaku_image_capture's digest is")},
 			},
-			"digest": schema.StringAttribute{
-				Computed: true, PlanModifiers: keep,
-				Description: "`sha256:<hex>` of the volume's bytes, as read from the source and read back from the copy.",
-			},
-			"format": schema.StringAttribute{
-				Computed: true, PlanModifiers: keep,
-				Description: "Format of the copy: the source's, `qcow2` or `raw`.",
-			},
-			"virtual_size_bytes": schema.Int64Attribute{
-				Computed: true, PlanModifiers: []planmodifier.Int64{int64planmodifier.UseStateForUnknown()},
-				Description: "The image's virtual size.",
-			},
-			"volume_path": schema.StringAttribute{
-				Computed: true, PlanModifiers: keep,
-				Description: "Path of the copy on its host.",
-			},
+			"digest":             fixedString("`sha256:<hex>` of the volume's bytes, as read from the source and read back from the copy."),
+			"format":             fixedString("Format of the copy: the source's, `qcow2` or `raw`."),
+			"virtual_size_bytes": fixedInt64("The image's virtual size."),
+			"volume_path":        fixedString("Path of the copy on its host."),
 		},
-		Blocks: map[string]schema.Block{
-			"timeouts": imageTimeoutsBlock(ctx, "How long the copy and its verification may take. Default `60m`."),
-		},
+		Blocks: imageTimeoutsBlocks(ctx, "How long the copy and its verification may take. Default `60m`."),
 	}
 }
 
@@ -147,12 +135,7 @@ func (r *imageCopyResource) ValidateConfig(ctx context.Context, req resource.Val
 
 func (r *imageCopyResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan imageCopyModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	timeout, d := plan.Timeouts.Create(ctx, imageCopyCreateTimeout)
-	ctx, cancel, dst := r.data.open(ctx, plan.Host.ValueString(), timeout, d, &resp.Diagnostics)
+	ctx, cancel, dst := r.data.openCreate(ctx, req, &plan, &plan.Host, &plan.Timeouts, imageCopyCreateTimeout, &resp.Diagnostics)
 	defer cancel()
 	if dst == nil {
 		return

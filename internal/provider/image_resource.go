@@ -101,9 +101,7 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			imageCheckAttributes(),
 			imageResultAttributes(keep),
 		),
-		Blocks: map[string]schema.Block{
-			"timeouts": imageTimeoutsBlock(ctx, "How long downloading, verifying and uploading may take. Default `60m` (multi-GiB images over slow links)."),
-		},
+		Blocks: imageTimeoutsBlocks(ctx, "How long downloading, verifying and uploading may take. Default `60m` (multi-GiB images over slow links)."),
 	}
 }
 

@@ -451,6 +451,7 @@ func (p *kohakuProvider) Resources(_ context.Context) []func() resource.Resource
 		newImageCaptureResource,
 		newImageCopyResource,
 		newSnapshotResourceWithIdentity,
+		newBackupResourceWithIdentity,
 		newMdevResourceWithIdentity,
 		newGPUSRIOVResourceWithIdentity,
 		newVGPUResourceWithIdentity,

@@ -20,5 +20,6 @@ func (p *kohakuProvider) ListResources(_ context.Context) []func() list.ListReso
 		newPoolListResource,
 		newNetworkListResource,
 		newSnapshotListResource,
+		newBackupListResource,
 	}
 }

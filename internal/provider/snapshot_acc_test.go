@@ -17,21 +17,7 @@ import (
 // busy (running a kernel alone on an overlay); plus extra.
 func snapshotConfig(t *testing.T, env acctest.VMEnv, prefix, extra string) string {
 	t.Helper()
-	vm := func(name, body string) string {
-		return fmt.Sprintf(`
-resource "kohaku_vm" %[1]q {
-  name       = "%[2]s%[1]s"
-  type       = "qemu"
-  memory_mib = 128
-  disk = {
-    base_pool   = %[3]q
-    base_volume = %[4]q
-    pool        = %[5]q
-  }
-  network_interface = [{ type = "user" }]
-%[6]s}
-`, name, prefix, env.ImagePool, env.Base, env.Pool, body)
-	}
+	vm := func(name, body string) string { return noOSVM(env, prefix, name, body) }
 	return "terraform {\n  required_providers {\n    kohaku = { source = \"kohaku/kohaku\" }\n  }\n}\n" + providerBlock(env.URI) +
 		vm("src", fmt.Sprintf("  running    = false\n  data_disks = [{ name = \"data\", size_gib = 1, pool = %q }]\n", env.Pool)) +
 		vm("other", "  running = false\n") +

@@ -22,21 +22,7 @@ provider "kohaku" {
   uri          = %[1]q
   call_timeout = "15s"
 }
-
-resource "kohaku_vm" "src" {
-  name       = "%[2]ssrc"
-  type       = "qemu"
-  memory_mib = 128
-  running    = false
-  disk = {
-    base_pool   = %[3]q
-    base_volume = %[4]q
-    pool        = %[5]q
-  }
-  data_disks        = [{ name = "data", size_gib = 1, pool = %[5]q }]
-  network_interface = [{ type = "user" }]
-}
-`, uri, prefix, env.ImagePool, env.Base, env.Pool)
+`, uri) + noOSVM(env, prefix, "src", fmt.Sprintf("  running    = false\n  data_disks = [{ name = \"data\", size_gib = 1, pool = %q }]\n", env.Pool))
 	if snap {
 		c += snapshotResources
 	}

@@ -158,10 +158,7 @@ func (r *snapshotResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 				Validators: []validator.String{stringvalidator.RegexMatches(snapshotNameRE,
 					"must be 1 to 63 letters, digits, '.', '_' and '-', starting with a letter or digit, e.g. `before-upgrade`")},
 			},
-			"vm_uuid": schema.StringAttribute{
-				Computed: true, PlanModifiers: keep,
-				Description: "UUID of the VM the snapshot was taken of. `kohaku_vm_revert` refuses to revert any other VM to it.",
-			},
+			"vm_uuid": fixedString("UUID of the VM the snapshot was taken of. `kohaku_vm_revert` refuses to revert any other VM to it."),
 			"disks": schema.ListNestedAttribute{
 				Computed: true, PlanModifiers: []planmodifier.List{listplanmodifier.UseStateForUnknown()},
 				Description: "The disks copied, boot disk first.",
@@ -173,19 +170,13 @@ func (r *snapshotResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 					"sha256":          schema.StringAttribute{Computed: true, Description: "`sha256:<hex>` of the copy's bytes, read back from the host after the copy."},
 				}},
 			},
-			"consistency": schema.StringAttribute{
-				Computed: true, PlanModifiers: keep,
-				Description: "How consistent the copies are with one another and with the guest's file systems: " +
-					"`powered_off`, the VM was shut off while they were made, so they hold what the guest wrote " +
-					"before it powered off; `quiesced`, the VM ran and its file systems were frozen through the guest " +
-					"agent at the moment copied, so what the guest had written was flushed; `crash_consistent`, the VM " +
-					"ran without a freeze, so the disks are as after a power cut at that moment (journaling file " +
-					"systems recover; what the guest had not written out is missing). Null for an imported snapshot.",
-			},
-			"created_at": schema.StringAttribute{
-				Computed: true, PlanModifiers: keep,
-				Description: "When the snapshot was taken (RFC 3339, UTC); null for an imported snapshot.",
-			},
+			"consistency": fixedString("How consistent the copies are with one another and with the guest's file systems: " +
+				"`powered_off`, the VM was shut off while they were made, so they hold what the guest wrote " +
+				"before it powered off; `quiesced`, the VM ran and its file systems were frozen through the guest " +
+				"agent at the moment copied, so what the guest had written was flushed; `crash_consistent`, the VM " +
+				"ran without a freeze, so the disks are as after a power cut at that moment (journaling file " +
+				"systems recover; what the guest had not written out is missing). Null for an imported snapshot."),
+			"created_at": fixedString("When the snapshot was taken (RFC 3339, UTC); null for an imported snapshot."),
 		},
 		Blocks: map[string]schema.Block{
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{
@@ -201,12 +192,8 @@ func (r *snapshotResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 // running or has a disk Kohaku cannot snapshot. A VM not made yet is
 // checked at apply.
 func (r *snapshotResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() || !req.State.Raw.IsNull() || r.data == nil {
-		return
-	}
 	var plan snapshotModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() || plan.VM.IsUnknown() || plan.Host.IsUnknown() {
+	if !r.data.createPlan(ctx, req, &plan, &resp.Diagnostics) || plan.VM.IsUnknown() || plan.Host.IsUnknown() {
 		return
 	}
 	c, err := r.data.fleet.Host(plan.Host.ValueString())
@@ -229,12 +216,7 @@ func (r *snapshotResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 
 func (r *snapshotResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan snapshotModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	timeout, d := plan.Timeouts.Create(ctx, snapshotCreateTimeout)
-	ctx, cancel, c := r.data.open(ctx, plan.Host.ValueString(), timeout, d, &resp.Diagnostics)
+	ctx, cancel, c := r.data.openCreate(ctx, req, &plan, &plan.Host, &plan.Timeouts, snapshotCreateTimeout, &resp.Diagnostics)
 	defer cancel()
 	if c == nil {
 		return
@@ -329,24 +311,12 @@ func (r *snapshotResource) Read(ctx context.Context, req resource.ReadRequest, r
 
 // Update changes only the timeouts; everything else replaces.
 func (r *snapshotResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var plan, state snapshotModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	state.Timeouts = plan.Timeouts
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+	updateTimeouts(ctx, req, resp)
 }
 
 func (r *snapshotResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state snapshotModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	timeout, d := state.Timeouts.Delete(ctx, snapshotDeleteTimeout)
-	ctx, cancel, c := r.data.open(ctx, state.Host.ValueString(), timeout, d, &resp.Diagnostics)
+	ctx, cancel, c := r.data.openDelete(ctx, req, &state, &state.Host, &state.Timeouts, snapshotDeleteTimeout, &resp.Diagnostics)
 	defer cancel()
 	if c == nil {
 		return

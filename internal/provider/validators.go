@@ -62,6 +62,29 @@ func (v durationValidator) ValidateString(_ context.Context, req validator.Strin
 	}
 }
 
+// checkedString is a string validator made of a function that says what
+// is wrong with a value (nil when nothing is): its error is the
+// diagnostic's detail, under summary.
+type checkedString struct {
+	desc, summary string
+	check         func(string) error
+}
+
+var _ validator.String = checkedString{}
+
+func (v checkedString) Description(context.Context) string { return v.desc }
+
+func (v checkedString) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+
+func (v checkedString) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if err := v.check(req.ConfigValue.ValueString()); err != nil {
+		resp.Diagnostics.AddAttributeError(req.Path, v.summary, sentence(err))
+	}
+}
+
 // volumeIDValidator accepts "<pool>/<volume>".
 type volumeIDValidator struct{ what string }
 

@@ -8,6 +8,25 @@ import (
 	"github.com/kohaku/terraform-provider-kohaku/internal/virt"
 )
 
+// noOSVM is kohaku_vm.<name> (domain <prefix><name>), a VM that boots no
+// OS: an overlay on the test host's base image, user-mode networking, and
+// body added to its block.
+func noOSVM(env acctest.VMEnv, prefix, name, body string) string {
+	return fmt.Sprintf(`
+resource "kohaku_vm" %[1]q {
+  name       = "%[2]s%[1]s"
+  type       = "qemu"
+  memory_mib = 128
+  disk = {
+    base_pool   = %[3]q
+    base_volume = %[4]q
+    pool        = %[5]q
+  }
+  network_interface = [{ type = "user" }]
+%[6]s}
+`, name, prefix, env.ImagePool, env.Base, env.Pool, body)
+}
+
 // vmTestPrefix returns a name prefix unique to one test (acctest.Prefix)
 // whose cleanup sweeps the test's domains and volumes with the provider's
 // own sweeper.

@@ -22,7 +22,7 @@ func movableVM() *vmModel {
 			types.ObjectValueMust(vmDataDiskAttrTypes, map[string]attr.Value{
 				"name": types.StringValue("data"), "size_gib": types.Int64Value(1), "volume": types.StringNull(),
 				"pool": types.StringValue("default"), "format": types.StringValue("qcow2"), "keep": types.BoolValue(false),
-				"serial": types.StringValue("data"),
+				"serial": types.StringValue("data"), "source": types.StringNull(),
 			}),
 		}),
 		GPUs: types.SetNull(types.StringType), Hostdevs: types.SetNull(types.StringType),
@@ -67,7 +67,7 @@ func TestUnmovableNamesWhatAMoveCannotBring(t *testing.T) {
 		types.ObjectValueMust(vmDataDiskAttrTypes, map[string]attr.Value{
 			"name": types.StringValue("db"), "size_gib": types.Int64Null(), "volume": types.StringValue("db.qcow2"),
 			"pool": types.StringValue("default"), "format": types.StringValue("qcow2"), "keep": types.BoolValue(false),
-			"serial": types.StringValue("db"),
+			"serial": types.StringValue("db"), "source": types.StringNull(),
 		}),
 	})
 	m.GPUs = types.SetValueMust(types.StringType, []attr.Value{types.StringValue("h100")})

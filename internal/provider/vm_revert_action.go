@@ -73,7 +73,7 @@ func (a *vmRevertAction) Schema(_ context.Context, _ action.SchemaRequest, resp 
 			"snapshot": schema.StringAttribute{
 				Required:    true,
 				Description: "The snapshot to return to: a `kohaku_snapshot`'s `id` (`[<host>/]<vm uuid>/<name>`). Its host is the VM's host.",
-				Validators:  []validator.String{snapshotIDValidator{}},
+				Validators:  []validator.String{snapshotIDValidator},
 			},
 			"start": schema.BoolAttribute{
 				Optional: true,
@@ -207,20 +207,7 @@ func (a *vmRevertAction) Invoke(ctx context.Context, req action.InvokeRequest, r
 }
 
 // snapshotIDValidator checks the form of a snapshot's id.
-type snapshotIDValidator struct{}
-
-func (snapshotIDValidator) Description(context.Context) string {
-	return "a snapshot id, `[<host>/]<vm uuid>/<name>`"
-}
-func (v snapshotIDValidator) MarkdownDescription(ctx context.Context) string {
-	return v.Description(ctx)
-}
-
-func (snapshotIDValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if _, _, _, err := parseSnapshotID(req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid snapshot id", err.Error())
-	}
+var snapshotIDValidator = checkedString{
+	desc: "a snapshot id, `[<host>/]<vm uuid>/<name>`", summary: "Invalid snapshot id",
+	check: func(id string) error { _, _, _, err := parseSnapshotID(id); return err },
 }

@@ -34,7 +34,7 @@ func (r *vmResource) ValidateConfig(ctx context.Context, req resource.ValidateCo
 	}
 	validateDiskChoice(cfg.disk(ctx, &resp.Diagnostics), vmHost, &in, resp)
 	validateWaitConfig(&cfg, &resp.Diagnostics)
-	validateDataDisks(cfg.dataDisks(ctx, &resp.Diagnostics), &resp.Diagnostics)
+	validateDataDisks(cfg.dataDisks(ctx, &resp.Diagnostics), vmHost, &resp.Diagnostics)
 	addValidationErrors(&resp.Diagnostics, domain.Validate(in.Spec), in.report())
 	if cfg.Disk.IsNull() && cfg.Kernel.IsNull() {
 		// libvirt boots such a domain (from a CD-ROM or the network), and

@@ -61,11 +61,11 @@ func TestVMRejectsBadInputAtPlan(t *testing.T) {
 		},
 		"data disk with neither size nor volume": {
 			body: `data_disks = [{ name = "scratch" }]`,
-			want: []string{`Data disk needs size_gib or volume`, `set exactly one of them`},
+			want: []string{`Data disk needs one of size_gib, volume and source`, `set exactly one of them`},
 		},
 		"data disk with size and volume": {
 			body: `data_disks = [{ name = "scratch", size_gib = 10, volume = "x.qcow2" }]`,
-			want: []string{`Data disk needs size_gib or volume`},
+			want: []string{`Data disk needs one of size_gib, volume and source`},
 		},
 		"keep on an existing volume": {
 			body: `data_disks = [{ name = "data", volume = "x.qcow2", keep = true }]`,

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"slices"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/list"
@@ -9,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/kohaku/terraform-provider-kohaku/internal/backup"
 	"github.com/kohaku/terraform-provider-kohaku/internal/hosts"
 	"github.com/kohaku/terraform-provider-kohaku/internal/snapshot"
 	"github.com/kohaku/terraform-provider-kohaku/internal/volkind"
@@ -47,9 +49,15 @@ func volumeListSchema(what string) schema.Schema {
 // asked, its state.
 type volumeResult func(ctx context.Context, c hosts.Host, v hosts.VolumeHead, r *list.ListResult)
 
+// backupVolumes is the kind of volume listVolumes keeps for kohaku_backup:
+// a volume with a backup's manifest beside it, whatever its first bytes.
+// Every other kind leaves backups and their manifests out.
+const backupVolumes volkind.Kind = -1
+
 // listVolumes streams the volumes of the configured pools that hold kind,
-// as recognised from their first bytes. With skipDisks, volumes a domain
-// has as a writable disk are left out: they are that VM's.
+// as recognised from their first bytes (backups: by their manifests). With
+// skipDisks, volumes a domain has as a writable disk are left out: they
+// are that VM's.
 func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, stream *list.ListResultsStream, kind volkind.Kind, skipDisks bool, fill volumeResult) {
 	var cfg volumeListModel
 	c, diags := listConfig(ctx, data, req, stream, &cfg, &cfg.Host)
@@ -87,11 +95,19 @@ func listVolumes(ctx context.Context, data *providerData, req list.ListRequest, 
 				push(list.ListResult{Diagnostics: d})
 				return
 			}
+			names := make([]string, 0, len(vols))
+			for _, v := range vols {
+				names = append(names, v.Name)
+			}
+			backups := backup.Named(names)
 			for _, v := range vols {
 				if req.Limit > 0 && sent >= req.Limit {
 					return
 				}
-				if volkind.Recognise(v.Head, v.CapacityBytes).Kind != kind ||
+				if _, manifest := backup.IsManifest(v.Name); manifest || slices.Contains(backups, v.Name) != (kind == backupVolumes) {
+					continue
+				}
+				if kind != backupVolumes && volkind.Recognise(v.Head, v.CapacityBytes).Kind != kind ||
 					disks["path "+v.Path] || disks["volume "+v.Pool+"/"+v.Name] {
 					continue
 				}

@@ -206,7 +206,7 @@ func Create(ctx context.Context, h Host, p Plan) (*View, error) {
 		if err := expired(); err != nil {
 			return nil, vc.fail(ctx, StepDataDisks, err)
 		}
-		_, err := h.CreateVolume(steady, d.Volume.Pool, d.Volume.Volume, string(d.Format), d.SizeBytes)
+		err := makeDataVolume(steady, h, d)
 		if err == nil || outcomeUnknown(err) {
 			vc.volumes = append(vc.volumes, d.Volume)
 		}

@@ -11,14 +11,32 @@ import (
 )
 
 // NewDisk is a data disk whose volume Kohaku creates (when it is not there
-// yet): empty, of SizeBytes, in Format. Destroy deletes it with the VM
-// unless Keep; removing it from the VM deletes it likewise.
+// yet): empty, of SizeBytes, in Format, or, with From, a standalone qcow2
+// copy of the volume From on the same host (a backup restored), made by
+// the host itself; From is only read, and the copy is the VM's, never From.
+// Destroy deletes it with the VM unless Keep; removing it from the VM
+// deletes it likewise.
 type NewDisk struct {
 	Serial    string
 	Volume    domain.VolumeRef
 	Format    domain.DiskFormat
 	SizeBytes int64
 	Keep      bool
+	From      *domain.VolumeRef
+}
+
+// makeDataVolume makes the volume of a new data disk: empty, or a copy of
+// From.
+func makeDataVolume(ctx context.Context, h Host, d NewDisk) error {
+	if d.From != nil {
+		_, err := h.FlattenVolume(ctx, d.From.Pool, d.From.Volume, d.Volume.Pool, d.Volume.Volume)
+		if err != nil {
+			return fmt.Errorf("copying %s/%s into the new data disk %s/%s: %w", d.From.Pool, d.From.Volume, d.Volume.Pool, d.Volume.Volume, err)
+		}
+		return nil
+	}
+	_, err := h.CreateVolume(ctx, d.Volume.Pool, d.Volume.Volume, string(d.Format), d.SizeBytes)
+	return err
 }
 
 // The steps of an update's data disk changes.
@@ -87,7 +105,7 @@ func createDataVolumes(ctx context.Context, h Host, disks []NewDisk) ([]domain.V
 		if !errors.Is(err, hostapi.ErrNotFound) {
 			return made, err
 		}
-		if _, err := h.CreateVolume(ctx, d.Volume.Pool, d.Volume.Volume, string(d.Format), d.SizeBytes); err != nil {
+		if err := makeDataVolume(ctx, h, d); err != nil {
 			var exists *hostapi.OverlayExistsError
 			if !errors.As(err, &exists) {
 				return made, err

@@ -182,3 +182,46 @@ func TestUpdateFailureDeletesVolumesItMade(t *testing.T) {
 		t.Errorf("after a failure past the attach: %s, attached %v", h.state(), attached(t, h))
 	}
 }
+
+// A data disk restored from a backup is a copy of it that the VM owns:
+// made by the host, deleted with the VM, and the backup is left as it was,
+// on create and when the disk is added to a VM that exists.
+func TestRestoredDataDiskIsTheVMsCopy(t *testing.T) {
+	t.Parallel()
+	backup := domain.VolumeRef{Pool: "backups", Volume: "db.backup.qcow2"}
+	restored := func(h *fakeHost) (domain.DataDisk, NewDisk) {
+		h.addVolume(backup.Pool, backup.Volume, "qcow2", 2<<30)
+		d, n := scratchDisk("restored", false)
+		n.SizeBytes, n.From = 0, &backup
+		return d, n
+	}
+
+	h := newFakeHost()
+	p := createPlan(h, "vm")
+	d, n := restored(h)
+	p.Spec.DataDisks, p.NewDisks = []domain.DataDisk{d}, []NewDisk{n}
+	view, err := Create(context.Background(), h, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := h.volumes["default/vm-restored.qcow2"]; v == nil || v.CapacityBytes != 2<<30 || !slices.Contains(h.ops, "FlattenVolume") {
+		t.Fatalf("restored volume %+v, ops %v", v, h.ops)
+	}
+	if _, err := Delete(context.Background(), h, Doomed{Ref: view.Status.DomainRef, Overlay: view.Overlay}); err != nil {
+		t.Fatal(err)
+	}
+	if hasVolume(h, "vm-restored.qcow2") || h.volumes["backups/db.backup.qcow2"] == nil {
+		t.Errorf("after destroy: %s", h.state())
+	}
+
+	h = newFakeHost()
+	ch := existing(t, h)
+	d, n = restored(h)
+	ch.Want.Spec.DataDisks, ch.NewDisks = []domain.DataDisk{d}, []NewDisk{n}
+	if _, err := Update(context.Background(), h, ch); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(attached(t, h), ","); got != "restored" || !hasVolume(h, "vm-restored.qcow2") {
+		t.Errorf("attached %q: %s", got, h.state())
+	}
+}

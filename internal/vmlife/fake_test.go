@@ -374,6 +374,22 @@ func (h *fakeHost) CreateVolume(_ context.Context, pool, name, format string, ca
 	return &c, nil
 }
 
+// FlattenVolume copies srcPool/srcName into a new qcow2 volume of its
+// capacity, as CreateVolume makes one (never over another).
+func (h *fakeHost) FlattenVolume(ctx context.Context, srcPool, srcName, pool, name string) (*virt.VolumeDetail, error) {
+	h.mu.Lock()
+	err := h.op("FlattenVolume")
+	h.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	src, err := h.VolumeInfo(ctx, srcPool, srcName)
+	if err != nil {
+		return nil, err
+	}
+	return h.CreateVolume(ctx, pool, name, "qcow2", src.CapacityBytes)
+}
+
 // editDisks applies edit to the disks of a running domain's definition, as
 // a hot-plug with libvirt's live and config flags does.
 func (h *fakeHost) editDisks(ref virt.DomainRef, edit func(*libvirtxml.Domain) error) error {

@@ -27,6 +27,7 @@ type Host interface {
 	GrowVolume(ctx context.Context, pool, name string, capacity int64) error
 	GrowDiskLive(ctx context.Context, ref hostapi.DomainRef, target string, size int64) error
 	CreateVolume(ctx context.Context, pool, name, format string, capacity int64) (*hostapi.VolumeDetail, error)
+	FlattenVolume(ctx context.Context, srcPool, srcName, pool, name string) (*hostapi.VolumeDetail, error)
 	AttachDisk(ctx context.Context, ref hostapi.DomainRef, diskXML string) error
 	DetachDisk(ctx context.Context, ref hostapi.DomainRef, diskXML string) error
 	DownloadVolume(ctx context.Context, pool, name string, limit int64) ([]byte, error)

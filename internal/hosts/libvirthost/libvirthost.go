@@ -6,6 +6,7 @@
 package libvirthost
 
 import (
+	"github.com/kohaku/terraform-provider-kohaku/internal/backup"
 	"github.com/kohaku/terraform-provider-kohaku/internal/capacity"
 	"github.com/kohaku/terraform-provider-kohaku/internal/capture"
 	"github.com/kohaku/terraform-provider-kohaku/internal/gpubind"
@@ -57,6 +58,8 @@ var (
 
 	_ capture.Host  = (*virt.Client)(nil)
 	_ snapshot.Host = (*virt.Client)(nil)
+	_ backup.Source = (*virt.Client)(nil)
+	_ backup.Target = (*virt.Client)(nil)
 	_ ready.Agent   = (*virt.Client)(nil)
 	_ capacity.Host = (*virt.Client)(nil)
 	_ capacity.Conn = (*virt.Client)(nil)
