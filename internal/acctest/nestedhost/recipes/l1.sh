@@ -11,13 +11,16 @@ SELF=$(readlink -f "${BASH_SOURCE[0]}")
 NVIDIA_SRC=${SELF%/*}/../nvidia-standin/nvidia.c
 IMAGE_SUITE=bookworm
 IMAGE_SIZE=3G
+# qemu-utils: libvirt makes qcow2 volumes with qemu-img ("creation of
+# non-raw file images is not supported without qemu-img"), as a cross-host
+# backup's target needs.
 # mdevctl: libvirt 9.0 creates, defines and autostarts mediated devices
 # through it ("Cannot find 'mdevctl' in path" without it).
 # libvirt-daemon-system brings the config, the systemd units (socket activation)
 # and the libvirt-qemu user; seabios + ipxe-qemu are the firmware L2 domains
 # need, ovmf the UEFI firmware (the large-BAR test boots L2 under both).
 # No recommends: no dnsmasq, apparmor, GUI libraries.
-IMAGE_INCLUDE=systemd-sysv,udev,dbus,kmod,iproute2,procps,pciutils,libvirt-daemon-system,libvirt-daemon-driver-qemu,libvirt-clients,qemu-system-x86,seabios,ovmf,ipxe-qemu,initramfs-tools,zstd,openssh-server,mdevctl
+IMAGE_INCLUDE=systemd-sysv,udev,dbus,kmod,iproute2,procps,pciutils,libvirt-daemon-system,libvirt-daemon-driver-qemu,libvirt-clients,qemu-system-x86,seabios,ovmf,ipxe-qemu,initramfs-tools,zstd,openssh-server,mdevctl,qemu-utils
 # The NVIDIA driver version the stand-in module declares (../nvidia-standin/nvidia.c,
 # part of this recipe's key): what /sys/module/nvidia/version says in L1. The
 # image records it in nvidia-version, for nestedhost.sh env.
@@ -127,6 +130,7 @@ MOD
 	compgen -G "$t/lib/modules/*/updates/nvidia.ko" >/dev/null || { echo "no NVIDIA stand-in module in L1's tree" >&2; return 1; }
 	compgen -G "$t/lib/modules/*/updates/mtty.ko" >/dev/null || { echo "no mtty module in L1's tree" >&2; return 1; }
 	[[ -x $t/usr/bin/mdevctl ]] || { echo "mdevctl missing" >&2; return 1; }
+	[[ -x $t/usr/bin/qemu-img ]] || { echo "qemu-img missing" >&2; return 1; }
 	compgen -G "$t/lib/modules/*/kernel/drivers/vfio/pci/vfio-pci.ko*" >/dev/null || { echo "no vfio-pci module in L1 kernel" >&2; return 1; }
 	[[ -x $t/usr/bin/qemu-system-x86_64 && -x $t/usr/sbin/libvirtd && -f $t/usr/share/seabios/bios.bin && -f $t/usr/share/OVMF/OVMF_CODE_4M.fd ]] || { echo "qemu, libvirtd, seabios or ovmf missing" >&2; return 1; }
 	grep -q '^libvirt-qemu:' "$t/etc/passwd" || { echo "user libvirt-qemu missing" >&2; return 1; }
