@@ -240,15 +240,3 @@ type configuredAction struct{ data *providerData }
 func (c *configuredAction) Configure(_ context.Context, req action.ConfigureRequest, resp *action.ConfigureResponse) {
 	c.data = providerDataFrom(req.ProviderData, &resp.Diagnostics)
 }
-
-// within is how a method that chooses its host itself starts: the model
-// from the request's plan or state, and the operation's deadline. ok is
-// false after a diagnostic; cancel is always safe to defer.
-func within(ctx context.Context, from modelGetter, m any, timeout time.Duration, diags *diag.Diagnostics) (context.Context, context.CancelFunc, bool) {
-	diags.Append(from.Get(ctx, m)...)
-	if diags.HasError() {
-		return ctx, func() {}, false
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	return ctx, cancel, true
-}

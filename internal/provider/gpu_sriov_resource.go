@@ -48,6 +48,18 @@ type gpuSRIOVModel struct {
 // libvirt lists them once udev has seen them.
 const sriovTimeout = 2 * time.Minute
 
+// sriovOpen is how the SR-IOV resources' create and delete start: the
+// model from the request's plan or state, and the operation's deadline.
+// ok is false after a diagnostic; cancel is always safe to defer.
+func sriovOpen(ctx context.Context, from modelGetter, m any, diags *diag.Diagnostics) (context.Context, context.CancelFunc, bool) {
+	diags.Append(from.Get(ctx, m)...)
+	if diags.HasError() {
+		return ctx, func() {}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, sriovTimeout)
+	return ctx, cancel, true
+}
+
 func (r *gpuSRIOVResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_gpu_sriov"
 }
@@ -164,7 +176,7 @@ func (r *gpuSRIOVResource) inspect(ctx context.Context, m gpuSRIOVModel, diags *
 
 func (r *gpuSRIOVResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan gpuSRIOVModel
-	ctx, cancel, ok := within(ctx, req.Plan, &plan, sriovTimeout, &resp.Diagnostics)
+	ctx, cancel, ok := sriovOpen(ctx, req.Plan, &plan, &resp.Diagnostics)
 	defer cancel()
 	if !ok {
 		return
@@ -241,7 +253,7 @@ func (r *gpuSRIOVResource) Update(ctx context.Context, req resource.UpdateReques
 
 func (r *gpuSRIOVResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state gpuSRIOVModel
-	ctx, cancel, ok := within(ctx, req.State, &state, sriovTimeout, &resp.Diagnostics)
+	ctx, cancel, ok := sriovOpen(ctx, req.State, &state, &resp.Diagnostics)
 	defer cancel()
 	if !ok {
 		return

@@ -211,7 +211,7 @@ func (r *vgpuResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRe
 
 func (r *vgpuResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan vgpuModel
-	ctx, cancel, ok := within(ctx, req.Plan, &plan, sriovTimeout, &resp.Diagnostics)
+	ctx, cancel, ok := sriovOpen(ctx, req.Plan, &plan, &resp.Diagnostics)
 	defer cancel()
 	if !ok {
 		return
@@ -362,7 +362,7 @@ func (r *vgpuResource) Update(ctx context.Context, req resource.UpdateRequest, r
 
 func (r *vgpuResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state vgpuModel
-	ctx, cancel, ok := within(ctx, req.State, &state, sriovTimeout, &resp.Diagnostics)
+	ctx, cancel, ok := sriovOpen(ctx, req.State, &state, &resp.Diagnostics)
 	defer cancel()
 	if !ok {
 		return
