@@ -1,12 +1,17 @@
+# The GPUs' VFs, enabled first (see kohaku_gpu_sriov).
+resource "kohaku_gpu_sriov" "l40s" {
+  host = "gpu1"
+  gpu  = "0000:3d:00.0"
+}
+
 # Ask for one vGPU of a type anywhere in the fleet: Kohaku finds a GPU that
 # offers it (packing: a GPU already running the type first), sets the type
-# on a free virtual function and binds that VF to vfio-pci. The choice is
+# on a free virtual function and readies it for passthrough. The choice is
 # kept: later plans never move it.
 resource "kohaku_vgpu" "inference" {
   type  = "NVIDIA L40S-12Q" # or "L40S-12Q", or the type's id on the host
   hosts = ["gpu1", "gpu2"]
 
-  # The GPUs' VFs must be enabled first.
   depends_on = [kohaku_gpu_sriov.l40s]
 }
 
@@ -27,6 +32,6 @@ resource "kohaku_vm" "inference" {
 # Or name the GPU: a VF of that GPU, on that host.
 resource "kohaku_vgpu" "pinned" {
   host = "gpu1"
-  gpu  = "0000:3d:00.0"
+  gpu  = kohaku_gpu_sriov.l40s.gpu
   type = "L40S-12Q"
 }
