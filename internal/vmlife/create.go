@@ -67,8 +67,9 @@ type CreateError struct {
 	// (KeepOnReadyFailure); View is the VM read back then, if it could be.
 	Kept bool
 	View *View
-	// Defined and Overlay are what the create made that may still be on
-	// the host: set when Left is not empty or the VM was kept.
+	// Defined and Overlay are what the create made that is still on the
+	// host (what the rollback undid is not): set when Left is not empty
+	// or the VM was kept.
 	Defined *hostapi.DomainRef
 	Overlay *domain.VolumeRef
 }
@@ -132,20 +133,25 @@ func (vc *creation) rollback(ctx context.Context) (done []string, left []string)
 			left = append(left, fmt.Sprintf("domain %s is still defined (%v): virsh undefine --nvram %s", vc.name, err, vc.name))
 		} else {
 			done = append(done, "undefined domain "+vc.name)
+			vc.defined = nil
 		}
 	}
+	var kept []domain.VolumeRef
 	for _, v := range vc.volumes {
 		if err := retry(func() error { return vc.h.RemoveVolume(ctx, v.Pool, v.Volume) }); err != nil {
 			left = append(left, fmt.Sprintf("data disk volume %s/%s is still there (%v): virsh vol-delete --pool %s %s", v.Pool, v.Volume, err, v.Pool, v.Volume))
+			kept = append(kept, v)
 		} else {
 			done = append(done, fmt.Sprintf("deleted data disk volume %s/%s", v.Pool, v.Volume))
 		}
 	}
+	vc.volumes = kept
 	if vc.overlay != nil {
 		if err := retry(func() error { return vc.h.RemoveVolume(ctx, vc.overlay.Pool, vc.overlay.Volume) }); err != nil {
 			left = append(left, fmt.Sprintf("overlay volume %s/%s is still there (%v): virsh vol-delete --pool %s %s", vc.overlay.Pool, vc.overlay.Volume, err, vc.overlay.Pool, vc.overlay.Volume))
 		} else {
 			done = append(done, fmt.Sprintf("deleted overlay volume %s/%s", vc.overlay.Pool, vc.overlay.Volume))
+			vc.overlay = nil // undone: the state must not claim it
 		}
 	}
 	return done, left
